@@ -1,0 +1,13 @@
+/* Subcommands of the sluice binary. Each takes argc/argv starting at its own name and returns the
+ * process exit status. */
+#ifndef SLUICE_CLI_COMMANDS_H
+#define SLUICE_CLI_COMMANDS_H
+
+typedef struct sl_command {
+    const char *name;
+    const char *summary;
+    int (*fn)(int argc, char **argv);
+} sl_command;
+
+
+#endif

@@ -1,0 +1,32 @@
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+
+static const sl_command commands[] = {
+    /* one line per command, kept in the order --help lists them */
+    {NULL, NULL, NULL},
+};
+static const int n_commands = (int)(sizeof commands / sizeof commands[0]) - 1;
+
+static void usage(FILE *f) {
+    fprintf(f, "sluice %s: LLM inference engine\n\nusage: sluice COMMAND [ARGS]\n\ncommands:\n", SLUICE_VERSION);
+    for (int i = 0; i < n_commands; i++) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\n'sluice COMMAND --help' describes a command.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("sluice %s (backends: cpu)\n", SLUICE_VERSION);
+        return 0;
+    }
+    for (int i = 0; i < n_commands; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "sluice: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
