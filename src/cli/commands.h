@@ -10,4 +10,7 @@ typedef struct sl_command {
 } sl_command;
 
 
+int cmd_logits(int argc, char **argv);
+int cmd_show(int argc, char **argv);
+
 #endif

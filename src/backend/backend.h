@@ -1,0 +1,99 @@
+/* The op interface every backend implements. Models are written against these ops only, so the same
+ * forward pass runs on the CPU reference and on a GPU twin. Activation pointers come from the backend's
+ * own alloc() (host memory on the CPU, device memory on a GPU); models never dereference them.
+ *
+ * Layout conventions: activations are float32 row-major [n tokens][width]. KV caches are
+ * [max_ctx][n_kv * head_dim] per layer. */
+#ifndef SLUICE_BACKEND_BACKEND_H
+#define SLUICE_BACKEND_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/weight.h"
+#include "core/err.h"
+
+/* One routed expert: SwiGLU MLP down(silu(gate x) * up x). */
+typedef struct sl_expert {
+    sl_weight gate, up, down;
+} sl_expert;
+
+/* Per-layer table of expert pointers. Resident models point into the checkpoint; an expert store hands
+ * in its own slots by rewriting entries, so layers never own their experts. */
+typedef struct sl_expert_table {
+    int n_experts;
+    const sl_expert **experts;
+} sl_expert_table;
+
+/* Dimensions of a gated delta-net (linear attention) layer. */
+typedef struct sl_deltanet_dims {
+    int n_k_heads, n_v_heads, k_dim, v_dim, conv_kernel;
+} sl_deltanet_dims;
+
+typedef struct sl_backend sl_backend;
+
+typedef struct sl_backend_ops {
+    const char *name;
+    /* zero-filled buffer for activations, caches and state; NULL when out of memory */
+    void *(*alloc)(sl_backend *b, size_t bytes);
+    void (*free)(sl_backend *b, void *p);
+    void (*zero)(sl_backend *b, void *p, size_t bytes);
+    /* host <-> backend copies of activations */
+    void (*upload)(sl_backend *b, void *dst, const void *src, size_t bytes);
+    void (*download)(sl_backend *b, void *dst, const void *src, size_t bytes);
+    /* Ops report failures (out of memory, device errors) through a sticky flag, as GPU streams do:
+     * returns -1 with the first failure's message since the last call, and clears it. */
+    int (*check)(sl_backend *b, sl_err *e);
+
+    /* out[i] = row ids[i] of w (dequantised) */
+    void (*embed)(sl_backend *b, const sl_weight *w, const int32_t *ids, int n, float *out);
+    /* y[n][w.rows] = x[n][w.cols] . w^T (+ w.bias) */
+    void (*matmul)(sl_backend *b, const sl_weight *w, const float *x, int n, float *y);
+    /* y = x / rms(x) * w over rows of `dim` (w NULL: no weight); x may equal y */
+    void (*rmsnorm)(sl_backend *b, const float *x, const float *w, int rows, int dim, float eps, float *y);
+    /* rotary embedding, neox (rotate-half) pairing over the first rot_dim dims of each head, in place:
+     * x[n][stride], heads at x + h*head_dim; token i sits at position pos0 + i */
+    void (*rope)(sl_backend *b, float *x, int n, int stride, int n_heads, int head_dim, int rot_dim, int pos0,
+                 const float *inv_freq, float attn_factor);
+    /* dst[i][0:width] = src[i][0:width] with row strides */
+    void (*copy_rows)(sl_backend *b, float *dst, int dst_stride, const float *src, int src_stride, int n,
+                      int width);
+    /* causal GQA attention of n new queries at positions pos0.. over cache rows [0, pos0 + n); the new
+     * keys/values must already be in the caches. window > 0 limits each query to the last `window`
+     * positions (itself included). out[n][n_heads * head_dim]. */
+    void (*attention)(sl_backend *b, const float *q, const float *kc, const float *vc, int n, int pos0,
+                      int n_heads, int n_kv, int head_dim, int window, float scale, float *out);
+    void (*add)(sl_backend *b, float *y, const float *x, size_t len);                   /* y += x */
+    void (*swiglu)(sl_backend *b, const float *g, const float *u, size_t len, float *out); /* silu(g)*u */
+    void (*mul_sigmoid)(sl_backend *b, float *x, const float *g, size_t len);           /* x *= sigmoid(g) */
+    /* x[i][:] *= sigmoid(s[i]) for rows of dim */
+    void (*scale_rows_sigmoid)(sl_backend *b, float *x, const float *s, int rows, int dim);
+    /* softmax over logits[n][n_experts], top-k, optional renormalisation -> ids[n][k], weights[n][k] */
+    void (*route)(sl_backend *b, const float *logits, int n, int n_experts, int k, int renorm, int32_t *ids,
+                  float *weights);
+    /* out[n][hidden] = sum over k of weights * expert(x) (overwrites out) */
+    void (*moe)(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
+                const float *weights, int k, float *out);
+    /* depthwise causal conv over time + SiLU: x[n][channels] -> out; state holds the previous
+     * conv_kernel-1 inputs [conv_kernel-1][channels] and is advanced. w is [channels][conv_kernel]. */
+    void (*conv1d_silu)(sl_backend *b, const float *x, int n, int channels, const float *w, int kernel,
+                        float *state, float *out);
+    /* gated delta rule over n tokens for one layer. qkv[n][2*nk*kd + nv*vd] (post-conv), a/b [n][nv],
+     * state [nv][kd][vd] advanced in place; out[n][nv*vd]. */
+    void (*deltanet)(sl_backend *b, const sl_deltanet_dims *d, const float *qkv, const float *a,
+                     const float *bb, const float *A_log, const float *dt_bias, float *state, int n, float *out);
+    /* y = rmsnorm(x) * w * silu(z) over rows of dim (in place on x) */
+    void (*gated_rmsnorm)(sl_backend *b, float *x, const float *z, const float *w, int rows, int dim, float eps);
+} sl_backend_ops;
+
+struct sl_backend {
+    const sl_backend_ops *ops;
+    void *impl;
+    void (*destroy)(sl_backend *b);
+};
+
+/* The CPU reference backend; threads <= 0 uses all cores. */
+int sl_cpu_backend_create(int threads, sl_backend **out, sl_err *e);
+void sl_backend_destroy(sl_backend *b);
+
+#endif

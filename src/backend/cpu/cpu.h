@@ -1,0 +1,43 @@
+/* Internals shared by the CPU backend's kernel files. */
+#ifndef SLUICE_BACKEND_CPU_H
+#define SLUICE_BACKEND_CPU_H
+
+#include <stddef.h>
+
+#include "backend/backend.h"
+#include "core/pool.h"
+
+typedef struct cpu_impl {
+    sl_pool *pool;
+    int n_threads;
+    float **scratch;      /* one buffer per thread */
+    size_t *scratch_len;  /* in floats */
+    sl_err failure;       /* first op failure since the last check() */
+    int failed;
+} cpu_impl;
+
+static inline cpu_impl *cpu_of(sl_backend *b) { return (cpu_impl *)b->impl; }
+
+/* Grows every thread's scratch to at least `floats`; returns -1 (and records the failure) when out of
+ * memory. */
+int cpu_scratch_reserve(cpu_impl *c, size_t floats);
+
+/* Row r of w as float32 into dst[w->cols]. */
+void cpu_row_f32(const sl_weight *w, int r, float *dst);
+float cpu_dot(const float *a, const float *b, int n);
+
+void cpu_embed(sl_backend *b, const sl_weight *w, const int32_t *ids, int n, float *out);
+void cpu_matmul(sl_backend *b, const sl_weight *w, const float *x, int n, float *y);
+void cpu_attention(sl_backend *b, const float *q, const float *kc, const float *vc, int n, int pos0, int n_heads,
+                   int n_kv, int head_dim, int window, float scale, float *out);
+void cpu_route(sl_backend *b, const float *logits, int n, int n_experts, int k, int renorm, int32_t *ids,
+               float *weights);
+void cpu_moe(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
+             const float *weights, int k, float *out);
+void cpu_conv1d_silu(sl_backend *b, const float *x, int n, int channels, const float *w, int kernel, float *state,
+                     float *out);
+void cpu_deltanet(sl_backend *b, const sl_deltanet_dims *d, const float *qkv, const float *a, const float *bb,
+                  const float *A_log, const float *dt_bias, float *state, int n, float *out);
+void cpu_gated_rmsnorm(sl_backend *b, float *x, const float *z, const float *w, int rows, int dim, float eps);
+
+#endif

@@ -1,0 +1,183 @@
+/* The CPU reference backend: the op table, memory, and the element-wise ops. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+
+int cpu_scratch_reserve(cpu_impl *c, size_t floats) {
+    for (int t = 0; t < c->n_threads; t++) {
+        if (c->scratch_len[t] >= floats) continue;
+        float *p = realloc(c->scratch[t], floats * sizeof(float));
+        if (!p) {
+            if (!c->failed) sl_fail(&c->failure, "out of memory for %zu bytes of CPU scratch", floats * 4);
+            c->failed = 1;
+            return -1;
+        }
+        c->scratch[t] = p;
+        c->scratch_len[t] = floats;
+    }
+    return 0;
+}
+
+static void *cpu_alloc(sl_backend *b, size_t bytes) {
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (!p) {
+        cpu_impl *c = cpu_of(b);
+        if (!c->failed) sl_fail(&c->failure, "out of memory allocating %zu bytes", bytes);
+        c->failed = 1;
+    }
+    return p;
+}
+
+static void cpu_free(sl_backend *b, void *p) {
+    (void)b;
+    free(p);
+}
+
+static void cpu_zero(sl_backend *b, void *p, size_t bytes) {
+    (void)b;
+    memset(p, 0, bytes);
+}
+
+static void cpu_copy(sl_backend *b, void *dst, const void *src, size_t bytes) {
+    (void)b;
+    memmove(dst, src, bytes);
+}
+
+static int cpu_check(sl_backend *b, sl_err *e) {
+    cpu_impl *c = cpu_of(b);
+    if (!c->failed) return 0;
+    c->failed = 0;
+    return sl_fail(e, "%s", c->failure.msg);
+}
+
+static void cpu_rmsnorm(sl_backend *b, const float *x, const float *w, int rows, int dim, float eps, float *y) {
+    (void)b;
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * (size_t)dim;
+        float *yr = y + (size_t)r * (size_t)dim;
+        float ss = 0;
+        for (int i = 0; i < dim; i++) ss += xr[i] * xr[i];
+        float inv = 1.0f / sqrtf(ss / (float)dim + eps);
+        for (int i = 0; i < dim; i++) yr[i] = w ? (xr[i] * inv) * w[i] : xr[i] * inv;
+    }
+}
+
+static void cpu_rope(sl_backend *b, float *x, int n, int stride, int n_heads, int head_dim, int rot_dim, int pos0,
+                     const float *inv_freq, float attn_factor) {
+    (void)b;
+    int half = rot_dim / 2;
+    for (int i = 0; i < n; i++) {
+        float pos = (float)(pos0 + i);
+        for (int f = 0; f < half; f++) {
+            float ang = pos * inv_freq[f];
+            float cs = cosf(ang) * attn_factor, sn = sinf(ang) * attn_factor;
+            for (int h = 0; h < n_heads; h++) {
+                float *v = x + (size_t)i * (size_t)stride + (size_t)h * (size_t)head_dim;
+                float a = v[f], c = v[f + half];
+                v[f] = a * cs - c * sn;
+                v[f + half] = c * cs + a * sn;
+            }
+        }
+    }
+}
+
+static void cpu_copy_rows(sl_backend *b, float *dst, int dst_stride, const float *src, int src_stride, int n,
+                          int width) {
+    (void)b;
+    for (int i = 0; i < n; i++)
+        memmove(dst + (size_t)i * (size_t)dst_stride, src + (size_t)i * (size_t)src_stride, (size_t)width * 4);
+}
+
+static void cpu_add(sl_backend *b, float *y, const float *x, size_t len) {
+    (void)b;
+    for (size_t i = 0; i < len; i++) y[i] += x[i];
+}
+
+static inline float sigmoidf(float v) { return 1.0f / (1.0f + expf(-v)); }
+
+static void cpu_swiglu(sl_backend *b, const float *g, const float *u, size_t len, float *out) {
+    (void)b;
+    for (size_t i = 0; i < len; i++) out[i] = g[i] * sigmoidf(g[i]) * u[i];
+}
+
+static void cpu_mul_sigmoid(sl_backend *b, float *x, const float *g, size_t len) {
+    (void)b;
+    for (size_t i = 0; i < len; i++) x[i] *= sigmoidf(g[i]);
+}
+
+static void cpu_scale_rows_sigmoid(sl_backend *b, float *x, const float *s, int rows, int dim) {
+    (void)b;
+    for (int r = 0; r < rows; r++) {
+        float k = sigmoidf(s[r]);
+        for (int i = 0; i < dim; i++) x[(size_t)r * (size_t)dim + (size_t)i] *= k;
+    }
+}
+
+static const sl_backend_ops cpu_ops = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .zero = cpu_zero,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .check = cpu_check,
+    .embed = cpu_embed,
+    .matmul = cpu_matmul,
+    .rmsnorm = cpu_rmsnorm,
+    .rope = cpu_rope,
+    .copy_rows = cpu_copy_rows,
+    .attention = cpu_attention,
+    .add = cpu_add,
+    .swiglu = cpu_swiglu,
+    .mul_sigmoid = cpu_mul_sigmoid,
+    .scale_rows_sigmoid = cpu_scale_rows_sigmoid,
+    .route = cpu_route,
+    .moe = cpu_moe,
+    .conv1d_silu = cpu_conv1d_silu,
+    .deltanet = cpu_deltanet,
+    .gated_rmsnorm = cpu_gated_rmsnorm,
+};
+
+static void cpu_destroy(sl_backend *b) {
+    cpu_impl *c = cpu_of(b);
+    for (int t = 0; t < c->n_threads; t++) free(c->scratch[t]);
+    free(c->scratch);
+    free(c->scratch_len);
+    sl_pool_destroy(c->pool);
+    free(c);
+    free(b);
+}
+
+int sl_cpu_backend_create(int threads, sl_backend **out, sl_err *e) {
+    sl_backend *b = calloc(1, sizeof *b);
+    cpu_impl *c = calloc(1, sizeof *c);
+    if (!b || !c) {
+        free(b);
+        free(c);
+        return sl_fail(e, "out of memory");
+    }
+    c->pool = sl_pool_create(threads);
+    if (!c->pool) {
+        free(b);
+        free(c);
+        return sl_fail(e, "cannot start worker threads");
+    }
+    c->n_threads = sl_pool_size(c->pool);
+    c->scratch = calloc((size_t)c->n_threads, sizeof *c->scratch);
+    c->scratch_len = calloc((size_t)c->n_threads, sizeof *c->scratch_len);
+    b->ops = &cpu_ops;
+    b->impl = c;
+    b->destroy = cpu_destroy;
+    if (!c->scratch || !c->scratch_len) {
+        cpu_destroy(b);
+        return sl_fail(e, "out of memory");
+    }
+    *out = b;
+    return 0;
+}
+
+void sl_backend_destroy(sl_backend *b) {
+    if (b) b->destroy(b);
+}

@@ -1,0 +1,121 @@
+/* Dequantise-and-dot kernels: weights are decoded one row at a time into a per-thread buffer and dotted
+ * with every token of the batch, so no dequantised copy of a matrix ever exists. */
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+#include "core/half.h"
+
+#define ROW_BLOCK 4
+
+__attribute__((target_clones("avx2", "default"))) float cpu_dot(const float *a, const float *b, int n) {
+    float acc[16] = {0};
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 16; k++) acc[k] += a[i + k] * b[i + k];
+    float s = 0;
+    for (int k = 0; k < 16; k++) s += acc[k];
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static inline float load_sb(sl_wfmt f, const uint8_t *p, size_t i) {
+    if (f == SL_WF_F32) {
+        float v;
+        memcpy(&v, p + 4 * i, 4);
+        return v;
+    }
+    uint16_t h;
+    memcpy(&h, p + 2 * i, 2);
+    return f == SL_WF_BF16 ? sl_bf16_to_f32(h) : sl_f16_to_f32(h);
+}
+
+/* Value j of a little-endian bit stream of `bits`-wide values (bits <= 8). */
+static inline unsigned get_bits(const uint8_t *p, size_t j, int bits) {
+    size_t pos = j * (size_t)bits;
+    unsigned sh = (unsigned)(pos & 7);
+    unsigned v = p[pos >> 3] >> sh;
+    if (sh + (unsigned)bits > 8) v |= (unsigned)p[(pos >> 3) + 1] << (8 - sh);
+    return v & ((1u << bits) - 1u);
+}
+
+static void mlx_row(const sl_weight *w, int r, float *dst) {
+    const uint8_t *p = w->data + (size_t)r * w->row_bytes;
+    int groups = w->cols / w->group;
+    size_t sb0 = (size_t)r * (size_t)groups;
+    for (int g = 0; g < groups; g++) {
+        float s = load_sb(w->sb_fmt, w->scales, sb0 + (size_t)g);
+        float b = load_sb(w->sb_fmt, w->biases, sb0 + (size_t)g);
+        float *o = dst + (size_t)g * (size_t)w->group;
+        size_t j0 = (size_t)g * (size_t)w->group;
+        if (w->bits == 4) {
+            const uint8_t *q = p + j0 / 2;
+            for (int j = 0; j < w->group; j += 2) {
+                o[j] = s * (float)(q[j / 2] & 15) + b;
+                o[j + 1] = s * (float)(q[j / 2] >> 4) + b;
+            }
+        } else if (w->bits == 8) {
+            const uint8_t *q = p + j0;
+            for (int j = 0; j < w->group; j++) o[j] = s * (float)q[j] + b;
+        } else {
+            for (int j = 0; j < w->group; j++) o[j] = s * (float)get_bits(p, j0 + (size_t)j, w->bits) + b;
+        }
+    }
+}
+
+void cpu_row_f32(const sl_weight *w, int r, float *dst) {
+    const uint8_t *p = w->data + (size_t)r * w->row_bytes;
+    switch (w->fmt) {
+    case SL_WF_F32: memcpy(dst, p, (size_t)w->cols * 4); break;
+    case SL_WF_BF16: {
+        const uint16_t *h = (const uint16_t *)p;
+        for (int j = 0; j < w->cols; j++) dst[j] = sl_bf16_to_f32(h[j]);
+        break;
+    }
+    case SL_WF_F16: {
+        const uint16_t *h = (const uint16_t *)p;
+        for (int j = 0; j < w->cols; j++) dst[j] = sl_f16_to_f32(h[j]);
+        break;
+    }
+    case SL_WF_MLX: mlx_row(w, r, dst); break;
+    default: memset(dst, 0, (size_t)w->cols * 4); break;
+    }
+}
+
+typedef struct {
+    cpu_impl *c;
+    const sl_weight *w;
+    const float *x;
+    int n;
+    float *y;
+} mm_job;
+
+static void mm_task(void *ctx, int64_t b, int64_t e, int tid) {
+    mm_job *j = ctx;
+    const sl_weight *w = j->w;
+    float *tmp = j->c->scratch[tid];
+    size_t cols = (size_t)w->cols;
+    for (int64_t r0 = b; r0 < e; r0 += ROW_BLOCK) {
+        int nr = (int)(e - r0 < ROW_BLOCK ? e - r0 : ROW_BLOCK);
+        for (int k = 0; k < nr; k++) cpu_row_f32(w, (int)r0 + k, tmp + (size_t)k * cols);
+        for (int t = 0; t < j->n; t++) {
+            const float *xt = j->x + (size_t)t * cols;
+            float *yt = j->y + (size_t)t * (size_t)w->rows;
+            for (int k = 0; k < nr; k++) {
+                float v = cpu_dot(tmp + (size_t)k * cols, xt, w->cols);
+                yt[r0 + k] = w->bias ? v + w->bias[r0 + k] : v;
+            }
+        }
+    }
+}
+
+void cpu_matmul(sl_backend *b, const sl_weight *w, const float *x, int n, float *y) {
+    cpu_impl *c = cpu_of(b);
+    if (cpu_scratch_reserve(c, (size_t)w->cols * ROW_BLOCK) != 0) return;
+    mm_job j = {c, w, x, n, y};
+    sl_pool_for(c->pool, w->rows, ROW_BLOCK * 4, mm_task, &j);
+}
+
+void cpu_embed(sl_backend *b, const sl_weight *w, const int32_t *ids, int n, float *out) {
+    (void)b;
+    for (int i = 0; i < n; i++) cpu_row_f32(w, ids[i], out + (size_t)i * (size_t)w->cols);
+}

@@ -1,0 +1,91 @@
+/* Mixture-of-experts on the CPU: softmax top-k routing, then each expert runs once over the tokens
+ * routed to it (a batched matmul per expert), and results are combined with the routing weights. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+
+void cpu_route(sl_backend *b, const float *logits, int n, int n_experts, int k, int renorm, int32_t *ids,
+               float *weights) {
+    (void)b;
+    for (int t = 0; t < n; t++) {
+        const float *l = logits + (size_t)t * (size_t)n_experts;
+        float mx = -INFINITY, sum = 0;
+        for (int x = 0; x < n_experts; x++) mx = l[x] > mx ? l[x] : mx;
+        for (int x = 0; x < n_experts; x++) sum += expf(l[x] - mx);
+        int32_t *id = ids + (size_t)t * (size_t)k;
+        float *w = weights + (size_t)t * (size_t)k;
+        /* selection by repeated max keeps ties in index order, as torch.topk does on CPU */
+        for (int s = 0; s < k; s++) {
+            int best = -1;
+            for (int x = 0; x < n_experts; x++) {
+                int taken = 0;
+                for (int r = 0; r < s && !taken; r++) taken = id[r] == x;
+                if (!taken && (best < 0 || l[x] > l[best])) best = x;
+            }
+            id[s] = best;
+            w[s] = expf(l[best] - mx) / sum;
+        }
+        if (renorm) {
+            float tot = 0;
+            for (int s = 0; s < k; s++) tot += w[s];
+            for (int s = 0; s < k; s++) w[s] /= tot;
+        }
+    }
+}
+
+void cpu_moe(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
+             const float *weights, int k, float *out) {
+    cpu_impl *c = cpu_of(b);
+    memset(out, 0, (size_t)n * (size_t)hidden * sizeof(float));
+    int inter = 0;
+    for (int e = 0; e < t->n_experts; e++)
+        if (t->experts[e] && t->experts[e]->gate.rows > inter) inter = t->experts[e]->gate.rows;
+    size_t nk = (size_t)n * (size_t)k;
+    int *tok = malloc(nk * sizeof *tok);
+    float *wt = malloc(nk * sizeof *wt);
+    float *xs = malloc((size_t)n * (size_t)hidden * sizeof *xs);
+    float *g = malloc((size_t)n * (size_t)inter * sizeof *g);
+    float *u = malloc((size_t)n * (size_t)inter * sizeof *u);
+    float *d = malloc((size_t)n * (size_t)hidden * sizeof *d);
+    if (!tok || !wt || !xs || !g || !u || !d) {
+        if (!c->failed) sl_fail(&c->failure, "out of memory in the MoE layer (%d tokens)", n);
+        c->failed = 1;
+        goto done;
+    }
+    for (int e = 0; e < t->n_experts; e++) {
+        int m = 0;
+        for (size_t i = 0; i < nk; i++)
+            if (ids[i] == e) {
+                tok[m] = (int)(i / (size_t)k);
+                wt[m++] = weights[i];
+            }
+        if (!m) continue;
+        const sl_expert *ex = t->experts[e];
+        if (!ex) {
+            if (!c->failed) sl_fail(&c->failure, "expert %d was routed to but is not loaded", e);
+            c->failed = 1;
+            goto done;
+        }
+        for (int r = 0; r < m; r++)
+            memcpy(xs + (size_t)r * (size_t)hidden, x + (size_t)tok[r] * (size_t)hidden, (size_t)hidden * 4);
+        cpu_matmul(b, &ex->gate, xs, m, g);
+        cpu_matmul(b, &ex->up, xs, m, u);
+        size_t gi = (size_t)m * (size_t)ex->gate.rows;
+        for (size_t i = 0; i < gi; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+        cpu_matmul(b, &ex->down, g, m, d);
+        for (int r = 0; r < m; r++) {
+            float *o = out + (size_t)tok[r] * (size_t)hidden;
+            const float *dr = d + (size_t)r * (size_t)hidden;
+            for (int i = 0; i < hidden; i++) o[i] += wt[r] * dr[i];
+        }
+    }
+done:
+    free(tok);
+    free(wt);
+    free(xs);
+    free(g);
+    free(u);
+    free(d);
+}

@@ -1,0 +1,22 @@
+#include "backend/weight.h"
+
+#include <stdio.h>
+
+static size_t elt(sl_wfmt f) { return f == SL_WF_F32 ? 4 : 2; }
+
+size_t sl_weight_bytes(const sl_weight *w) {
+    size_t b = w->row_bytes * (size_t)w->rows;
+    if (w->fmt == SL_WF_MLX) b += 2 * (size_t)w->rows * (size_t)(w->cols / w->group) * elt(w->sb_fmt);
+    return b;
+}
+
+const char *sl_wfmt_name(const sl_weight *w, char *buf, size_t n) {
+    switch (w->fmt) {
+    case SL_WF_F32: snprintf(buf, n, "F32"); break;
+    case SL_WF_F16: snprintf(buf, n, "F16"); break;
+    case SL_WF_BF16: snprintf(buf, n, "BF16"); break;
+    case SL_WF_MLX: snprintf(buf, n, "MLX%d/g%d", w->bits, w->group); break;
+    default: snprintf(buf, n, "none"); break;
+    }
+    return buf;
+}

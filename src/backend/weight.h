@@ -1,0 +1,34 @@
+/* A 2-D weight matrix as the kernels see it: `rows` outputs x `cols` inputs, row-major, in one of the
+ * stored formats. The bytes stay where the checkpoint put them (mmap) — nothing is dequantised at load. */
+#ifndef SLUICE_BACKEND_WEIGHT_H
+#define SLUICE_BACKEND_WEIGHT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    SL_WF_NONE = 0,
+    SL_WF_F32,
+    SL_WF_F16,
+    SL_WF_BF16,
+    SL_WF_MLX, /* affine: w = scale * q + bias per group of `group` inputs; q packed `bits` per value */
+} sl_wfmt;
+
+typedef struct sl_weight {
+    sl_wfmt fmt;
+    int rows, cols;
+    const uint8_t *data;
+    size_t row_bytes;
+    /* MLX only: per-row arrays of cols/group scales and biases, stored as sb_fmt (F32, F16 or BF16) */
+    int bits, group;
+    sl_wfmt sb_fmt;
+    const uint8_t *scales, *biases;
+    /* optional additive bias of the linear layer, float32 [rows] (owned by the model) */
+    const float *bias;
+} sl_weight;
+
+/* Bytes of storage the weight occupies (data + scales + biases). */
+size_t sl_weight_bytes(const sl_weight *w);
+const char *sl_wfmt_name(const sl_weight *w, char *buf, size_t n);
+
+#endif

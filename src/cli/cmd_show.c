@@ -1,0 +1,88 @@
+/* sluice show: what a model is — architecture, sizes, dtypes, parameter count, expert bytes. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "core/util.h"
+#include "models/model.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: sluice show MODEL\n\nPrints the architecture, dimensions, weight formats, parameter count "
+               "and\nhow many bytes are routed experts versus everything else.\n");
+}
+
+static void formats_line(const sl_model *m) {
+    /* distinct formats of the big matrices, in first-seen order */
+    char seen[8][32];
+    int ns = 0;
+    const sl_weight *ws[8];
+    int nw = 0;
+    ws[nw++] = &m->embed;
+    ws[nw++] = &m->lm_head;
+    for (int l = 0; l < m->cfg.n_layers && nw < 8; l++) {
+        const sl_layer *L = &m->layers[l];
+        ws[nw++] = L->kind == SL_LAYER_LINEAR ? &L->in_qkv : &L->wq;
+        if (L->is_moe && nw < 8) ws[nw++] = &L->experts.experts[0]->gate;
+        if (L->is_moe && nw < 8) ws[nw++] = &L->router;
+    }
+    printf("  %-22s", "weight formats");
+    for (int i = 0; i < nw; i++) {
+        char b[32];
+        sl_wfmt_name(ws[i], b, sizeof b);
+        int dup = 0;
+        for (int k = 0; k < ns; k++) dup |= !strcmp(seen[k], b);
+        if (dup || ns == 8) continue;
+        snprintf(seen[ns++], sizeof seen[0], "%s", b);
+        printf("%s%s", ns > 1 ? ", " : "", b);
+    }
+    printf("\n");
+}
+
+int cmd_show(int argc, char **argv) {
+    if (argc != 2 || argv[1][0] == '-') {
+        int help = argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
+        usage(help ? stdout : stderr);
+        return help ? 0 : 2;
+    }
+    sl_err e = {{0}};
+    sl_model *m;
+    sl_model_opts o = {.threads = 1};
+    if (sl_model_load(argv[1], &o, &m, &e)) {
+        fprintf(stderr, "sluice show: %s\n", e.msg);
+        return 1;
+    }
+    const sl_config *c = &m->cfg;
+    char b1[32], b2[32], b3[32];
+    int n_lin = 0;
+    for (int l = 0; l < c->n_layers; l++) n_lin += c->layer_kind[l] == SL_LAYER_LINEAR;
+    printf("%s\n", m->path);
+    printf("  %-22s%s (%s family)\n", "architecture", c->model_type, m->family->name);
+    printf("  %-22s%s\n", "parameters", sl_human_count((double)m->n_params, b1, sizeof b1));
+    printf("  %-22s%d\n", "layers", c->n_layers);
+    if (n_lin) printf("  %-22s%d delta-net, %d full attention\n", "layer kinds", n_lin, c->n_layers - n_lin);
+    printf("  %-22s%d\n", "hidden size", c->hidden);
+    printf("  %-22s%d query, %d key/value, head dim %d\n", "attention heads", c->n_heads, c->n_kv_heads, c->head_dim);
+    if (c->sliding_window) printf("  %-22s%d\n", "sliding window", c->sliding_window);
+    printf("  %-22s%d\n", "vocabulary", c->vocab_size);
+    printf("  %-22s%d\n", "context length", c->max_pos);
+    printf("  %-22stheta %g, %d of %d dims rotated%s\n", "rope", c->rope.theta, m->rot_dim, c->head_dim,
+           c->rope.type == SL_ROPE_LLAMA3 ? ", llama3 scaling"
+           : c->rope.type == SL_ROPE_LINEAR ? ", linear scaling"
+           : c->rope.type == SL_ROPE_YARN   ? ", yarn scaling"
+                                            : "");
+    if (c->n_experts)
+        printf("  %-22s%d, %d active per token, intermediate %d%s\n", "experts", c->n_experts, c->top_k,
+               c->moe_intermediate, c->shared_intermediate ? " + shared expert" : "");
+    else
+        printf("  %-22s%d\n", "intermediate size", c->intermediate);
+    printf("  %-22s%s\n", "embeddings", c->tie_embeddings ? "tied to the output head" : "separate output head");
+    formats_line(m);
+    printf("  %-22s%s in %d file%s\n", "size on disk",
+           sl_human_bytes((double)(m->bytes_experts + m->bytes_other), b1, sizeof b1), m->st->n_files,
+           m->st->n_files == 1 ? "" : "s");
+    if (c->n_experts)
+        printf("  %-22s%s experts, %s everything else\n", "bytes", sl_human_bytes((double)m->bytes_experts, b2, sizeof b2),
+               sl_human_bytes((double)m->bytes_other, b3, sizeof b3));
+    sl_model_free(m);
+    return 0;
+}

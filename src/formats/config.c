@@ -1,0 +1,185 @@
+#include "formats/config.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+
+static int get_int(json_t *o, const char *k, int dflt) {
+    json_t *v = json_object_get(o, k);
+    if (json_is_integer(v)) return (int)json_integer_value(v);
+    if (json_is_real(v)) return (int)json_real_value(v);
+    return dflt;
+}
+
+static double get_num(json_t *o, const char *k, double dflt) {
+    json_t *v = json_object_get(o, k);
+    return json_is_number(v) ? json_number_value(v) : dflt;
+}
+
+static int need_int(json_t *o, const char *where, const char *k, int *out, sl_err *e) {
+    json_t *v = json_object_get(o, k);
+    if (!json_is_integer(v) || json_integer_value(v) <= 0)
+        return sl_fail(e, "%s: field '%s' missing or not a positive integer", where, k);
+    *out = (int)json_integer_value(v);
+    return 0;
+}
+
+static int parse_rope(json_t *tc, const char *where, sl_rope_cfg *r, sl_err *e) {
+    /* transformers 5 writes rope_parameters; Hub checkpoints often write rope_theta + rope_scaling. */
+    json_t *rp = json_object_get(tc, "rope_parameters");
+    json_t *rs = json_object_get(tc, "rope_scaling");
+    json_t *src = json_is_object(rp) ? rp : (json_is_object(rs) ? rs : NULL);
+    r->theta = get_num(tc, "rope_theta", 10000.0);
+    r->partial_factor = get_num(tc, "partial_rotary_factor", 1.0);
+    r->type = SL_ROPE_DEFAULT;
+    r->factor = 1.0;
+    if (!src) return 0;
+    r->theta = get_num(src, "rope_theta", r->theta);
+    r->partial_factor = get_num(src, "partial_rotary_factor", r->partial_factor);
+    json_t *t = json_object_get(src, "rope_type");
+    if (!t) t = json_object_get(src, "type");
+    const char *ty = json_is_string(t) ? json_string_value(t) : "default";
+    r->factor = get_num(src, "factor", 1.0);
+    r->original_max_pos = get_int(src, "original_max_position_embeddings", get_int(tc, "max_position_embeddings", 0));
+    if (!strcmp(ty, "default")) {
+        r->type = SL_ROPE_DEFAULT;
+    } else if (!strcmp(ty, "linear")) {
+        r->type = SL_ROPE_LINEAR;
+    } else if (!strcmp(ty, "llama3")) {
+        r->type = SL_ROPE_LLAMA3;
+        r->low_freq_factor = get_num(src, "low_freq_factor", 1.0);
+        r->high_freq_factor = get_num(src, "high_freq_factor", 4.0);
+        if (r->original_max_pos <= 0)
+            return sl_fail(e, "%s: rope type llama3 needs original_max_position_embeddings", where);
+    } else if (!strcmp(ty, "yarn")) {
+        r->type = SL_ROPE_YARN;
+        r->beta_fast = get_num(src, "beta_fast", 32.0);
+        r->beta_slow = get_num(src, "beta_slow", 1.0);
+        r->attention_factor = get_num(src, "attention_factor", 0.0);
+        r->mscale = get_num(src, "mscale", 0.0);
+        r->mscale_all_dim = get_num(src, "mscale_all_dim", 0.0);
+        json_t *tr = json_object_get(src, "truncate");
+        r->truncate = json_is_boolean(tr) ? json_is_true(tr) : 1;
+    } else {
+        return sl_fail(e, "%s: unsupported rope type '%s' (expected default, linear, llama3 or yarn)", where, ty);
+    }
+    return 0;
+}
+
+int sl_config_parse(json_t *root, const char *where, sl_config *c, sl_err *e) {
+    memset(c, 0, sizeof *c);
+    json_t *tc = json_object_get(root, "text_config");
+    if (!json_is_object(tc)) tc = root;
+    json_t *mt = json_object_get(tc, "model_type");
+    if (!json_is_string(mt)) mt = json_object_get(root, "model_type");
+    if (!json_is_string(mt)) return sl_fail(e, "%s: missing string field 'model_type'", where);
+    snprintf(c->model_type, sizeof c->model_type, "%s", json_string_value(mt));
+    if (need_int(tc, where, "vocab_size", &c->vocab_size, e) || need_int(tc, where, "hidden_size", &c->hidden, e) ||
+        need_int(tc, where, "num_hidden_layers", &c->n_layers, e) ||
+        need_int(tc, where, "num_attention_heads", &c->n_heads, e))
+        return -1;
+    c->n_kv_heads = get_int(tc, "num_key_value_heads", c->n_heads);
+    c->head_dim = get_int(tc, "head_dim", c->hidden / c->n_heads);
+    c->intermediate = get_int(tc, "intermediate_size", 0);
+    c->max_pos = get_int(tc, "max_position_embeddings", 4096);
+    c->rms_eps = get_num(tc, "rms_norm_eps", 1e-6);
+    /* The top level decides tying for nested configs (the text_config copy may disagree). */
+    json_t *tie = json_object_get(root, "tie_word_embeddings");
+    if (!json_is_boolean(tie)) tie = json_object_get(tc, "tie_word_embeddings");
+    c->tie_embeddings = json_is_boolean(tie) ? json_is_true(tie) : 0;
+    json_t *usw = json_object_get(tc, "use_sliding_window");
+    c->sliding_window = get_int(tc, "sliding_window", 0);
+    if (json_is_false(usw) && strcmp(c->model_type, "mistral")) c->sliding_window = 0;
+    if (c->sliding_window < 0) c->sliding_window = 0;
+    if (c->n_kv_heads <= 0 || c->n_heads % c->n_kv_heads)
+        return sl_fail(e, "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", where,
+                       c->n_heads, c->n_kv_heads);
+    if (parse_rope(tc, where, &c->rope, e)) return -1;
+
+    c->n_experts = get_int(tc, "num_experts", get_int(tc, "num_local_experts", 0));
+    c->top_k = get_int(tc, "num_experts_per_tok", 0);
+    c->moe_intermediate = get_int(tc, "moe_intermediate_size", 0);
+    c->shared_intermediate = get_int(tc, "shared_expert_intermediate_size", 0);
+    json_t *ntp = json_object_get(tc, "norm_topk_prob");
+    c->norm_topk_prob = json_is_boolean(ntp) ? json_is_true(ntp) : 1;
+    c->decoder_sparse_step = get_int(tc, "decoder_sparse_step", 1);
+    if (c->n_experts && (c->top_k <= 0 || c->top_k > c->n_experts))
+        return sl_fail(e, "%s: num_experts_per_tok %d must be in [1, %d]", where, c->top_k, c->n_experts);
+    c->mlp_only = calloc((size_t)c->n_layers, sizeof *c->mlp_only);
+    c->layer_kind = calloc((size_t)c->n_layers, sizeof *c->layer_kind);
+    if (!c->mlp_only || !c->layer_kind) return sl_fail(e, "out of memory");
+    json_t *mo = json_object_get(tc, "mlp_only_layers");
+    size_t i;
+    json_t *v;
+    json_array_foreach(mo, i, v) {
+        if (json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) < c->n_layers)
+            c->mlp_only[json_integer_value(v)] = 1;
+    }
+    json_t *lt = json_object_get(tc, "layer_types");
+    if (json_is_array(lt)) {
+        if ((int)json_array_size(lt) != c->n_layers)
+            return sl_fail(e, "%s: layer_types has %zu entries, expected num_hidden_layers = %d", where,
+                           json_array_size(lt), c->n_layers);
+        json_array_foreach(lt, i, v) {
+            const char *s = json_string_value(v);
+            if (s && !strcmp(s, "linear_attention"))
+                c->layer_kind[i] = SL_LAYER_LINEAR;
+            else if (s && (!strcmp(s, "full_attention") || !strcmp(s, "sliding_attention")))
+                c->layer_kind[i] = SL_LAYER_ATTENTION;
+            else
+                return sl_fail(e, "%s: layer_types[%zu] = '%s' is not linear_attention or full_attention", where, i,
+                               s ? s : "?");
+        }
+    }
+    c->conv_kernel = get_int(tc, "linear_conv_kernel_dim", 0);
+    c->lin_k_head_dim = get_int(tc, "linear_key_head_dim", 0);
+    c->lin_v_head_dim = get_int(tc, "linear_value_head_dim", 0);
+    c->lin_n_k_heads = get_int(tc, "linear_num_key_heads", 0);
+    c->lin_n_v_heads = get_int(tc, "linear_num_value_heads", 0);
+
+    json_t *q = json_object_get(root, "quantization");
+    if (!json_is_object(q)) q = json_object_get(root, "quantization_config");
+    if (json_is_object(q) && json_is_integer(json_object_get(q, "bits"))) {
+        c->quant = json_incref(q);
+        c->quant_bits = get_int(q, "bits", 0);
+        c->quant_group = get_int(q, "group_size", 64);
+    }
+    return 0;
+}
+
+int sl_config_load(const char *dir, sl_config *c, sl_err *e) {
+    char *path = sl_path_join(dir, "config.json");
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    if (!root) {
+        int r = sl_file_exists(path) ? sl_fail(e, "%s: invalid JSON at line %d: %s", path, je.line, je.text)
+                                     : sl_fail(e, "%s: not found (expected a model directory with config.json)", path);
+        free(path);
+        return r;
+    }
+    int rc = json_is_object(root) ? sl_config_parse(root, path, c, e) : sl_fail(e, "%s: not a JSON object", path);
+    json_decref(root);
+    free(path);
+    return rc;
+}
+
+void sl_config_free(sl_config *c) {
+    free(c->mlp_only);
+    free(c->layer_kind);
+    json_decref(c->quant);
+    memset(c, 0, sizeof *c);
+}
+
+int sl_config_quant_for(const sl_config *c, const char *raw_module, int *bits, int *group) {
+    if (!c->quant) return -1;
+    *bits = c->quant_bits;
+    *group = c->quant_group;
+    json_t *o = json_object_get(c->quant, raw_module);
+    if (json_is_object(o)) {
+        *bits = get_int(o, "bits", *bits);
+        *group = get_int(o, "group_size", *group);
+    }
+    return 0;
+}

@@ -1,0 +1,53 @@
+/* config.json of a Hugging Face (or MLX) checkpoint, reduced to the hyperparameters the engine uses.
+ * Vision-language checkpoints nest the text model under "text_config"; that object is read instead. */
+#ifndef SLUICE_FORMATS_CONFIG_H
+#define SLUICE_FORMATS_CONFIG_H
+
+#include <jansson.h>
+
+#include "core/err.h"
+
+typedef enum { SL_ROPE_DEFAULT, SL_ROPE_LINEAR, SL_ROPE_LLAMA3, SL_ROPE_YARN } sl_rope_type;
+
+typedef struct sl_rope_cfg {
+    sl_rope_type type;
+    double theta;
+    double partial_factor;  /* fraction of head_dim rotated */
+    double factor;          /* scaling factor (linear, llama3, yarn) */
+    double low_freq_factor, high_freq_factor; /* llama3 */
+    int original_max_pos;   /* llama3, yarn */
+    double beta_fast, beta_slow, attention_factor, mscale, mscale_all_dim; /* yarn */
+    int truncate;           /* yarn */
+} sl_rope_cfg;
+
+typedef enum { SL_LAYER_ATTENTION, SL_LAYER_LINEAR } sl_layer_kind;
+
+typedef struct sl_config {
+    char model_type[64];
+    int vocab_size, hidden, n_layers, n_heads, n_kv_heads, head_dim, intermediate, max_pos;
+    double rms_eps;
+    int tie_embeddings;
+    int sliding_window; /* 0: full attention */
+    sl_rope_cfg rope;
+    /* mixture of experts */
+    int n_experts, top_k, moe_intermediate, shared_intermediate, norm_topk_prob, decoder_sparse_step;
+    int *mlp_only; /* per layer: 1 when the layer keeps a dense MLP */
+    /* hybrid linear attention (gated delta-net) */
+    sl_layer_kind *layer_kind;
+    int conv_kernel, lin_k_head_dim, lin_v_head_dim, lin_n_k_heads, lin_n_v_heads;
+    /* MLX quantization: the whole "quantization" object (NULL when the checkpoint is not quantized) */
+    json_t *quant;
+    int quant_bits, quant_group;
+} sl_config;
+
+/* Parses dir/config.json. */
+int sl_config_load(const char *dir, sl_config *c, sl_err *e);
+/* Parses an already-loaded config object; `where` names it in errors. */
+int sl_config_parse(json_t *root, const char *where, sl_config *c, sl_err *e);
+void sl_config_free(sl_config *c);
+
+/* MLX bits and group size for the module `raw_module` (tensor name without ".weight"): the per-module
+ * override when present, else the default. Returns -1 when the checkpoint has no quantization. */
+int sl_config_quant_for(const sl_config *c, const char *raw_module, int *bits, int *group);
+
+#endif

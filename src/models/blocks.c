@@ -1,0 +1,184 @@
+#include "models/blocks.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define NAME(buf, ...) (snprintf(buf, sizeof buf, __VA_ARGS__), buf)
+
+int blk_load_outer(sl_model *m, sl_loader *ld, float norm_add, sl_err *e) {
+    const sl_config *c = &m->cfg;
+    if (sl_ld_linear(ld, "model.embed_tokens", c->vocab_size, c->hidden, &m->embed, e)) return -1;
+    if (m->embed.bias) return sl_fail(e, "%s: embedding has an unexpected bias", m->path);
+    if (sl_ld_vector(ld, "model.norm.weight", c->hidden, norm_add, &m->final_norm, e)) return -1;
+    if (c->tie_embeddings && !sl_ld_has(ld, "lm_head.weight")) {
+        m->lm_head = m->embed;
+        return 0;
+    }
+    return sl_ld_linear(ld, "lm_head", c->vocab_size, c->hidden, &m->lm_head, e);
+}
+
+int blk_load_norms(sl_model *m, sl_loader *ld, int l, float norm_add, sl_err *e) {
+    char nb[256];
+    sl_layer *L = &m->layers[l];
+    int H = m->cfg.hidden;
+    if (sl_ld_vector(ld, NAME(nb, "model.layers.%d.input_layernorm.weight", l), H, norm_add, &L->attn_norm, e))
+        return -1;
+    return sl_ld_vector(ld, NAME(nb, "model.layers.%d.post_attention_layernorm.weight", l), H, norm_add,
+                        &L->ffn_norm, e);
+}
+
+int blk_load_attention(sl_model *m, sl_loader *ld, int l, int q_gated, float norm_add, sl_err *e) {
+    const sl_config *c = &m->cfg;
+    sl_layer *L = &m->layers[l];
+    char nb[256];
+    int qw = c->n_heads * c->head_dim, kw = c->n_kv_heads * c->head_dim;
+    L->kind = SL_LAYER_ATTENTION;
+    L->q_gated = q_gated;
+    if (sl_ld_linear(ld, NAME(nb, "model.layers.%d.self_attn.q_proj", l), qw * (q_gated ? 2 : 1), c->hidden, &L->wq,
+                     e) ||
+        sl_ld_linear(ld, NAME(nb, "model.layers.%d.self_attn.k_proj", l), kw, c->hidden, &L->wk, e) ||
+        sl_ld_linear(ld, NAME(nb, "model.layers.%d.self_attn.v_proj", l), kw, c->hidden, &L->wv, e) ||
+        sl_ld_linear(ld, NAME(nb, "model.layers.%d.self_attn.o_proj", l), c->hidden, qw, &L->wo, e))
+        return -1;
+    if (sl_ld_has(ld, NAME(nb, "model.layers.%d.self_attn.q_norm.weight", l))) {
+        if (sl_ld_vector(ld, nb, c->head_dim, norm_add, &L->q_norm, e) ||
+            sl_ld_vector(ld, NAME(nb, "model.layers.%d.self_attn.k_norm.weight", l), c->head_dim, norm_add,
+                         &L->k_norm, e))
+            return -1;
+    }
+    return 0;
+}
+
+void blk_attention(sl_model *m, sl_session *s, int l, const float *xn, int n, float *out) {
+    const sl_config *c = &m->cfg;
+    const sl_backend_ops *op = m->be->ops;
+    sl_backend *be = m->be;
+    sl_layer *L = &m->layers[l];
+    sl_scratch *x = &s->s;
+    int hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, qw = nh * hd, kw = nkv * hd;
+    float eps = (float)c->rms_eps;
+    if (L->q_gated) {
+        /* q_proj rows are [query | gate] per head */
+        op->matmul(be, &L->wq, xn, n, x->qraw);
+        for (int h = 0; h < nh; h++) {
+            op->copy_rows(be, x->q + h * hd, qw, x->qraw + 2 * h * hd, 2 * qw, n, hd);
+            op->copy_rows(be, x->gate + h * hd, qw, x->qraw + 2 * h * hd + hd, 2 * qw, n, hd);
+        }
+    } else {
+        op->matmul(be, &L->wq, xn, n, x->q);
+    }
+    op->matmul(be, &L->wk, xn, n, x->k);
+    op->matmul(be, &L->wv, xn, n, x->v);
+    if (L->q_norm) {
+        op->rmsnorm(be, x->q, L->q_norm, n * nh, hd, eps, x->q);
+        op->rmsnorm(be, x->k, L->k_norm, n * nkv, hd, eps, x->k);
+    }
+    op->rope(be, x->q, n, qw, nh, hd, m->rot_dim, s->pos, m->inv_freq, m->attn_factor);
+    op->rope(be, x->k, n, kw, nkv, hd, m->rot_dim, s->pos, m->inv_freq, m->attn_factor);
+    op->copy_rows(be, s->kc[l] + (size_t)s->pos * (size_t)kw, kw, x->k, kw, n, kw);
+    op->copy_rows(be, s->vc[l] + (size_t)s->pos * (size_t)kw, kw, x->v, kw, n, kw);
+    op->attention(be, x->q, s->kc[l], s->vc[l], n, s->pos, nh, nkv, hd, c->sliding_window, 1.0f / sqrtf((float)hd),
+                  x->att);
+    if (L->q_gated) op->mul_sigmoid(be, x->att, x->gate, (size_t)n * (size_t)qw);
+    op->matmul(be, &L->wo, x->att, n, out);
+}
+
+int blk_load_mlp(sl_model *m, sl_loader *ld, int l, sl_err *e) {
+    const sl_config *c = &m->cfg;
+    sl_layer *L = &m->layers[l];
+    char nb[256];
+    if (c->intermediate <= 0) return sl_fail(e, "%s/config.json: intermediate_size missing for dense layer %d", m->path, l);
+    return sl_ld_linear(ld, NAME(nb, "model.layers.%d.mlp.gate_proj", l), c->intermediate, c->hidden, &L->w_gate, e) ||
+                   sl_ld_linear(ld, NAME(nb, "model.layers.%d.mlp.up_proj", l), c->intermediate, c->hidden, &L->w_up,
+                                e) ||
+                   sl_ld_linear(ld, NAME(nb, "model.layers.%d.mlp.down_proj", l), c->hidden, c->intermediate,
+                                &L->w_down, e)
+               ? -1
+               : 0;
+}
+
+static void swiglu_mlp(sl_model *m, sl_session *s, const sl_weight *g, const sl_weight *u, const sl_weight *d,
+                       const float *xn, int n, float *out) {
+    const sl_backend_ops *op = m->be->ops;
+    op->matmul(m->be, g, xn, n, s->s.ff_g);
+    op->matmul(m->be, u, xn, n, s->s.ff_u);
+    op->swiglu(m->be, s->s.ff_g, s->s.ff_u, (size_t)n * (size_t)g->rows, s->s.ff_g);
+    op->matmul(m->be, d, s->s.ff_g, n, out);
+}
+
+void blk_mlp(sl_model *m, sl_session *s, int l, const float *xn, int n, float *out) {
+    sl_layer *L = &m->layers[l];
+    swiglu_mlp(m, s, &L->w_gate, &L->w_up, &L->w_down, xn, n, out);
+}
+
+int blk_load_moe(sl_model *m, sl_loader *ld, int l, int with_shared, sl_err *e) {
+    const sl_config *c = &m->cfg;
+    sl_layer *L = &m->layers[l];
+    char nb[256], p[128];
+    int E = c->n_experts, I = c->moe_intermediate, H = c->hidden;
+    if (I <= 0) return sl_fail(e, "%s/config.json: moe_intermediate_size missing", m->path);
+    snprintf(p, sizeof p, "model.layers.%d.mlp", l);
+    L->is_moe = 1;
+    if (sl_ld_linear(ld, NAME(nb, "%s.gate", p), E, H, &L->router, e)) return -1;
+    L->expert_store = calloc((size_t)E, sizeof *L->expert_store);
+    L->experts.experts = calloc((size_t)E, sizeof *L->experts.experts);
+    if (!L->expert_store || !L->experts.experts) return sl_fail(e, "out of memory");
+    L->experts.n_experts = E;
+    for (int x = 0; x < E; x++) {
+        sl_expert *ex = &L->expert_store[x];
+        int rc;
+        if (sl_ld_has(ld, NAME(nb, "%s.experts.gate_up_proj", p))) { /* fused [E, 2I, H] + [E, H, I] */
+            rc = sl_ld_stacked(ld, nb, 0, E, x, 0, 2 * I, I, H, &ex->gate, e) ||
+                 sl_ld_stacked(ld, nb, 0, E, x, I, 2 * I, I, H, &ex->up, e) ||
+                 sl_ld_stacked(ld, NAME(nb, "%s.experts.down_proj", p), 0, E, x, 0, H, H, I, &ex->down, e);
+        } else if (sl_ld_has(ld, NAME(nb, "%s.switch_mlp.gate_proj.weight", p))) { /* stacked [E, out, in] */
+            rc = sl_ld_stacked(ld, NAME(nb, "%s.switch_mlp.gate_proj", p), 1, E, x, 0, I, I, H, &ex->gate, e) ||
+                 sl_ld_stacked(ld, NAME(nb, "%s.switch_mlp.up_proj", p), 1, E, x, 0, I, I, H, &ex->up, e) ||
+                 sl_ld_stacked(ld, NAME(nb, "%s.switch_mlp.down_proj", p), 1, E, x, 0, H, H, I, &ex->down, e);
+        } else { /* one matrix per expert */
+            rc = sl_ld_linear(ld, NAME(nb, "%s.experts.%d.gate_proj", p, x), I, H, &ex->gate, e) ||
+                 sl_ld_linear(ld, NAME(nb, "%s.experts.%d.up_proj", p, x), I, H, &ex->up, e) ||
+                 sl_ld_linear(ld, NAME(nb, "%s.experts.%d.down_proj", p, x), H, I, &ex->down, e);
+        }
+        if (rc) return -1;
+        L->experts.experts[x] = ex;
+    }
+    if (!with_shared) return 0;
+    int SI = c->shared_intermediate;
+    if (SI <= 0) return sl_fail(e, "%s/config.json: shared_expert_intermediate_size missing", m->path);
+    L->has_shared = 1;
+    return sl_ld_linear(ld, NAME(nb, "%s.shared_expert.gate_proj", p), SI, H, &L->sh_gate, e) ||
+                   sl_ld_linear(ld, NAME(nb, "%s.shared_expert.up_proj", p), SI, H, &L->sh_up, e) ||
+                   sl_ld_linear(ld, NAME(nb, "%s.shared_expert.down_proj", p), H, SI, &L->sh_down, e) ||
+                   sl_ld_linear(ld, NAME(nb, "%s.shared_expert_gate", p), 1, H, &L->sh_router, e)
+               ? -1
+               : 0;
+}
+
+void blk_moe(sl_model *m, sl_session *s, int l, const float *xn, int n, float *out) {
+    const sl_config *c = &m->cfg;
+    const sl_backend_ops *op = m->be->ops;
+    sl_backend *be = m->be;
+    sl_layer *L = &m->layers[l];
+    sl_scratch *x = &s->s;
+    op->matmul(be, &L->router, xn, n, x->router);
+    op->route(be, x->router, n, c->n_experts, c->top_k, c->norm_topk_prob, x->moe_ids, x->moe_w);
+    op->moe(be, &L->experts, xn, n, c->hidden, x->moe_ids, x->moe_w, c->top_k, out);
+    if (!L->has_shared) return;
+    swiglu_mlp(m, s, &L->sh_gate, &L->sh_up, &L->sh_down, xn, n, x->ff_o);
+    op->matmul(be, &L->sh_router, xn, n, x->sh_gate);
+    op->scale_rows_sigmoid(be, x->ff_o, x->sh_gate, n, c->hidden);
+    op->add(be, out, x->ff_o, (size_t)n * (size_t)c->hidden);
+}
+
+void blk_ffn_residual(sl_model *m, sl_session *s, int l, float *x, int n) {
+    const sl_config *c = &m->cfg;
+    sl_layer *L = &m->layers[l];
+    m->be->ops->rmsnorm(m->be, x, L->ffn_norm, n, c->hidden, (float)c->rms_eps, s->s.xn);
+    if (L->is_moe)
+        blk_moe(m, s, l, s->s.xn, n, s->s.moe_out);
+    else
+        blk_mlp(m, s, l, s->s.xn, n, s->s.moe_out);
+    m->be->ops->add(m->be, x, s->s.moe_out, (size_t)n * (size_t)c->hidden);
+}

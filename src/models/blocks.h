@@ -1,0 +1,31 @@
+/* Building blocks shared by the architecture families: loading and running attention, dense MLPs and
+ * mixture-of-experts layers, and the embedding / final norm / output head. Each family file composes
+ * these into its own layer loop. */
+#ifndef SLUICE_MODELS_BLOCKS_H
+#define SLUICE_MODELS_BLOCKS_H
+
+#include "models/loader.h"
+#include "runtime/session.h"
+
+/* Embedding, final norm (+norm_add) and output head (tied to the embedding when the config says so). */
+int blk_load_outer(sl_model *m, sl_loader *ld, float norm_add, sl_err *e);
+/* Input and post-attention norms of layer l (+norm_add). */
+int blk_load_norms(sl_model *m, sl_loader *ld, int l, float norm_add, sl_err *e);
+
+/* q/k/v/o projections of layer l's self_attn, q/k norms when present (+norm_add), q gating. */
+int blk_load_attention(sl_model *m, sl_loader *ld, int l, int q_gated, float norm_add, sl_err *e);
+/* out[n][hidden] = attention(xn) for the tokens at the session's position; fills the layer's KV cache. */
+void blk_attention(sl_model *m, sl_session *s, int l, const float *xn, int n, float *out);
+
+int blk_load_mlp(sl_model *m, sl_loader *ld, int l, sl_err *e);
+void blk_mlp(sl_model *m, sl_session *s, int l, const float *xn, int n, float *out);
+
+/* Router, experts in any stored layout (per-expert, fused gate_up, stacked switch_mlp) and the shared
+ * expert with its sigmoid gate when with_shared. */
+int blk_load_moe(sl_model *m, sl_loader *ld, int l, int with_shared, sl_err *e);
+void blk_moe(sl_model *m, sl_session *s, int l, const float *xn, int n, float *out);
+
+/* x += f(norm(x)) for the feed-forward half of a layer (dense or MoE). */
+void blk_ffn_residual(sl_model *m, sl_session *s, int l, float *x, int n);
+
+#endif

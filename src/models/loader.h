@@ -1,0 +1,37 @@
+/* Turning checkpoint tensors into model weights: key layouts normalised (model.*,
+ * model.language_model.*, language_model.model.*), MLX packing decoded from shapes and the config's
+ * quantization table, shapes checked, and every tensor accounted for so stray ones are reported. */
+#ifndef SLUICE_MODELS_LOADER_H
+#define SLUICE_MODELS_LOADER_H
+
+#include "models/model.h"
+
+typedef struct sl_loader {
+    sl_model *m;
+    int n;
+    char **norm_names;   /* normalised name per tensor of m->st (NULL: ignored, e.g. vision tower) */
+    int *order;          /* tensor indices sorted by normalised name */
+    unsigned char *used;
+} sl_loader;
+
+int sl_loader_init(sl_loader *l, sl_model *m, sl_err *e);
+void sl_loader_free(sl_loader *l);
+
+/* The tensor with normalised name `name` (e.g. "model.layers.0.self_attn.q_proj.weight"), or NULL. */
+const sl_st_tensor *sl_ld_find(sl_loader *l, const char *name);
+int sl_ld_has(sl_loader *l, const char *name);
+
+/* A linear layer `module` (without ".weight") of [rows, cols]: plain F32/F16/BF16 or MLX-packed
+ * (".weight" U32 + ".scales" + ".biases"). An optional ".bias" is read when present. */
+int sl_ld_linear(sl_loader *l, const char *module, int rows, int cols, sl_weight *w, sl_err *e);
+/* Expert slice `index` of a stacked [E, rows, cols] tensor (MLX-packed or plain); with `row0` selecting
+ * rows [row0, row0 + rows) of a fused gate/up stack. `module` names the stack (no ".weight"). */
+int sl_ld_stacked(sl_loader *l, const char *module, int has_weight_suffix, int n_experts, int index, int row0,
+                  int rows_total, int rows, int cols, sl_weight *w, sl_err *e);
+/* A float32 copy of a small tensor of exactly `len` elements (norm weights, A_log, conv kernels, ...),
+ * with `add` added to each element. Owned by the model. */
+int sl_ld_vector(sl_loader *l, const char *name, int64_t len, float add, float **out, sl_err *e);
+/* Fails naming the first tensor that no part of the model used. */
+int sl_ld_check_all_used(sl_loader *l, sl_err *e);
+
+#endif

@@ -1,0 +1,71 @@
+/* A loaded model: hyperparameters, weights (views into the mapped checkpoint), and the forward pass of
+ * its architecture family. */
+#ifndef SLUICE_MODELS_MODEL_H
+#define SLUICE_MODELS_MODEL_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "formats/config.h"
+#include "formats/safetensors.h"
+
+typedef struct sl_layer {
+    sl_layer_kind kind;
+    float *attn_norm, *ffn_norm; /* effective multipliers: conventions like (1 + w) are resolved at load */
+    /* full attention */
+    sl_weight wq, wk, wv, wo;
+    float *q_norm, *k_norm;       /* per-head RMSNorm (Qwen3, Qwen3.5), NULL otherwise */
+    int q_gated;                  /* q_proj yields [query | gate] per head (Qwen3.5) */
+    /* gated delta-net */
+    sl_weight in_qkv, in_z, in_a, in_b, out_proj;
+    float *conv_w, *A_log, *dt_bias, *lin_norm;
+    /* feed-forward: dense, or routed experts (+ optional shared expert) */
+    sl_weight w_gate, w_up, w_down;
+    int is_moe;
+    sl_weight router;
+    sl_expert_table experts; /* pointers into `expert_store` or into a cache's slots */
+    sl_expert *expert_store; /* resident experts owned by the model */
+    int has_shared;
+    sl_weight sh_gate, sh_up, sh_down, sh_router;
+} sl_layer;
+
+typedef struct sl_session sl_session;
+typedef struct sl_model sl_model;
+typedef struct sl_loader sl_loader;
+
+/* What an architecture family provides. */
+typedef struct sl_family {
+    const char *name;
+    int (*load)(sl_model *m, sl_loader *ld, sl_err *e);
+    /* runs n tokens through the layers from the session's position; hidden [n][hidden] in, out in place */
+    int (*layers)(sl_model *m, sl_session *s, float *hidden, int n, sl_err *e);
+} sl_family;
+
+struct sl_model {
+    char *path;
+    sl_config cfg;
+    const sl_family *family;
+    sl_st_set *st;
+    sl_backend *be;
+    sl_weight embed, lm_head;
+    float *final_norm;
+    sl_layer *layers;
+    /* rotary tables */
+    int rot_dim;
+    float *inv_freq;
+    float attn_factor;
+    /* heap allocations owned by the model (float copies of small tensors) */
+    void **owned;
+    int n_owned, cap_owned;
+    /* accounting for `show` */
+    uint64_t n_params, bytes_experts, bytes_other;
+};
+
+typedef struct sl_model_opts {
+    int threads; /* <= 0: all cores */
+} sl_model_opts;
+
+int sl_model_load(const char *path, const sl_model_opts *o, sl_model **out, sl_err *e);
+void sl_model_free(sl_model *m);
+
+#endif

@@ -1,0 +1,103 @@
+/* Qwen3.5-MoE (and its text-only variant): a hybrid of gated delta-net layers and gated full-attention
+ * layers, each followed by a MoE with a sigmoid-gated shared expert. RMSNorms use the (1 + w)
+ * convention, except the delta-net's gated output norm, which is plain w.
+ *
+ * MLX conversions store those (1 + w) weights with the 1 already added and conv1d as [C, K, 1] instead
+ * of [C, 1, K]; the conv shape tells the two apart (the memory order of the kernel is the same). */
+#include <stdio.h>
+
+#include "models/blocks.h"
+#include "models/registry.h"
+
+#define NAME(buf, ...) (snprintf(buf, sizeof buf, __VA_ARGS__), buf)
+
+static int load_linear_attn(sl_model *m, sl_loader *ld, int l, sl_err *e) {
+    const sl_config *c = &m->cfg;
+    sl_layer *L = &m->layers[l];
+    char nb[256];
+    int nk = c->lin_n_k_heads, nv = c->lin_n_v_heads, kd = c->lin_k_head_dim, vd = c->lin_v_head_dim;
+    int conv_dim = 2 * nk * kd + nv * vd, H = c->hidden;
+    L->kind = SL_LAYER_LINEAR;
+    const char *p = "model.layers.%d.linear_attn.%s";
+    if (sl_ld_linear(ld, NAME(nb, p, l, "in_proj_qkv"), conv_dim, H, &L->in_qkv, e) ||
+        sl_ld_linear(ld, NAME(nb, p, l, "in_proj_z"), nv * vd, H, &L->in_z, e) ||
+        sl_ld_linear(ld, NAME(nb, p, l, "in_proj_a"), nv, H, &L->in_a, e) ||
+        sl_ld_linear(ld, NAME(nb, p, l, "in_proj_b"), nv, H, &L->in_b, e) ||
+        sl_ld_linear(ld, NAME(nb, p, l, "out_proj"), H, nv * vd, &L->out_proj, e) ||
+        sl_ld_vector(ld, NAME(nb, p, l, "conv1d.weight"), (int64_t)conv_dim * c->conv_kernel, 0.0f, &L->conv_w, e) ||
+        sl_ld_vector(ld, NAME(nb, p, l, "A_log"), nv, 0.0f, &L->A_log, e) ||
+        sl_ld_vector(ld, NAME(nb, p, l, "dt_bias"), nv, 0.0f, &L->dt_bias, e) ||
+        sl_ld_vector(ld, NAME(nb, p, l, "norm.weight"), vd, 0.0f, &L->lin_norm, e))
+        return -1;
+    return 0;
+}
+
+/* 1 when the checkpoint is an MLX conversion with (1 + w) folded into the norm weights. */
+static int norms_folded(sl_model *m, sl_loader *ld, sl_err *e) {
+    char nb[256];
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        if (m->cfg.layer_kind[l] != SL_LAYER_LINEAR) continue;
+        const sl_st_tensor *t = sl_ld_find(ld, NAME(nb, "model.layers.%d.linear_attn.conv1d.weight", l));
+        if (!t) return sl_fail(e, "%s: missing tensor '%s'", m->path, nb);
+        if (t->ndim == 3 && t->shape[1] == 1) return 0;                          /* HF: [C, 1, K] */
+        if (t->ndim == 3 && t->shape[2] == 1 && t->shape[1] > 1) return 1;       /* MLX: [C, K, 1] */
+        return sl_fail(e, "%s: tensor '%s' should be [C, 1, K] or [C, K, 1]", m->path, t->name);
+    }
+    return 0;
+}
+
+static int q35_load(sl_model *m, sl_loader *ld, sl_err *e) {
+    const sl_config *c = &m->cfg;
+    if (c->n_experts <= 0 || c->lin_n_k_heads <= 0 || c->lin_n_v_heads % c->lin_n_k_heads || c->conv_kernel < 1 ||
+        c->lin_k_head_dim <= 0 || c->lin_v_head_dim <= 0)
+        return sl_fail(e, "%s/config.json: incomplete %s config (num_experts, linear_num_key_heads, "
+                          "linear_num_value_heads multiple of key heads, linear_*_head_dim, linear_conv_kernel_dim)",
+                       m->path, c->model_type);
+    int folded = norms_folded(m, ld, e);
+    if (folded < 0) return -1;
+    float add = folded ? 0.0f : 1.0f;
+    if (blk_load_outer(m, ld, add, e)) return -1;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (blk_load_norms(m, ld, l, add, e)) return -1;
+        int rc = c->layer_kind[l] == SL_LAYER_LINEAR ? load_linear_attn(m, ld, l, e)
+                                                     : blk_load_attention(m, ld, l, 1, add, e);
+        if (rc || blk_load_moe(m, ld, l, 1, e)) return -1;
+    }
+    return 0;
+}
+
+static void linear_attn(sl_model *m, sl_session *s, int l, const float *xn, int n, float *out) {
+    const sl_config *c = &m->cfg;
+    const sl_backend_ops *op = m->be->ops;
+    sl_backend *be = m->be;
+    sl_layer *L = &m->layers[l];
+    sl_scratch *x = &s->s;
+    sl_deltanet_dims d = {c->lin_n_k_heads, c->lin_n_v_heads, c->lin_k_head_dim, c->lin_v_head_dim, c->conv_kernel};
+    int conv_dim = 2 * d.n_k_heads * d.k_dim + d.n_v_heads * d.v_dim;
+    op->matmul(be, &L->in_qkv, xn, n, x->qkv);
+    op->matmul(be, &L->in_z, xn, n, x->z);
+    op->matmul(be, &L->in_a, xn, n, x->a);
+    op->matmul(be, &L->in_b, xn, n, x->b);
+    op->conv1d_silu(be, x->qkv, n, conv_dim, L->conv_w, d.conv_kernel, s->conv[l], x->conv);
+    op->deltanet(be, &d, x->conv, x->a, x->b, L->A_log, L->dt_bias, s->ssm[l], n, x->lin);
+    op->gated_rmsnorm(be, x->lin, x->z, L->lin_norm, n * d.n_v_heads, d.v_dim, (float)c->rms_eps);
+    op->matmul(be, &L->out_proj, x->lin, n, out);
+}
+
+static int q35_layers(sl_model *m, sl_session *s, float *x, int n, sl_err *e) {
+    (void)e;
+    const sl_config *c = &m->cfg;
+    const sl_backend_ops *op = m->be->ops;
+    for (int l = 0; l < c->n_layers; l++) {
+        op->rmsnorm(m->be, x, m->layers[l].attn_norm, n, c->hidden, (float)c->rms_eps, s->s.xn);
+        if (m->layers[l].kind == SL_LAYER_LINEAR)
+            linear_attn(m, s, l, s->s.xn, n, s->s.ff_o);
+        else
+            blk_attention(m, s, l, s->s.xn, n, s->s.ff_o);
+        op->add(m->be, x, s->s.ff_o, (size_t)n * (size_t)c->hidden);
+        blk_ffn_residual(m, s, l, x, n);
+    }
+    return 0;
+}
+
+const sl_family sl_family_qwen3_5 = {"qwen3_5_moe", q35_load, q35_layers};

@@ -1,0 +1,26 @@
+#include "models/registry.h"
+
+#include <string.h>
+
+static const struct {
+    const char *type;
+    const sl_family *fam;
+} table[] = {
+    {"llama", &sl_family_llama},
+    {"mistral", &sl_family_llama},
+    {"qwen2", &sl_family_llama},
+    {"qwen3", &sl_family_llama},
+    {"qwen3_moe", &sl_family_qwen3_moe},
+    {"qwen3_5_moe", &sl_family_qwen3_5},
+    {"qwen3_5_moe_text", &sl_family_qwen3_5},
+};
+
+const sl_family *sl_family_for(const char *model_type) {
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (!strcmp(table[i].type, model_type)) return table[i].fam;
+    return NULL;
+}
+
+const char *sl_supported_types(void) {
+    return "llama, mistral, qwen2, qwen3, qwen3_moe, qwen3_5_moe, qwen3_5_moe_text";
+}

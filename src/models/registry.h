@@ -1,0 +1,16 @@
+/* Maps config.json's model_type to the architecture family that loads and runs it. */
+#ifndef SLUICE_MODELS_REGISTRY_H
+#define SLUICE_MODELS_REGISTRY_H
+
+#include "models/model.h"
+
+extern const sl_family sl_family_llama;     /* llama, mistral, qwen2, qwen3 */
+extern const sl_family sl_family_qwen3_moe; /* qwen3_moe */
+extern const sl_family sl_family_qwen3_5;   /* qwen3_5_moe, qwen3_5_moe_text, qwen3_next */
+
+/* NULL when the type is unknown. */
+const sl_family *sl_family_for(const char *model_type);
+/* Comma-separated list of supported model types, for error messages. */
+const char *sl_supported_types(void);
+
+#endif

@@ -1,0 +1,129 @@
+#include "runtime/session.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+
+#define MAX_BATCH 256
+
+static void *balloc(sl_session *s, size_t bytes) {
+    void *p = s->m->be->ops->alloc(s->m->be, bytes);
+    if (p) s->bufs[s->n_bufs++] = p;
+    return p;
+}
+
+static int imax(int a, int b) { return a > b ? a : b; }
+
+int sl_session_create(sl_model *m, int max_ctx, sl_session **out, sl_err *e) {
+    const sl_config *c = &m->cfg;
+    size_t kv = (size_t)c->n_kv_heads * (size_t)c->head_dim;
+    if (max_ctx <= 0) max_ctx = c->max_pos;
+    sl_session *s = calloc(1, sizeof *s);
+    if (!s) return sl_fail(e, "out of memory");
+    s->m = m;
+    s->max_ctx = max_ctx;
+    s->max_batch = MAX_BATCH;
+    int L = c->n_layers;
+    s->kc = calloc((size_t)L, sizeof *s->kc);
+    s->vc = calloc((size_t)L, sizeof *s->vc);
+    s->conv = calloc((size_t)L, sizeof *s->conv);
+    s->ssm = calloc((size_t)L, sizeof *s->ssm);
+    s->bufs = calloc((size_t)(4 * L + 32), sizeof *s->bufs);
+    if (!s->kc || !s->vc || !s->conv || !s->ssm || !s->bufs) goto oom;
+
+    int conv_dim = 2 * c->lin_n_k_heads * c->lin_k_head_dim + c->lin_n_v_heads * c->lin_v_head_dim;
+    int lin_v = c->lin_n_v_heads * c->lin_v_head_dim;
+    for (int l = 0; l < L; l++) {
+        if (m->layers[l].kind == SL_LAYER_ATTENTION) {
+            if (!(s->kc[l] = balloc(s, (size_t)max_ctx * kv * 4)) || !(s->vc[l] = balloc(s, (size_t)max_ctx * kv * 4)))
+                goto oom;
+        } else {
+            size_t st = (size_t)c->lin_n_v_heads * (size_t)c->lin_k_head_dim * (size_t)c->lin_v_head_dim;
+            if (!(s->conv[l] = balloc(s, (size_t)(c->conv_kernel - 1) * (size_t)conv_dim * 4 + 4)) ||
+                !(s->ssm[l] = balloc(s, st * 4)))
+                goto oom;
+        }
+    }
+    size_t B = (size_t)s->max_batch, H = (size_t)c->hidden;
+    size_t qw = (size_t)c->n_heads * (size_t)c->head_dim;
+    int ff = imax(imax(c->intermediate, c->shared_intermediate), c->moe_intermediate);
+    int E = imax(c->n_experts, 1), K = imax(c->top_k, 1);
+    sl_scratch *x = &s->s;
+    if (!(x->x = balloc(s, B * H * 4)) || !(x->xn = balloc(s, B * H * 4)) || !(x->qraw = balloc(s, B * qw * 2 * 4)) || !(x->q = balloc(s, B * qw * 4)) ||
+        !(x->gate = balloc(s, B * qw * 4)) || !(x->k = balloc(s, B * kv * 4)) || !(x->v = balloc(s, B * kv * 4)) ||
+        !(x->att = balloc(s, B * (size_t)imax((int)qw, lin_v) * 4)) ||
+        !(x->qkv = balloc(s, B * (size_t)imax(conv_dim, 1) * 4)) ||
+        !(x->conv = balloc(s, B * (size_t)imax(conv_dim, 1) * 4)) ||
+        !(x->z = balloc(s, B * (size_t)imax(lin_v, 1) * 4)) ||
+        !(x->a = balloc(s, B * (size_t)imax(c->lin_n_v_heads, 1) * 4)) ||
+        !(x->b = balloc(s, B * (size_t)imax(c->lin_n_v_heads, 1) * 4)) ||
+        !(x->lin = balloc(s, B * (size_t)imax(lin_v, 1) * 4)) || !(x->ff_g = balloc(s, B * (size_t)ff * 4)) ||
+        !(x->ff_u = balloc(s, B * (size_t)ff * 4)) || !(x->ff_o = balloc(s, B * H * 4)) ||
+        !(x->router = balloc(s, B * (size_t)E * 4)) || !(x->moe_w = balloc(s, B * (size_t)K * 4)) ||
+        !(x->moe_ids = balloc(s, B * (size_t)K * 4)) || !(x->moe_out = balloc(s, B * H * 4)) ||
+        !(x->sh_gate = balloc(s, B * 4)) || !(x->logits = balloc(s, B * (size_t)c->vocab_size * 4)))
+        goto oom;
+    *out = s;
+    return 0;
+oom:
+    sl_session_free(s);
+    {
+        char buf[32];
+        return sl_fail(e, "out of memory creating a session with a %d-token context (KV cache %s per attention layer)",
+                       max_ctx, sl_human_bytes((double)max_ctx * (double)kv * 8, buf, sizeof buf));
+    }
+}
+
+void sl_session_free(sl_session *s) {
+    if (!s) return;
+    for (int i = 0; i < s->n_bufs; i++) s->m->be->ops->free(s->m->be, s->bufs[i]);
+    free(s->bufs);
+    free(s->kc);
+    free(s->vc);
+    free(s->conv);
+    free(s->ssm);
+    free(s);
+}
+
+void sl_session_reset(sl_session *s) {
+    const sl_config *c = &s->m->cfg;
+    sl_backend *be = s->m->be;
+    int conv_dim = 2 * c->lin_n_k_heads * c->lin_k_head_dim + c->lin_n_v_heads * c->lin_v_head_dim;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (s->conv[l]) be->ops->zero(be, s->conv[l], (size_t)(c->conv_kernel - 1) * (size_t)conv_dim * 4);
+        if (s->ssm[l])
+            be->ops->zero(be, s->ssm[l],
+                          (size_t)c->lin_n_v_heads * (size_t)c->lin_k_head_dim * (size_t)c->lin_v_head_dim * 4);
+    }
+    s->pos = 0;
+}
+
+int sl_session_forward(sl_session *s, const int32_t *ids, int n, float *logits, int all_logits, sl_err *e) {
+    sl_model *m = s->m;
+    sl_backend *be = m->be;
+    const sl_config *c = &m->cfg;
+    if (s->pos + n > s->max_ctx)
+        return sl_fail(e, "context overflow: %d tokens in the session + %d new exceed the context of %d", s->pos, n,
+                       s->max_ctx);
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= c->vocab_size)
+            return sl_fail(e, "token id %d at position %d is outside the vocabulary [0, %d)", ids[i], i, c->vocab_size);
+    size_t V = (size_t)c->vocab_size, H = (size_t)c->hidden;
+    for (int off = 0; off < n; off += s->max_batch) {
+        int nb = n - off < s->max_batch ? n - off : s->max_batch;
+        be->ops->embed(be, &m->embed, ids + off, nb, s->s.x);
+        if (m->family->layers(m, s, s->s.x, nb, e)) return -1;
+        s->pos += nb;
+        int last_chunk = off + nb == n;
+        if (logits && (all_logits || last_chunk)) {
+            int first = all_logits ? 0 : nb - 1, rows = all_logits ? nb : 1;
+            be->ops->rmsnorm(be, s->s.x + (size_t)first * H, m->final_norm, rows, (int)H, (float)c->rms_eps, s->s.xn);
+            be->ops->matmul(be, &m->lm_head, s->s.xn, rows, s->s.logits);
+            float *dst = all_logits ? logits + (size_t)off * V : logits;
+            be->ops->download(be, dst, s->s.logits, (size_t)rows * V * 4);
+        }
+        if (be->ops->check(be, e)) return -1;
+    }
+    return 0;
+}

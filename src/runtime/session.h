@@ -1,0 +1,41 @@
+/* A session is one conversation's state on a model: KV caches of the attention layers, conv and
+ * recurrent state of the delta-net layers, the position, and the scratch activations of one batch. */
+#ifndef SLUICE_RUNTIME_SESSION_H
+#define SLUICE_RUNTIME_SESSION_H
+
+#include <stdint.h>
+
+#include "models/model.h"
+
+/* Activation buffers for up to max_batch tokens (backend memory). */
+typedef struct sl_scratch {
+    float *x, *xn, *qraw, *q, *gate, *k, *v, *att; /* attention */
+    float *qkv, *conv, *z, *a, *b, *lin;       /* delta-net */
+    float *ff_g, *ff_u, *ff_o;                 /* dense / shared-expert MLP */
+    float *router, *moe_w, *moe_out, *sh_gate; /* MoE */
+    int32_t *moe_ids;
+    float *logits;
+} sl_scratch;
+
+struct sl_session {
+    sl_model *m;
+    int max_ctx, max_batch;
+    int pos;
+    float **kc, **vc;     /* per layer, NULL for delta-net layers */
+    float **conv, **ssm;  /* per layer, NULL for attention layers */
+    sl_scratch s;
+    void **bufs;          /* everything allocated from the backend, for freeing */
+    int n_bufs;
+};
+
+/* max_ctx <= 0: the model's max_position_embeddings. */
+int sl_session_create(sl_model *m, int max_ctx, sl_session **out, sl_err *e);
+void sl_session_free(sl_session *s);
+/* Back to position 0 with empty caches and zero recurrent state. */
+void sl_session_reset(sl_session *s);
+
+/* Feeds n tokens from the current position. logits (host memory) receives [n][vocab] when all_logits,
+ * else the last token's [vocab]; it may be NULL when no logits are wanted. */
+int sl_session_forward(sl_session *s, const int32_t *ids, int n, float *logits, int all_logits, sl_err *e);
+
+#endif
