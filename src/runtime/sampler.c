@@ -177,8 +177,30 @@ static void partition3(cand *c, int lo, int hi, float pivot, int *lt, int *gt) {
     *gt = b;
 }
 
-/* Quickselect: moves the k largest values into c[0, k) (in no particular order). Expected O(n). */
+static void sift_down(cand *h, int k, int i) {
+    for (;;) {
+        int m = i, l = 2 * i + 1, r = l + 1;
+        if (l < k && h[l].v < h[m].v) m = l;
+        if (r < k && h[r].v < h[m].v) m = r;
+        if (m == i) return;
+        swap_c(&h[i], &h[m]);
+        i = m;
+    }
+}
+
+/* Moves the k largest values into c[0, k) (in no particular order). A small k (the usual top_k of
+ * 20-100) uses an in-place min-heap, where nearly every token costs one comparison; a large k uses
+ * quickselect, expected O(n). */
 static void select_top(cand *c, int n, int k) {
+    if ((int64_t)k * 16 <= n) {
+        for (int i = k / 2 - 1; i >= 0; i--) sift_down(c, k, i);
+        for (int i = k; i < n; i++)
+            if (c[i].v > c[0].v) {
+                c[0] = c[i];
+                sift_down(c, k, 0);
+            }
+        return;
+    }
     int lo = 0, hi = n;
     while (hi - lo > 1) {
         int lt, gt;
@@ -221,23 +243,17 @@ static int nucleus(cand *c, int n, double p) {
 int32_t sl_sampler_sample(sl_sampler *s, const float *logits) {
     const sl_sampler_params *p = &s->p;
     cand *c = s->cands;
-    for (int i = 0; i < s->vocab; i++) c[i] = (cand){i, isnan(logits[i]) ? -INFINITY : logits[i]};
-    for (int i = 0; i < s->n_distinct; i++) {
-        int32_t t = s->distinct[i];
-        c[t].v = penalize(p, c[t].v, s->counts[t]);
-    }
-
-    if (p->temperature <= 0.0f) {
-        int32_t best = -1;
-        float bv = -INFINITY;
-        for (int i = 0; i < s->vocab; i++)
-            if (c[i].v > bv) bv = c[i].v, best = i;
-        return best;
-    }
-
+    /* One pass: sanitise, penalise, drop impossible tokens and track the argmax (lowest id on ties). */
     int n = 0;
-    for (int i = 0; i < s->vocab; i++)
-        if (c[i].v > -INFINITY) c[n++] = c[i];
+    int32_t best = -1;
+    float bv = -INFINITY;
+    for (int i = 0; i < s->vocab; i++) {
+        float v = isnan(logits[i]) ? -INFINITY : logits[i];
+        if (s->n_distinct && s->counts[i]) v = penalize(p, v, s->counts[i]);
+        if (v > bv) bv = v, best = i;
+        if (v > -INFINITY) c[n++] = (cand){i, v};
+    }
+    if (p->temperature <= 0.0f) return best;
     if (n == 0) return -1;
 
     if (p->top_k > 0 && p->top_k < n) {

@@ -439,3 +439,27 @@ Test(sampler, large_vocab_default_chain) {
     free(l);
     free(sorted);
 }
+
+Test(sampler, top_k_both_selection_paths) {
+    /* k = 10 of 1000 takes the heap path, k = 200 quickselect; draws stay inside the top k either way. */
+    enum { V = 1000 };
+    float l[V], sorted[V];
+    for (int rep = 0; rep < 10; rep++) {
+        for (int i = 0; i < V; i++) l[i] = sorted[i] = (float)((i * 7919 + rep * 104729) % 997) * 0.01f;
+        for (int i = 1; i < V; i++) /* descending insertion sort */
+            for (int j = i; j > 0 && sorted[j] > sorted[j - 1]; j--) {
+                float t = sorted[j];
+                sorted[j] = sorted[j - 1];
+                sorted[j - 1] = t;
+            }
+        int ks[2] = {10, 200};
+        for (int q = 0; q < 2; q++) {
+            sl_sampler_params p = params_plain();
+            p.top_k = ks[q];
+            p.temperature = 0.2f;
+            sl_sampler *s = sl_sampler_create(&p, V);
+            for (int d = 0; d < 300; d++) cr_assert(l[sl_sampler_sample(s, l)] >= sorted[ks[q] - 1]);
+            sl_sampler_free(s);
+        }
+    }
+}
