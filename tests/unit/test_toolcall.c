@@ -360,3 +360,32 @@ Test(toolcall, holds_partial_tags) {
     cr_assert_eq(sl_tc_parser_finish(p, on_event, &r, &e), 0);
     sl_tc_parser_free(p);
 }
+
+Test(toolcall, random_markup_chunk_invariance) {
+    static const char *const pieces[] = {
+        "<think>", "</think>", "<tool_call>", "</tool_call>", "<", "\n", "\n\n", "a", "b c", "é", "日本",
+        "{\"name\":\"f\",\"arguments\":{\"x\":1}}", "<function=g>", "<parameter=k>", "\nv\n", "</parameter>",
+        "</function>", "<tool", "</thi", "{", "}", "<tool_call>\n{\"name\": \"h\"}\n</tool_call>",
+    };
+    const int n_pieces = (int)(sizeof pieces / sizeof pieces[0]);
+    char text[1024];
+    for (int rep = 0; rep < 300; rep++) {
+        text[0] = 0;
+        int k = 1 + (int)rnd(14);
+        for (int i = 0; i < k; i++) strcat(text, pieces[rnd((size_t)n_pieces)]);
+        int in_reasoning = (int)rnd(2);
+        size_t all = 0, one = 1;
+        record *whole = parse(text, in_reasoning, NULL, &all, 1);
+        record *bytes = parse(text, in_reasoning, NULL, &one, 1);
+        same(whole, bytes, "byte at a time", text);
+        free(bytes);
+        for (int c = 0; c < 10; c++) {
+            size_t sizes[8];
+            for (int i = 0; i < 8; i++) sizes[i] = 1 + rnd(6);
+            record *r = parse(text, in_reasoning, NULL, sizes, 8);
+            same(whole, r, "random chunks", text);
+            free(r);
+        }
+        free(whole);
+    }
+}
