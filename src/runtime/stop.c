@@ -63,7 +63,7 @@ int sl_stop_which(const sl_stop *s) { return s->which; }
 /* Earliest start of a complete stop string in buf[0, len), or len when none; *which gets its index. */
 static size_t earliest_match(const sl_stop *s, int *which) {
     size_t best = s->len;
-    for (int i = 0; i < s->n; i++) {
+    for (int i = 0; i < s->n && s->len; i++) {
         size_t lim = best < s->len ? best + s->lens[i] : s->len; /* only matches starting before best */
         if (lim > s->len) lim = s->len;
         const char *m = memmem(s->buf, lim, s->stops[i], s->lens[i]);
@@ -101,7 +101,7 @@ static int settle(sl_stop *s, int final, const char **out, size_t *out_len) {
         k = h;
         if (!final) k = sl_utf8_cut(s->buf, k);
     }
-    *out = s->buf;
+    *out = s->buf ? s->buf : "";
     *out_len = k;
     s->given = k;
     if (s->stopped) s->len = k;
@@ -110,6 +110,7 @@ static int settle(sl_stop *s, int final, const char **out, size_t *out_len) {
 
 /* Drops the text handed out by the previous call. */
 static void drop_given(sl_stop *s) {
+    if (s->given == 0) return;
     memmove(s->buf, s->buf + s->given, s->len - s->given);
     s->len -= s->given;
     s->given = 0;
