@@ -16,7 +16,7 @@ typedef struct {
     int top_k;               /* <= 0: off */
     float top_p;             /* >= 1: off; keeps the fewest most likely tokens whose mass reaches top_p */
     float min_p;             /* <= 0: off; drops tokens with p < min_p * p_max */
-    float repeat_penalty;    /* 1: off; logit > 0 ? logit / r : logit * r (llama.cpp) */
+    float repeat_penalty;    /* 1 (or <= 0): off; logit > 0 ? logit / r : logit * r (llama.cpp) */
     int repeat_last_n;       /* window of recent tokens that all three penalties look at; -1: whole history, 0: none */
     float presence_penalty;  /* logit -= presence when the token occurs in the window (OpenAI) */
     float frequency_penalty; /* logit -= frequency * occurrences in the window (OpenAI) */

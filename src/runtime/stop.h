@@ -32,7 +32,9 @@ int sl_stop_feed(sl_stop *s, const char *chunk, size_t n, const char **out, size
 int sl_stop_flush(sl_stop *s, const char **out, size_t *out_len);
 
 int sl_stop_stopped(const sl_stop *s);
-/* Index (in the create() list) of the stop string that matched, -1 when none has. */
+/* Index (in the create() list) of a stop string that starts at the stop position, -1 when none has.
+ * When one stop string is a prefix of another, which of the two is reported can depend on chunking;
+ * the emitted text never does. */
 int sl_stop_which(const sl_stop *s);
 
 #endif

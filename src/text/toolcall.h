@@ -24,7 +24,8 @@
  * anything else becomes a JSON string.
  *
  * Malformed tool calls (bad JSON, no name, unknown body) are not errors: the whole block, tags included,
- * comes out as content text so that no output is lost, and sl_tc_parser_malformed() counts them. At
+ * comes out as content text so that no output is lost (only the newlines right before it, already
+ * dropped as markup whitespace, are missing), and sl_tc_parser_malformed() counts them. At
  * finish, an unterminated <tool_call> is parsed if its body is complete enough, else emitted as text;
  * unterminated reasoning stays reasoning; a held partial tag comes out as text of the current kind. */
 #ifndef SLUICE_TEXT_TOOLCALL_H

@@ -209,6 +209,14 @@ Test(toolcall, hermes_multiple_and_string_arguments) {
     cr_assert_str_eq(r->args[2], "{}");
     cr_assert_str_eq(r->kinds, "CTTT");
     free(r);
+    /* An arguments string that is not JSON passes through unchanged; "parameters" is accepted too. */
+    r = check("<tool_call>{\"name\": \"f\", \"arguments\": \"raw text\"}</tool_call>"
+              "<tool_call>{\"name\": \"g\", \"parameters\": {\"q\": [1, 2]}}</tool_call>",
+              0, NULL);
+    cr_assert_eq(r->n_calls, 2);
+    cr_assert_str_eq(r->args[0], "raw text");
+    cr_assert_str_eq(r->args[1], "{\"q\":[1,2]}");
+    free(r);
 }
 
 Test(toolcall, xml_form) {
