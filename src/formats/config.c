@@ -132,6 +132,12 @@ int sl_config_parse(json_t *root, const char *where, sl_config *c, sl_err *e) {
                 return sl_fail(e, "%s: layer_types[%zu] = '%s' is not linear_attention or full_attention", where, i,
                                s ? s : "?");
         }
+    } else if (json_is_integer(json_object_get(tc, "full_attention_interval"))) {
+        /* older hybrid configs: every interval-th layer is full attention, the rest delta-net */
+        int every = get_int(tc, "full_attention_interval", 4);
+        if (every <= 0) return sl_fail(e, "%s: full_attention_interval must be positive", where);
+        for (int l = 0; l < c->n_layers; l++)
+            c->layer_kind[l] = (l + 1) % every == 0 ? SL_LAYER_ATTENTION : SL_LAYER_LINEAR;
     }
     c->conv_kernel = get_int(tc, "linear_conv_kernel_dim", 0);
     c->lin_k_head_dim = get_int(tc, "linear_key_head_dim", 0);
