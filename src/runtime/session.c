@@ -1,5 +1,6 @@
 #include "runtime/session.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,7 +31,8 @@ int sl_session_create(sl_model *m, int max_ctx, sl_session **out, sl_err *e) {
     s->conv = calloc((size_t)L, sizeof *s->conv);
     s->ssm = calloc((size_t)L, sizeof *s->ssm);
     s->bufs = calloc((size_t)(4 * L + 32), sizeof *s->bufs);
-    if (!s->kc || !s->vc || !s->conv || !s->ssm || !s->bufs) goto oom;
+    s->hist = calloc((size_t)max_ctx, sizeof *s->hist);
+    if (!s->hist || !s->kc || !s->vc || !s->conv || !s->ssm || !s->bufs) goto oom;
 
     int conv_dim = 2 * c->lin_n_k_heads * c->lin_k_head_dim + c->lin_n_v_heads * c->lin_v_head_dim;
     int lin_v = c->lin_n_v_heads * c->lin_v_head_dim;
@@ -39,6 +41,7 @@ int sl_session_create(sl_model *m, int max_ctx, sl_session **out, sl_err *e) {
             if (!(s->kc[l] = balloc(s, (size_t)max_ctx * kv * 4)) || !(s->vc[l] = balloc(s, (size_t)max_ctx * kv * 4)))
                 goto oom;
         } else {
+            s->recurrent = 1;
             size_t st = (size_t)c->lin_n_v_heads * (size_t)c->lin_k_head_dim * (size_t)c->lin_v_head_dim;
             if (!(s->conv[l] = balloc(s, (size_t)(c->conv_kernel - 1) * (size_t)conv_dim * 4 + 4)) ||
                 !(s->ssm[l] = balloc(s, st * 4)))
@@ -79,6 +82,7 @@ void sl_session_free(sl_session *s) {
     if (!s) return;
     for (int i = 0; i < s->n_bufs; i++) s->m->be->ops->free(s->m->be, s->bufs[i]);
     free(s->bufs);
+    free(s->hist);
     free(s->kc);
     free(s->vc);
     free(s->conv);
@@ -114,6 +118,7 @@ int sl_session_forward(sl_session *s, const int32_t *ids, int n, float *logits, 
         int nb = n - off < s->max_batch ? n - off : s->max_batch;
         be->ops->embed(be, &m->embed, ids + off, nb, s->s.x);
         if (m->family->layers(m, s, s->s.x, nb, e)) return -1;
+        memcpy(s->hist + s->pos, ids + off, (size_t)nb * sizeof *ids);
         s->pos += nb;
         int last_chunk = off + nb == n;
         if (logits && (all_logits || last_chunk)) {
@@ -126,4 +131,34 @@ int sl_session_forward(sl_session *s, const int32_t *ids, int n, float *logits, 
         if (be->ops->check(be, e)) return -1;
     }
     return 0;
+}
+
+int sl_session_rewind(sl_session *s, int pos) {
+    if (pos < 0 || pos > s->pos) return -1;
+    if (pos == s->pos) return 0;
+    if (s->recurrent) return -1;
+    s->pos = pos;
+    return 0;
+}
+
+static double mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 8e9;
+    char line[256];
+    double kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
+    fclose(f);
+    return kb > 0 ? kb * 1024 : 8e9;
+}
+
+int sl_session_default_ctx(const sl_model *m) {
+    const sl_config *c = &m->cfg;
+    int n_attn = 0;
+    for (int l = 0; l < c->n_layers; l++) n_attn += m->layers[l].kind == SL_LAYER_ATTENTION;
+    double per_tok = (double)n_attn * c->n_kv_heads * c->head_dim * 8.0;
+    int ctx = c->max_pos;
+    double budget = mem_available() / 4;
+    while (ctx > 2048 && per_tok * ctx > budget) ctx /= 2;
+    return ctx < c->max_pos ? ctx : c->max_pos;
 }

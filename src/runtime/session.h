@@ -21,6 +21,8 @@ struct sl_session {
     sl_model *m;
     int max_ctx, max_batch;
     int pos;
+    int32_t *hist;        /* the ids at positions [0, pos), for prefix reuse */
+    int recurrent;        /* has delta-net layers, whose state cannot be rewound */
     float **kc, **vc;     /* per layer, NULL for delta-net layers */
     float **conv, **ssm;  /* per layer, NULL for attention layers */
     sl_scratch s;
@@ -33,6 +35,14 @@ int sl_session_create(sl_model *m, int max_ctx, sl_session **out, sl_err *e);
 void sl_session_free(sl_session *s);
 /* Back to position 0 with empty caches and zero recurrent state. */
 void sl_session_reset(sl_session *s);
+
+/* Moves the position back to pos (< current) so later tokens overwrite the cache from there. Returns -1
+ * when the model keeps recurrent state, which cannot be rewound: reset and feed again instead. */
+int sl_session_rewind(sl_session *s, int pos);
+
+/* A context length that fits: the model's own, halved until the KV cache takes at most a quarter of
+ * the available memory (never below 2048 or above the model's). */
+int sl_session_default_ctx(const sl_model *m);
 
 /* Feeds n tokens from the current position. logits (host memory) receives [n][vocab] when all_logits,
  * else the last token's [vocab]; it may be NULL when no logits are wanted. */

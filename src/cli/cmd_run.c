@@ -1,0 +1,250 @@
+/* sluice run: chat with a model in the terminal (line editing, multi-turn, /reset, /exit), or answer
+ * one prompt given as an argument or piped on stdin. */
+#include <editline/readline.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "core/util.h"
+#include "runtime/generate.h"
+#include "text/chat.h"
+#include "text/jinja.h"
+
+#define MAX_STOPS 16
+
+typedef struct run_opts {
+    const char *model, *prompt, *system;
+    int ctx, threads, raw, think, verbose;
+    sl_gen_params gen;
+    const char *stops[MAX_STOPS];
+} run_opts;
+
+typedef struct run_ctx {
+    run_opts *o;
+    sl_model *m;
+    sl_session *s;
+    sl_tokenizer *tok;
+    sl_jinja *tmpl;
+    json_t *messages;
+    char *reply; /* text of the assistant turn being generated */
+    size_t reply_len, reply_cap;
+} run_ctx;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: sluice run MODEL [PROMPT] [options]\n\n"
+            "Chats with MODEL. With PROMPT, or with a prompt piped on stdin, answers once and exits;\n"
+            "otherwise reads lines interactively (/reset starts over, /exit or Ctrl-D quits).\n\n"
+            "options:\n"
+            "  --system TEXT          system message\n"
+            "  --raw                  no chat template: continue PROMPT as plain text\n"
+            "  --think, --no-think    pass enable_thinking to the chat template\n"
+            "  -n, --max-tokens N     stop after N generated tokens (default: until end of turn)\n"
+            "  --ctx N                context length (default: the model's, capped by free memory)\n"
+            "  --threads N            CPU threads (default: all cores)\n"
+            "  --temp T               temperature, 0 = greedy (default: generation_config.json, else 0.8)\n"
+            "  --top-k K, --top-p P, --min-p P\n"
+            "  --repeat-penalty R, --repeat-last-n N, --presence-penalty P, --frequency-penalty F\n"
+            "  --seed S               random seed (same seed and input give the same output)\n"
+            "  --stop TEXT            stop string, repeatable; never printed\n"
+            "  --verbose              print the rendered prompt to stderr\n");
+}
+
+static int emit(void *ud, const char *text, size_t len) {
+    run_ctx *c = ud;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    if (c->reply_len + len + 1 > c->reply_cap) {
+        size_t cap = (c->reply_len + len + 1) * 2;
+        char *p = realloc(c->reply, cap);
+        if (!p) return 1;
+        c->reply = p;
+        c->reply_cap = cap;
+    }
+    memcpy(c->reply + c->reply_len, text, len);
+    c->reply_len += len;
+    c->reply[c->reply_len] = 0;
+    return 0;
+}
+
+static json_t *message(const char *role, const char *content) {
+    return json_pack("{s:s, s:s}", "role", role, "content", content);
+}
+
+/* Renders the conversation (or takes the raw text), tokenises it and generates one reply. */
+static int turn(run_ctx *c, const char *user, sl_err *e) {
+    char *prompt = NULL;
+    size_t plen = 0;
+    int32_t *ids = NULL;
+    int n = 0, rc = -1;
+    if (c->tmpl) {
+        json_array_append_new(c->messages, message("user", user));
+        sl_chat_input in = {.messages = c->messages, .add_generation_prompt = 1, .enable_thinking = c->o->think};
+        if (sl_chat_render(c->tmpl, &in, sl_tokenizer_bos(c->tok), sl_tokenizer_eos(c->tok), &prompt, &plen, e))
+            goto done;
+    } else {
+        prompt = strdup(user);
+        plen = strlen(user);
+    }
+    if (c->o->verbose) fprintf(stderr, "--- prompt ---\n%s\n--------------\n", prompt);
+    if (sl_tokenizer_encode(c->tok, prompt, plen, c->tmpl == NULL, &ids, &n, e)) goto done;
+    c->reply_len = 0;
+    if (c->reply) c->reply[0] = 0;
+    sl_gen_stats st;
+    if (sl_generate(c->s, c->tok, ids, n, &c->o->gen, emit, c, &st, e)) goto done;
+    printf("\n");
+    if (c->tmpl) json_array_append_new(c->messages, message("assistant", c->reply ? c->reply : ""));
+    fprintf(stderr, "[prompt %d tokens (%d cached), %.1f tok/s | decode %d tokens, %.1f tok/s | %s]\n",
+            st.prompt_tokens, st.cached_tokens,
+            st.prefill_s > 0 ? (st.prompt_tokens - st.cached_tokens) / st.prefill_s : 0.0, st.generated_tokens,
+            st.decode_s > 0 ? st.generated_tokens / st.decode_s : 0.0, st.finish_reason);
+    rc = 0;
+done:
+    free(prompt);
+    free(ids);
+    return rc;
+}
+
+static void reset(run_ctx *c) {
+    json_array_clear(c->messages);
+    if (c->o->system) json_array_append_new(c->messages, message("system", c->o->system));
+    sl_session_reset(c->s);
+}
+
+static char *read_stdin(void) {
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    size_t r;
+    while (buf && (r = fread(buf + n, 1, cap - n - 1, stdin)) > 0) {
+        n += r;
+        if (n + 1 == cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                return NULL;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    if (buf) buf[n] = 0;
+    return buf;
+}
+
+static int parse_args(int argc, char **argv, run_opts *o) {
+    sl_sampler_params_default(&o->gen.sampling);
+    o->think = -1;
+    int positional = 0;
+    /* sampling defaults come from the checkpoint before flags override them */
+    for (int i = 1; i < argc; i++)
+        if (argv[i][0] != '-' && positional++ == 0) sl_gen_defaults_from_model(argv[i], &o->gen.sampling);
+    positional = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define FLAG(name) (!strcmp(a, name) && v && (i++, 1))
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            exit(0);
+        } else if (!strcmp(a, "--raw")) o->raw = 1;
+        else if (!strcmp(a, "--think")) o->think = 1;
+        else if (!strcmp(a, "--no-think")) o->think = 0;
+        else if (!strcmp(a, "--verbose")) o->verbose = 1;
+        else if (FLAG("--system")) o->system = v;
+        else if (FLAG("-n") || FLAG("--max-tokens")) o->gen.max_tokens = atoi(v);
+        else if (FLAG("--ctx")) o->ctx = atoi(v);
+        else if (FLAG("--threads")) o->threads = atoi(v);
+        else if (FLAG("--temp")) o->gen.sampling.temperature = strtof(v, NULL);
+        else if (FLAG("--top-k")) o->gen.sampling.top_k = atoi(v);
+        else if (FLAG("--top-p")) o->gen.sampling.top_p = strtof(v, NULL);
+        else if (FLAG("--min-p")) o->gen.sampling.min_p = strtof(v, NULL);
+        else if (FLAG("--repeat-penalty")) o->gen.sampling.repeat_penalty = strtof(v, NULL);
+        else if (FLAG("--repeat-last-n")) o->gen.sampling.repeat_last_n = atoi(v);
+        else if (FLAG("--presence-penalty")) o->gen.sampling.presence_penalty = strtof(v, NULL);
+        else if (FLAG("--frequency-penalty")) o->gen.sampling.frequency_penalty = strtof(v, NULL);
+        else if (FLAG("--seed")) o->gen.sampling.seed = strtoull(v, NULL, 10);
+        else if (FLAG("--stop")) {
+            if (o->gen.n_stops == MAX_STOPS) {
+                fprintf(stderr, "sluice run: at most %d --stop strings\n", MAX_STOPS);
+                return -1;
+            }
+            o->stops[o->gen.n_stops++] = v;
+        } else if (a[0] != '-' && positional == 0) {
+            o->model = a;
+            positional++;
+        } else if (a[0] != '-' && positional == 1) {
+            o->prompt = a;
+            positional++;
+        } else {
+            fprintf(stderr, "sluice run: unexpected argument '%s'\n", a);
+            return -1;
+        }
+#undef FLAG
+    }
+    o->gen.stops = o->stops;
+    if (!o->model) return -1;
+    return 0;
+}
+
+int cmd_run(int argc, char **argv) {
+    run_opts o = {0};
+    if (parse_args(argc, argv, &o)) {
+        usage(stderr);
+        return 2;
+    }
+    run_ctx c = {.o = &o};
+    sl_err e = {{0}};
+    int rc = 1;
+    char *piped = NULL;
+    sl_model_opts mo = {.threads = o.threads};
+    if (sl_tokenizer_load(o.model, &c.tok, &e) || sl_model_load(o.model, &mo, &c.m, &e)) goto done;
+    if (sl_session_create(c.m, o.ctx > 0 ? o.ctx : sl_session_default_ctx(c.m), &c.s, &e)) goto done;
+    const char *tsrc = sl_tokenizer_chat_template(c.tok);
+    if (!o.raw && tsrc && sl_jinja_parse(tsrc, strlen(tsrc), &c.tmpl, &e)) {
+        sl_wrap(&e, "%s: chat template", o.model);
+        goto done;
+    }
+    if (!o.raw && !tsrc) fprintf(stderr, "sluice run: %s has no chat template; continuing plain text\n", o.model);
+    c.messages = json_array();
+    reset(&c);
+    if (!o.prompt && !isatty(STDIN_FILENO)) {
+        piped = read_stdin();
+        if (!piped) {
+            sl_fail(&e, "out of memory reading stdin");
+            goto done;
+        }
+        o.prompt = piped;
+    }
+    if (o.prompt) {
+        rc = turn(&c, o.prompt, &e) ? 1 : 0;
+        goto done;
+    }
+    for (char *line; (line = readline(">>> ")) != NULL; free(line)) {
+        if (!*line) continue;
+        add_history(line);
+        if (!strcmp(line, "/exit") || !strcmp(line, "/quit") || !strcmp(line, "/bye")) {
+            free(line);
+            break;
+        }
+        if (!strcmp(line, "/reset") || !strcmp(line, "/clear")) {
+            reset(&c);
+            fprintf(stderr, "(conversation cleared)\n");
+            continue;
+        }
+        if (turn(&c, line, &e)) fprintf(stderr, "sluice run: %s\n", e.msg);
+    }
+    rc = 0;
+done:
+    if (rc) fprintf(stderr, "sluice run: %s\n", e.msg);
+    free(piped);
+    free(c.reply);
+    json_decref(c.messages);
+    sl_jinja_free(c.tmpl);
+    sl_session_free(c.s);
+    sl_model_free(c.m);
+    sl_tokenizer_free(c.tok);
+    return rc;
+}

@@ -1,0 +1,118 @@
+#include "runtime/generate.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "runtime/stop.h"
+#include "text/detok.h"
+
+void sl_gen_defaults_from_model(const char *model_dir, sl_sampler_params *p) {
+    char *path = sl_path_join(model_dir, "generation_config.json");
+    json_t *g = path ? json_load_file(path, 0, NULL) : NULL;
+    free(path);
+    if (!json_is_object(g)) {
+        json_decref(g);
+        return;
+    }
+    json_t *v;
+    if (json_is_number(v = json_object_get(g, "temperature"))) p->temperature = (float)json_number_value(v);
+    if (json_is_integer(v = json_object_get(g, "top_k"))) p->top_k = (int)json_integer_value(v);
+    if (json_is_number(v = json_object_get(g, "top_p"))) p->top_p = (float)json_number_value(v);
+    if (json_is_number(v = json_object_get(g, "min_p"))) p->min_p = (float)json_number_value(v);
+    if (json_is_number(v = json_object_get(g, "repetition_penalty"))) p->repeat_penalty = (float)json_number_value(v);
+    if (json_is_false(json_object_get(g, "do_sample"))) p->temperature = 0;
+    json_decref(g);
+}
+
+static int is_eos(const sl_tokenizer *tok, int32_t id) {
+    const int32_t *ids;
+    int n = sl_tokenizer_eos_ids(tok, &ids);
+    for (int i = 0; i < n; i++)
+        if (ids[i] == id) return 1;
+    return 0;
+}
+
+/* Positions [0, k) of the session can be kept: the longest common prefix, minus one token when the whole
+ * prompt is cached (its last token must run again to give logits). */
+static int reuse_prefix(sl_session *s, const int32_t *prompt, int n) {
+    int k = 0;
+    while (k < s->pos && k < n && s->hist[k] == prompt[k]) k++;
+    if (k == n) k--;
+    if (k < s->pos && sl_session_rewind(s, k) != 0) {
+        sl_session_reset(s);
+        k = 0;
+    }
+    return k;
+}
+
+int sl_generate(sl_session *s, const sl_tokenizer *tok, const int32_t *prompt, int n_prompt, const sl_gen_params *p,
+                sl_gen_emit_fn emit, void *ud, sl_gen_stats *st, sl_err *e) {
+    memset(st, 0, sizeof *st);
+    st->prompt_tokens = n_prompt;
+    if (n_prompt <= 0) return sl_fail(e, "the prompt is empty");
+    if (n_prompt >= s->max_ctx)
+        return sl_fail(e, "the prompt has %d tokens but the context holds %d", n_prompt, s->max_ctx);
+    int V = s->m->cfg.vocab_size, rc = -1;
+    float *logits = malloc((size_t)V * sizeof *logits);
+    sl_sampler *smp = sl_sampler_create(&p->sampling, V);
+    sl_stop *stop = sl_stop_create(p->stops, p->n_stops);
+    sl_detok dt;
+    sl_detok_init(&dt, tok, 1);
+    if (!logits || !smp || !stop) {
+        sl_fail(e, "out of memory");
+        goto done;
+    }
+    int k = reuse_prefix(s, prompt, n_prompt);
+    st->cached_tokens = k;
+    double t0 = sl_now();
+    if (sl_session_forward(s, prompt + k, n_prompt - k, logits, 0, e)) goto done;
+    st->prefill_s = sl_now() - t0;
+    for (int i = 0; i < n_prompt; i++) sl_sampler_accept(smp, prompt[i]);
+    t0 = sl_now();
+    st->finish_reason = "length";
+    const char *out;
+    size_t len;
+    for (;;) {
+        int32_t id = sl_sampler_sample(smp, logits);
+        if (id < 0) {
+            sl_fail(e, "the model produced no finite logits (NaN or -inf everywhere)");
+            goto done;
+        }
+        if (!p->ignore_eos && is_eos(tok, id)) {
+            st->finish_reason = "stop";
+            break;
+        }
+        st->generated_tokens++;
+        sl_sampler_accept(smp, id);
+        if (sl_detok_push(&dt, id, &out, &len, e)) goto done;
+        int stopped = sl_stop_feed(stop, out, len, &out, &len, e);
+        if (stopped < 0) goto done;
+        if (len && emit(ud, out, len)) {
+            st->finish_reason = "cancelled";
+            break;
+        }
+        if (stopped) {
+            st->finish_reason = "stop";
+            break;
+        }
+        if ((p->max_tokens > 0 && st->generated_tokens >= p->max_tokens) || s->pos >= s->max_ctx) break;
+        if (sl_session_forward(s, &id, 1, logits, 0, e)) goto done;
+    }
+    if (strcmp(st->finish_reason, "cancelled") != 0) {
+        if (sl_detok_flush(&dt, &out, &len, e)) goto done;
+        if (!sl_stop_stopped(stop) && sl_stop_feed(stop, out, len, &out, &len, e) < 0) goto done;
+        if (len) emit(ud, out, len);
+        if (sl_stop_flush(stop, &out, &len)) st->finish_reason = "stop";
+        if (len) emit(ud, out, len);
+    }
+    st->decode_s = sl_now() - t0;
+    rc = 0;
+done:
+    sl_detok_free(&dt);
+    sl_stop_free(stop);
+    sl_sampler_free(smp);
+    free(logits);
+    return rc;
+}

@@ -1,0 +1,35 @@
+/* The generation loop shared by `sluice run` and the server: reuse the cached prefix, prefill the rest
+ * of the prompt, then sample, detokenise, apply stop strings and stream text until an end-of-generation
+ * token, a stop string, the token limit or the context end. */
+#ifndef SLUICE_RUNTIME_GENERATE_H
+#define SLUICE_RUNTIME_GENERATE_H
+
+#include "runtime/sampler.h"
+#include "runtime/session.h"
+#include "text/tokenizer.h"
+
+typedef struct sl_gen_params {
+    sl_sampler_params sampling;
+    int max_tokens;            /* <= 0: until end of generation or of the context */
+    const char *const *stops;  /* stop strings, never emitted */
+    int n_stops;
+    int ignore_eos;
+} sl_gen_params;
+
+typedef struct sl_gen_stats {
+    int prompt_tokens, cached_tokens, generated_tokens;
+    double prefill_s, decode_s;
+    const char *finish_reason; /* "stop", "length" or "cancelled" */
+} sl_gen_stats;
+
+/* Receives text as it becomes safe to show; returns non-zero to cancel the generation. */
+typedef int (*sl_gen_emit_fn)(void *ud, const char *text, size_t len);
+
+/* The checkpoint's own sampling defaults from generation_config.json (temperature, top_k, top_p, min_p,
+ * repetition_penalty; do_sample false means greedy), on top of whatever p already holds. */
+void sl_gen_defaults_from_model(const char *model_dir, sl_sampler_params *p);
+
+int sl_generate(sl_session *s, const sl_tokenizer *tok, const int32_t *prompt, int n_prompt, const sl_gen_params *p,
+                sl_gen_emit_fn emit, void *ud, sl_gen_stats *st, sl_err *e);
+
+#endif
