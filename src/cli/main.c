@@ -5,6 +5,7 @@
 
 static const sl_command commands[] = {
     /* one line per command, kept in the order --help lists them */
+    {"tokenize", "print the token ids of a text", cmd_tokenize},
     {NULL, NULL, NULL},
 };
 static const int n_commands = (int)(sizeof commands / sizeof commands[0]) - 1;
