@@ -10,12 +10,13 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: sluice tokenize MODEL [TEXT] [--pieces] [--specials]\n"
-            "       sluice tokenize MODEL --bench [MB]\n\n"
+            "       sluice tokenize MODEL --bench [MB] | --bench-file FILE\n\n"
             "Encodes TEXT (or all of stdin when TEXT is absent) with the tokenizer.json in directory MODEL and\n"
             "prints the ids as one JSON array.\n\n"
             "  --pieces    print [id, \"text\"] pairs (a token that is not whole UTF-8 shows its vocab string)\n"
             "  --specials  add the post-processor's special tokens (BOS/EOS)\n"
-            "  --bench     encode MB megabytes (default 8) of generated English-like text, print MB/s\n");
+            "  --bench     encode MB megabytes (default 8) of generated English-like text, print MB/s\n"
+            "  --bench-file FILE  the same with the contents of FILE\n");
 }
 
 static int read_stdin(char **out, size_t *len) {
@@ -115,15 +116,19 @@ static char *bench_text(size_t want, size_t *len) {
     return buf;
 }
 
-static int bench(const sl_tokenizer *t, double mb) {
+static int bench(const sl_tokenizer *t, double mb, const char *file) {
     size_t n;
-    char *text = bench_text((size_t)(mb * 1e6), &n);
-    if (!text) return 1;
+    char *text = NULL;
+    sl_err e;
+    if (file && sl_read_file(file, &text, &n, &e)) {
+        fprintf(stderr, "sluice tokenize: %s\n", e.msg);
+        return 1;
+    }
+    if (!file && !(text = bench_text((size_t)(mb * 1e6), &n))) return 1;
     double best = 1e30;
     int n_ids = 0;
     for (int rep = 0; rep < 3; rep++) {
         int32_t *ids;
-        sl_err e;
         double t0 = sl_now();
         if (sl_tokenizer_encode(t, text, n, 0, &ids, &n_ids, &e)) {
             fprintf(stderr, "sluice tokenize: %s\n", e.msg);
@@ -141,7 +146,7 @@ static int bench(const sl_tokenizer *t, double mb) {
 }
 
 int cmd_tokenize(int argc, char **argv) {
-    const char *model = NULL, *text = NULL;
+    const char *model = NULL, *text = NULL, *bench_file = NULL;
     int pieces = 0, specials = 0, do_bench = 0;
     double mb = 8;
     for (int i = 1; i < argc; i++) {
@@ -155,6 +160,9 @@ int cmd_tokenize(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--bench")) {
             do_bench = 1;
             if (i + 1 < argc && atof(argv[i + 1]) > 0) mb = atof(argv[++i]);
+        } else if (!strcmp(argv[i], "--bench-file") && i + 1 < argc) {
+            do_bench = 1;
+            bench_file = argv[++i];
         } else if (!strcmp(argv[i], "--")) {
             if (i + 1 < argc && !model) model = argv[++i];
             if (i + 1 < argc && !text) text = argv[++i];
@@ -182,7 +190,7 @@ int cmd_tokenize(int argc, char **argv) {
         return 1;
     }
     if (do_bench) {
-        int rc = bench(t, mb);
+        int rc = bench(t, mb, bench_file);
         sl_tokenizer_free(t);
         return rc;
     }

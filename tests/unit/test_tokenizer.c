@@ -390,3 +390,56 @@ Test(tokenizer, tiny_bytelevel) {
     sl_tokenizer_free(t);
     free(dir);
 }
+
+/* Without a normalizer, decode(encode(x)) == x for any valid UTF-8, and streaming agrees with decode. */
+Test(tokenizer, llama3_random_round_trip) {
+    char *dir = fixture_dir("llama3");
+    sl_tokenizer *t = load_dir(dir);
+    static const int32_t pool[] = {' ', ' ', 'e', 't', 'a', '\n', '\'', '.', '1', 0xe9, 0x301, 0x4f60, 0x597d,
+                                   0x200d, 0x1f468, 0x1f600, 0x3042, 0x0627, 0xac00, '\t', '\r', 0xa0, 0x2028};
+    uint32_t x = 7;
+    for (int rep = 0; rep < 20; rep++) {
+        char text[4096];
+        size_t n = 0;
+        while (n < sizeof text - 8) {
+            x = x * 1664525u + 1013904223u;
+            uint32_t cp = (uint32_t)pool[(x >> 8) % (sizeof pool / sizeof pool[0])];
+            if ((x >> 20) % 5 == 0) cp = 'a' + (x >> 24) % 26;
+            if (cp < 0x80) text[n++] = (char)cp;
+            else if (cp < 0x800) text[n++] = (char)(0xC0 | cp >> 6), text[n++] = (char)(0x80 | (cp & 63));
+            else if (cp < 0x10000)
+                text[n++] = (char)(0xE0 | cp >> 12), text[n++] = (char)(0x80 | (cp >> 6 & 63)),
+                text[n++] = (char)(0x80 | (cp & 63));
+            else
+                text[n++] = (char)(0xF0 | cp >> 18), text[n++] = (char)(0x80 | (cp >> 12 & 63)),
+                text[n++] = (char)(0x80 | (cp >> 6 & 63)), text[n++] = (char)(0x80 | (cp & 63));
+        }
+        int32_t *ids;
+        int k;
+        sl_err e;
+        cr_assert_eq(sl_tokenizer_encode(t, text, n, 0, &ids, &k, &e), 0, "%s", e.msg);
+        char *out;
+        size_t len;
+        cr_assert_eq(sl_tokenizer_decode(t, ids, k, 0, &out, &len, &e), 0);
+        cr_assert_eq(len, n);
+        cr_assert_eq(memcmp(out, text, n), 0, "round trip %d differs", rep);
+        sl_detok d;
+        sl_detok_init(&d, t, 0);
+        size_t at = 0;
+        for (int i = 0; i <= k; i++) {
+            const char *c;
+            size_t cl;
+            cr_assert_eq(i < k ? sl_detok_push(&d, ids[i], &c, &cl, &e) : sl_detok_flush(&d, &c, &cl, &e), 0);
+            cr_assert(valid_utf8(c, cl));
+            cr_assert_leq(at + cl, n);
+            cr_assert_eq(memcmp(c, text + at, cl), 0);
+            at += cl;
+        }
+        cr_assert_eq(at, n);
+        sl_detok_free(&d);
+        free(out);
+        free(ids);
+    }
+    sl_tokenizer_free(t);
+    free(dir);
+}
