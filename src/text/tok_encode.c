@@ -242,6 +242,7 @@ static int work_append(enc_ctx *c, const char *s, size_t n, size_t *off) {
 
 /* Finds the next match of p's pattern in work[off, off+len) at or after at. Returns 1, 0 (none) or -1. */
 static int re_next(enc_ctx *c, const tok_pretok *p, size_t off, size_t len, size_t at, size_t *ms, size_t *me) {
+    /* Text reaches here only after UTF-8 validation, so PCRE2's own check is skipped (the JIT never does it). */
     PCRE2_SPTR subj = (PCRE2_SPTR)c->work + off;
     int rc;
     for (;;) {

@@ -357,7 +357,7 @@ static int64_t max_id(json_t *vocab, json_t *added) {
 
 static int parse_merges(sl_tokenizer *t, json_t *merges, const char *path, sl_err *e) {
     size_t n = json_array_size(merges), i;
-    t->merges.mask = pow2_at_least(n * 2) - 1;
+    t->merges.mask = pow2_at_least(n + n / 2) - 1; /* load factor at most 2/3 */
     t->merges.keys = malloc(((size_t)t->merges.mask + 1) * sizeof(uint64_t));
     t->merges.vals = malloc(((size_t)t->merges.mask + 1) * sizeof(uint64_t));
     if (!t->merges.keys || !t->merges.vals) return sl_fail(e, "out of memory");
@@ -504,7 +504,7 @@ static int load_json(sl_tokenizer *t, json_t *root, const char *path, sl_err *e)
         t->added_start[b] = i;
     }
 
-    t->vocab.mask = pow2_at_least((size_t)t->n_vocab * 2) - 1;
+    t->vocab.mask = pow2_at_least((size_t)t->n_vocab * 3 / 2) - 1;
     t->vocab.ids = calloc((size_t)t->vocab.mask + 1, sizeof(uint32_t));
     t->vocab.hashes = calloc((size_t)t->vocab.mask + 1, sizeof(uint32_t));
     if (!t->vocab.ids || !t->vocab.hashes) return sl_fail(e, "out of memory");

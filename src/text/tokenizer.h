@@ -18,8 +18,9 @@ void sl_tokenizer_free(sl_tokenizer *t);
  * add_specials applies the post-processor (BOS/EOS). *ids is a heap array the caller frees. */
 int sl_tokenizer_encode(const sl_tokenizer *t, const char *text, size_t len, int add_specials, int32_t **ids,
                         int *n_ids, sl_err *e);
-/* Decodes ids to a NUL-terminated heap string (UTF-8; invalid byte sequences become U+FFFD).
- * skip_special drops tokens marked special. */
+/* Decodes ids to a NUL-terminated heap string (UTF-8; invalid byte sequences become U+FFFD), as Hugging Face's
+ * decode does, except that clean_up_tokenization_spaces is never applied: the text stays exactly what the
+ * tokens spell, so a streamed decode (detok.h) always agrees with it. skip_special drops tokens marked special. */
 int sl_tokenizer_decode(const sl_tokenizer *t, const int32_t *ids, int n, int skip_special, char **out, size_t *len,
                         sl_err *e);
 

@@ -28,8 +28,9 @@ expect "pieces" "$("$BIN" tokenize "$tmp/qwen3" --pieces $'Hello "world"\n你好
 expect "specials (ByteLevel post-processor adds none)" "$("$BIN" tokenize "$tmp/llama3" --specials 'Hello world')" "[9906,1917]"
 "$BIN" tokenize --help | grep -q "usage: sluice tokenize" || fail "--help"
 
-# every expected text of the fixture, through stdin
-python3 - "$BIN" "$tmp" "$FIX/tokenizers/expected.json" <<'PY' || fail "expected.json texts"
+# every expected text of the fixture, through stdin (the unit tests cover them too; this needs python3)
+command -v python3 >/dev/null || echo "python3 not found: skipping the expected.json stdin pass"
+command -v python3 >/dev/null && python3 - "$BIN" "$tmp" "$FIX/tokenizers/expected.json" <<'PY' || fail "expected.json texts"
 import json, subprocess, sys
 bin_, tmp, exp = sys.argv[1:]
 for m, d in json.load(open(exp)).items():
