@@ -9,8 +9,10 @@ typedef struct sl_command {
     int (*fn)(int argc, char **argv);
 } sl_command;
 
+int cmd_tokenize(int argc, char **argv);
 
 int cmd_logits(int argc, char **argv);
 int cmd_show(int argc, char **argv);
+int cmd_run(int argc, char **argv);
 
 #endif

@@ -5,8 +5,10 @@
 
 static const sl_command commands[] = {
     /* one line per command, kept in the order --help lists them */
+    {"run", "chat with a model in the terminal, or answer one prompt", cmd_run},
     {"show", "architecture, sizes, dtypes and parameter counts of a model", cmd_show},
     {"logits", "raw float32 logits for token ids (validation)", cmd_logits},
+    {"tokenize", "print the token ids of a text", cmd_tokenize},
     {NULL, NULL, NULL},
 };
 static const int n_commands = (int)(sizeof commands / sizeof commands[0]) - 1;
