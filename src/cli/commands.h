@@ -9,5 +9,6 @@ typedef struct sl_command {
     int (*fn)(int argc, char **argv);
 } sl_command;
 
+int cmd_template(int argc, char **argv);
 
 #endif

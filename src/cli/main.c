@@ -5,6 +5,7 @@
 
 static const sl_command commands[] = {
     /* one line per command, kept in the order --help lists them */
+    {"template", "render a chat template on a conversation", cmd_template},
     {NULL, NULL, NULL},
 };
 static const int n_commands = (int)(sizeof commands / sizeof commands[0]) - 1;

@@ -77,8 +77,11 @@ Test(chat_templates, fixture_corpus) {
                 else if (r) fprintf(stderr, "ERROR %s: %s\n", what, e.msg);
                 else show_diff(what, out, len, rendered);
             } else {
-                if (r) pass++;
-                else fprintf(stderr, "NOERROR %s: expected %s\n", what, json_string_value(json_object_get(want, "error")));
+                /* the same failure as Jinja2: our message carries its "Type: text" form */
+                const char *want_err = json_string_value(json_object_get(want, "error"));
+                if (r && strstr(e.msg, want_err)) pass++;
+                else fprintf(stderr, "%s %s: want error %s, got %s\n", r ? "WRONGERROR" : "NOERROR", what, want_err,
+                             r ? e.msg : "a render");
             }
             free(out);
             json_decref(extra);
