@@ -69,6 +69,14 @@ int jx_getattr(jctx *c, jv obj, const char *name, jv *out) {
     return 0;
 }
 
+int jx_getattr_only(jctx *c, jv obj, const char *name, jv *out) {
+    if (obj.t == JV_DICT && !obj.u.d->ns && !in_list(dict_methods, name)) {
+        *out = missing_attr(c, obj, name);
+        return 0;
+    }
+    return jx_getattr(c, obj, name, out);
+}
+
 int jx_getitem(jctx *c, jv obj, jv key, jv *out) {
     if (obj.t == JV_DICT) {
         if (jd_get(obj.u.d, key, out)) return 0;

@@ -67,6 +67,8 @@ static int call_macro(evalctx *x, jfunc *fn, jv *args, size_t nargs, const char 
     size_t np = def->nnames;
     jv varargs = jv_list(c->a, 0), kwargs = jv_dict(c->a);
     varargs.u.l->tuple = 1;
+    if (nargs > np && def->k == N_MACRO && !(def->op & MACRO_VARARGS))
+        return jx_fail(c, "TypeError: macro '%s' takes not more than %zu argument(s)", fn->name, np);
     for (size_t i = 0; i < nargs; i++) {
         if (i < np) assign(c, ms, def->names[i], args[i]);
         else jl_push(c->a, varargs.u.l, args[i]);
@@ -77,7 +79,9 @@ static int call_macro(evalctx *x, jfunc *fn, jv *args, size_t nargs, const char 
         if (i < np) {
             if (i < nargs) return jx_fail(c, "TypeError: macro '%s' got multiple values for argument '%s'", fn->name, kwn[k]);
             assign(c, ms, def->names[i], kwv[k]);
-        } else jd_setc(c->a, kwargs.u.d, kwn[k], kwv[k]);
+        } else if (def->k == N_MACRO && !(def->op & MACRO_KWARGS))
+            return jx_fail(c, "TypeError: macro '%s' takes no keyword argument '%s'", fn->name, kwn[k]);
+        else jd_setc(c->a, kwargs.u.d, kwn[k], kwv[k]);
     }
     int line = c->line;
     for (size_t i = nargs; i < np; i++) {

@@ -411,6 +411,7 @@ static int parse_num(jv s, int want_int, jv *out) {
     buf[k] = 0;
     char *end;
     const char *p = buf;
+    if (strpbrk(buf, "xXpP")) return -1; /* Python's int()/float() take no hex */
     while (*p == ' ' || *p == '\t' || *p == '\n') p++;
     if (!*p) return -1;
     if (want_int) {
@@ -424,6 +425,7 @@ static int parse_num(jv s, int want_int, jv *out) {
     double d = strtod(p, &end);
     while (*end == ' ' || *end == '\t' || *end == '\n') end++;
     if (*end || end == p) return -1;
+    if (want_int && !isfinite(d)) return -1;
     *out = want_int ? jv_int((long long)d) : jv_float(d);
     return 0;
 }
@@ -460,9 +462,11 @@ static int f_round(jctx *c, jv in, const fargs *a, jv *out) {
     jv method = A(a, 1, "method", jv_cstr("common"));
     if (in.t != JV_FLOAT && !is_int(in)) return jx_fail(c, "TypeError: round needs a number");
     double v = in.t == JV_FLOAT ? in.u.f : (double)ival(in), m = pow(10.0, (double)prec), r;
-    if (method.t == JV_STR && method.u.s.n && method.u.s.p[0] == 'c') r = nearbyint(v * m) / m; /* half to even */
-    else if (method.t == JV_STR && method.u.s.n && method.u.s.p[0] == 'f') r = floor(v * m) / m;
-    else r = ceil(v * m) / m;
+    jv meth = str_of(c, method);
+    if (meth.u.s.n == 4 && !memcmp(meth.u.s.p, "ceil", 4)) r = ceil(v * m) / m;
+    else if (meth.u.s.n == 5 && !memcmp(meth.u.s.p, "floor", 5)) r = floor(v * m) / m;
+    else if (meth.u.s.n == 6 && !memcmp(meth.u.s.p, "common", 6)) r = nearbyint(v * m) / m; /* half to even */
+    else return jx_fail(c, "FilterArgumentError: method must be common, ceil or floor");
     *out = jv_float(r);
     return 0;
 }
@@ -642,7 +646,7 @@ static int f_attr(jctx *c, jv in, const fargs *a, jv *out) {
     jv nm = A(a, 0, "name", jv_none());
     if (nm.t != JV_STR) return jx_fail(c, "TypeError: attribute name must be a string");
     if (in.t == JV_UNDEF) return jx_fail(c, "UndefinedError: value is undefined");
-    return jx_getattr(c, in, ja_strndup(c->a, nm.u.s.p, nm.u.s.n), out);
+    return jx_getattr_only(c, in, ja_strndup(c->a, nm.u.s.p, nm.u.s.n), out);
 }
 
 static int f_truncate(jctx *c, jv in, const fargs *a, jv *out) {

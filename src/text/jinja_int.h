@@ -127,7 +127,7 @@ typedef enum { OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_FDIV, OP_MOD, OP_POW, OP_CAT, 
 typedef struct jnode {
     jn_kind k;
     int line;
-    int op;  /* E_BIN operator; E_TEST negation */
+    int op;  /* E_BIN operator; E_TEST negation; N_MACRO: MACRO_* flags */
     jv lit;  /* E_LIT; N_TEXT */
     const char *name, *name2; /* names; N_SET on ns.attr uses both */
     struct jnode *a, *b, *c, *d;
@@ -136,6 +136,10 @@ typedef struct jnode {
     const char **names;     /* kw names / targets / params */
     size_t nnames;
 } jnode;
+
+/* N_MACRO flags: the body mentions varargs / kwargs, so extra arguments are accepted */
+#define MACRO_VARARGS 1
+#define MACRO_KWARGS 2
 
 /* ---- render context ---- */
 typedef struct jscope {
@@ -162,6 +166,7 @@ int jx_has_test(const char *name);
 int jx_call_builtin(jctx *c, jv fn, jv *args, size_t nargs, const char **kwn, jv *kwv, size_t nkw, jv *out);
 int jx_getattr(jctx *c, jv obj, const char *name, jv *out);
 int jx_getitem(jctx *c, jv obj, jv key, jv *out);
+int jx_getattr_only(jctx *c, jv obj, const char *name, jv *out); /* attributes (methods) only, never dict keys */
 int jx_iter(jctx *c, jv v, jlist **out); /* materialises anything iterable */
 int jx_binop(jctx *c, int op, jv a, jv b, jv *out);
 jv jx_global(jarena *a, const char *name); /* range, dict, namespace...; JV_UNDEF when none */

@@ -760,6 +760,18 @@ fail:
     return -1;
 }
 
+/* Whether any expression under n reads the variable name. */
+static int mentions(const jnode *n, const char *name) {
+    if (!n) return 0;
+    if (n->k == E_NAME && !strcmp(n->name, name)) return 1;
+    if (mentions(n->a, name) || mentions(n->b, name) || mentions(n->c, name) || mentions(n->d, name)) return 1;
+    for (size_t i = 0; i < n->nv; i++)
+        if (mentions(n->v[i], name)) return 1;
+    for (size_t i = 0; i < n->nw; i++)
+        if (mentions(n->w[i], name)) return 1;
+    return 0;
+}
+
 static jnode *s_macro(parser *P, int line) {
     jnode *n = mk(P, N_MACRO, line);
     n->name = take_name(P);
@@ -776,6 +788,10 @@ static jnode *s_macro(parser *P, int line) {
         return NULL;
     }
     n->v = body_done(P, &body, &n->nv);
+    for (size_t i = 0; i < n->nv; i++) {
+        if (mentions(n->v[i], "varargs")) n->op |= MACRO_VARARGS;
+        if (mentions(n->v[i], "kwargs")) n->op |= MACRO_KWARGS;
+    }
     if (cur(P)->t == T_NAME) P->i++; /* {% endmacro name %} */
     if (end_block(P)) return NULL;
     return n;

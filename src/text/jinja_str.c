@@ -46,7 +46,14 @@ jv js_case(jarena *a, jv s, jcase mode) {
     for (size_t i = 0; i < s.u.s.n;) {
         utf8proc_int32_t cp = next_cp(s.u.s.p, s.u.s.n, &i), o = cp;
         switch (mode) {
-        case CASE_UPPER: o = utf8proc_toupper(cp); break;
+        case CASE_UPPER:
+            if (cp == 0xDF) { /* Python's full case mapping: sharp s becomes SS */
+                jb_puts(&b, "SS");
+                first = 0;
+                continue;
+            }
+            o = utf8proc_toupper(cp);
+            break;
         case CASE_LOWER: o = utf8proc_tolower(cp); break;
         case CASE_CAPITALIZE: o = first ? utf8proc_totitle(cp) : utf8proc_tolower(cp); break;
         case CASE_TITLE: /* str.title(): upper after an uncased character */
@@ -209,10 +216,8 @@ int js_split(jctx *c, jv s, jv sep, long long maxsplit, int from_right, jv *out)
             i = j;
         }
         if (i >= n) break;
-        if (maxsplit >= 0 && k >= maxsplit) {
-            size_t hi = n;
-            while (hi > i && py_space((unsigned char)p[hi - 1])) hi--;
-            jl_push(c->a, l.u.l, jv_str(p + i, hi - i));
+        if (maxsplit >= 0 && k >= maxsplit) { /* the remainder keeps its trailing whitespace */
+            jl_push(c->a, l.u.l, jv_str(p + i, n - i));
             break;
         }
         size_t st = i;
