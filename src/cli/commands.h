@@ -14,5 +14,6 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_show(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_template(int argc, char **argv);
 
 #endif

@@ -9,6 +9,7 @@ static const sl_command commands[] = {
     {"show", "architecture, sizes, dtypes and parameter counts of a model", cmd_show},
     {"logits", "raw float32 logits for token ids (validation)", cmd_logits},
     {"tokenize", "print the token ids of a text", cmd_tokenize},
+    {"template", "render a chat template on a conversation", cmd_template},
     {NULL, NULL, NULL},
 };
 static const int n_commands = (int)(sizeof commands / sizeof commands[0]) - 1;
