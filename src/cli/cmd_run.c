@@ -216,6 +216,9 @@ int cmd_run(int argc, char **argv) {
             sl_fail(&e, "out of memory reading stdin");
             goto done;
         }
+        /* `echo ... | sluice run` ends the prompt with a newline that is not part of the question */
+        size_t L = strlen(piped);
+        while (L && (piped[L - 1] == '\n' || piped[L - 1] == '\r')) piped[--L] = 0;
         o.prompt = piped;
     }
     if (o.prompt) {

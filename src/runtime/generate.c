@@ -86,7 +86,14 @@ int sl_generate(sl_session *s, const sl_tokenizer *tok, const int32_t *prompt, i
         }
         st->generated_tokens++;
         sl_sampler_accept(smp, id);
-        if (sl_detok_push(&dt, id, &out, &len, e)) goto done;
+        /* embedding tables are often padded past the tokenizer's vocabulary: such ids spell nothing */
+        size_t tl;
+        if (!sl_tokenizer_token_bytes(tok, id, &tl)) {
+            out = "";
+            len = 0;
+        } else if (sl_detok_push(&dt, id, &out, &len, e)) {
+            goto done;
+        }
         int stopped = sl_stop_feed(stop, out, len, &out, &len, e);
         if (stopped < 0) goto done;
         if (len && emit(ud, out, len)) {

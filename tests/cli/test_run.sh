@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# sluice run end to end on a fixture model with the tiny tokenizer: piped and argument prompts, greedy
+# determinism, stop strings, interactive multi-turn with prefix reuse and /reset, bad model.
+set -euo pipefail
+BIN=${SLUICE_BIN:?} FIX=${SLUICE_FIXTURES:?}
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+M=$T/model; mkdir -p "$M"
+cp "$FIX/models/qwen3/config.json" "$FIX/models/qwen3/model.safetensors" "$FIX/tiny_tokenizer/"* "$M/"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# one-shot from stdin, greedy: same output twice, a stats line on stderr
+echo "Hello, how are you?" | "$BIN" run "$M" --temp 0 -n 12 >"$T/a" 2>"$T/a.err" || fail "piped run exited $?"
+echo "Hello, how are you?" | "$BIN" run "$M" --temp 0 -n 12 >"$T/b" 2>/dev/null
+cmp -s "$T/a" "$T/b" || fail "greedy runs differ"
+[ -s "$T/a" ] || fail "no output"
+grep -q "decode 12 tokens" "$T/a.err" || { cat "$T/a.err"; fail "stats line missing"; }
+
+# one-shot from the argument gives the same as from stdin
+"$BIN" run "$M" "Hello, how are you?" --temp 0 -n 12 >"$T/c" 2>/dev/null
+cmp -s "$T/a" "$T/c" || fail "argument prompt differs from piped prompt"
+
+# sampling with a seed is reproducible
+"$BIN" run "$M" "Tell me a story" --temp 1 --seed 7 -n 16 >"$T/s1" 2>/dev/null
+"$BIN" run "$M" "Tell me a story" --temp 1 --seed 7 -n 16 >"$T/s2" 2>/dev/null
+cmp -s "$T/s1" "$T/s2" || fail "same seed gave different output"
+
+# a stop string cuts the output before it and is never printed
+full=$(cat "$T/a")
+word=$(printf '%s' "$full" | LC_ALL=C tr -c 'A-Za-z' ' ' | awk '{for (i = 1; i <= NF; i++) if (length($i) >= 3) { print $i; exit }}')
+if [ -n "$word" ]; then
+    echo "Hello, how are you?" | "$BIN" run "$M" --temp 0 -n 12 --stop "$word" >"$T/d" 2>"$T/d.err"
+    expect="${full%%"$word"*}"
+    [ "$(cat "$T/d")" == "$(printf '%s' "$expect")" ] || fail "stop string '$word': got '$(cat "$T/d")' expected '$expect'"
+    grep -q "| stop\]" "$T/d.err" || fail "finish reason is not stop"
+fi
+
+# interactive: second turn reuses the cached prefix, /reset starts over
+printf 'Hi there\nAnd then?\n/reset\nHello\n/exit\n' | timeout 60 script -qec "'$BIN' run '$M' --temp 0 -n 4" /dev/null \
+    | tr -d '\r' >"$T/i" 2>&1 || true
+[ "$(grep -ac '^\[prompt' "$T/i")" -eq 3 ] || { cat "$T/i"; fail "expected three turns"; }
+grep -a '^\[prompt' "$T/i" | sed -n 2p | grep -qv '(0 cached)' || fail "second turn reused nothing"
+grep -a '^\[prompt' "$T/i" | sed -n 3p | grep -q '(0 cached)' || fail "/reset kept the cache"
+
+# errors: a missing model exits non-zero with one line
+if "$BIN" run "$T/nope" "hi" >/dev/null 2>"$T/e"; then fail "missing model accepted"; fi
+[ "$(wc -l <"$T/e")" -eq 1 ] || { cat "$T/e"; fail "error is not one line"; }
+"$BIN" run --help | grep -q "usage: sluice run" || fail "--help"
+echo "run: all checks passed"
