@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "core/util.h"
+#include "formats/resolve.h"
 #include "runtime/generate.h"
 #include "text/chat.h"
 #include "text/jinja.h"
@@ -134,14 +135,11 @@ static char *read_stdin(void) {
     return buf;
 }
 
+/* Flags override the sampling defaults already in o (the checkpoint's, see cmd_run). */
 static int parse_args(int argc, char **argv, run_opts *o) {
-    sl_sampler_params_default(&o->gen.sampling);
     o->think = -1;
+    o->gen.n_stops = 0;
     int positional = 0;
-    /* sampling defaults come from the checkpoint before flags override them */
-    for (int i = 1; i < argc; i++)
-        if (argv[i][0] != '-' && positional++ == 0) sl_gen_defaults_from_model(argv[i], &o->gen.sampling);
-    positional = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -191,6 +189,7 @@ static int parse_args(int argc, char **argv, run_opts *o) {
 
 int cmd_run(int argc, char **argv) {
     run_opts o = {0};
+    sl_sampler_params_default(&o.gen.sampling);
     if (parse_args(argc, argv, &o)) {
         usage(stderr);
         return 2;
@@ -198,9 +197,14 @@ int cmd_run(int argc, char **argv) {
     run_ctx c = {.o = &o};
     sl_err e = {{0}};
     int rc = 1;
-    char *piped = NULL;
+    char *piped = NULL, *dir = NULL;
+    if (sl_resolve_model(o.model, &dir, &e)) goto done;
+    /* sampling: llama.cpp's defaults, then the checkpoint's generation_config.json, then the flags */
+    sl_sampler_params_default(&o.gen.sampling);
+    sl_gen_defaults_from_model(dir, &o.gen.sampling);
+    parse_args(argc, argv, &o);
     sl_model_opts mo = {.threads = o.threads};
-    if (sl_tokenizer_load(o.model, &c.tok, &e) || sl_model_load(o.model, &mo, &c.m, &e)) goto done;
+    if (sl_tokenizer_load(dir, &c.tok, &e) || sl_model_load(dir, &mo, &c.m, &e)) goto done;
     if (sl_session_create(c.m, o.ctx > 0 ? o.ctx : sl_session_default_ctx(c.m), &c.s, &e)) goto done;
     const char *tsrc = sl_tokenizer_chat_template(c.tok);
     if (!o.raw && tsrc && sl_jinja_parse(tsrc, strlen(tsrc), &c.tmpl, &e)) {
@@ -242,6 +246,7 @@ int cmd_run(int argc, char **argv) {
     rc = 0;
 done:
     if (rc) fprintf(stderr, "sluice run: %s\n", e.msg);
+    free(dir);
     free(piped);
     free(c.reply);
     json_decref(c.messages);

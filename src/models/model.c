@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "formats/resolve.h"
 #include "models/loader.h"
 #include "models/registry.h"
 #include "models/rope.h"
@@ -40,12 +41,20 @@ static void account(sl_model *m) {
     m->bytes_other = total > ex ? total - ex : 0;
 }
 
-int sl_model_load(const char *path, const sl_model_opts *o, sl_model **out, sl_err *e) {
-    if (!sl_is_dir(path))
-        return sl_fail(e, "%s: not a model directory (expected a folder with config.json and *.safetensors)", path);
+int sl_model_load(const char *arg, const sl_model_opts *o, sl_model **out, sl_err *e) {
+    char *path;
+    if (sl_resolve_model(arg, &path, e)) return -1;
+    if (!sl_is_dir(path)) {
+        sl_fail(e, "%s: not a model directory (expected a folder with config.json and *.safetensors)", path);
+        free(path);
+        return -1;
+    }
     sl_model *m = calloc(1, sizeof *m);
-    if (!m) return sl_fail(e, "out of memory");
-    m->path = strdup(path);
+    if (!m) {
+        free(path);
+        return sl_fail(e, "out of memory");
+    }
+    m->path = path;
     sl_loader ld = {0};
     if (sl_config_load(path, &m->cfg, e)) goto fail;
     m->family = sl_family_for(m->cfg.model_type);
