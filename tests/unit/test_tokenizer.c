@@ -443,3 +443,36 @@ Test(tokenizer, llama3_random_round_trip) {
     sl_tokenizer_free(t);
     free(dir);
 }
+
+/* Split behaviors decide which side a delimiter joins; BPE merges across the joins show where pieces ended. */
+static void check_split(const char *behavior, const char *text, const int32_t *want, int n_want) {
+    char *dir = tu_tmpdir(), json[1024];
+    snprintf(json, sizeof json,
+             "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"-\": 1, \"a-\": 2, \"-a\": 3, \"--\": 4},"
+             " \"merges\": [\"a -\", \"- a\", \"- -\"]},"
+             " \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\":"
+             " {\"String\": \"-\"}, \"behavior\": \"%s\", \"invert\": false}, {\"type\": \"ByteLevel\","
+             " \"add_prefix_space\": false, \"use_regex\": false}]}}",
+             behavior);
+    write_text(dir, "tokenizer.json", json);
+    sl_tokenizer *t = load_dir(dir);
+    int32_t *ids;
+    int n;
+    sl_err e;
+    cr_assert_eq(sl_tokenizer_encode(t, text, strlen(text), 0, &ids, &n, &e), 0, "%s", e.msg);
+    cr_assert_eq(n, n_want, "%s on %s: %d ids", behavior, text, n);
+    for (int i = 0; i < n; i++) cr_assert_eq(ids[i], want[i], "%s on %s: id %d", behavior, text, i);
+    free(ids);
+    sl_tokenizer_free(t);
+    free(dir);
+}
+
+Test(tokenizer, split_behaviors) {
+    check_split("Isolated", "a-a", (int32_t[]){0, 1, 0}, 3);
+    check_split("Removed", "a-a", (int32_t[]){0, 0}, 2);
+    check_split("MergedWithPrevious", "a-a", (int32_t[]){2, 0}, 2);
+    check_split("MergedWithNext", "a-a", (int32_t[]){0, 3}, 2);
+    check_split("MergedWithPrevious", "a--a", (int32_t[]){2, 1, 0}, 3);
+    check_split("MergedWithNext", "a--a", (int32_t[]){0, 1, 3}, 3);
+    check_split("Contiguous", "a--a", (int32_t[]){0, 4, 0}, 3);
+}
