@@ -149,7 +149,8 @@ static int build_decoded(sl_tokenizer *t) {
 static int compile_re(tok_pretok *p, const char *pat, size_t len, uint32_t extra, const char *path, sl_err *e) {
     int ec;
     PCRE2_SIZE eo;
-    p->re = pcre2_compile((PCRE2_SPTR)pat, len, PCRE2_UTF | PCRE2_UCP | extra, &ec, &eo, NULL);
+    uint32_t opts = PCRE2_UTF | extra | (extra & PCRE2_LITERAL ? 0 : PCRE2_UCP); /* LITERAL refuses UCP */
+    p->re = pcre2_compile((PCRE2_SPTR)pat, len, opts, &ec, &eo, NULL);
     if (!p->re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(ec, msg, sizeof msg);

@@ -21,6 +21,14 @@ static char *fixture_dir(const char *name) {
     return dir;
 }
 
+/* Removes a directory made by tu_tmpdir (the fixture copies are ~10 MB each). */
+static void remove_dir(char *dir) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+    free(dir);
+}
+
 static sl_tokenizer *load_dir(const char *dir) {
     sl_tokenizer *t;
     sl_err e;
@@ -109,7 +117,7 @@ static void check_all(const char *name) {
     }
     json_decref(texts);
     sl_tokenizer_free(t);
-    free(dir);
+    remove_dir(dir);
 }
 
 Test(tokenizer, qwen3_expected) { check_all("qwen3"); }
@@ -158,7 +166,7 @@ Test(tokenizer, qwen3_metadata) {
     cr_assert(strstr(e.msg, "999999"));
     sl_tokenizer_free(t);
     free(gen);
-    free(dir);
+    remove_dir(dir);
 }
 
 Test(tokenizer, llama3_metadata) {
@@ -173,7 +181,7 @@ Test(tokenizer, llama3_metadata) {
     cr_assert(sl_tokenizer_is_special(t, 128000));
     cr_assert_not_null(sl_tokenizer_chat_template(t));
     sl_tokenizer_free(t);
-    free(dir);
+    remove_dir(dir);
 }
 
 /* Bytes that are not UTF-8 still encode (as byte tokens) and decode back; decode repairs them to U+FFFD. */
@@ -202,7 +210,7 @@ Test(tokenizer, invalid_utf8_round_trip) {
     free(out);
     free(ids);
     sl_tokenizer_free(t);
-    free(dir);
+    remove_dir(dir);
 }
 
 /* The streamed text never splits a character, even when tokens do. */
@@ -239,7 +247,7 @@ Test(tokenizer, detok_holds_partial_characters) {
     sl_detok_free(&d);
     free(ids);
     sl_tokenizer_free(t);
-    free(dir);
+    remove_dir(dir);
 }
 
 static void write_json(const char *dir, const char *name, json_t *j) {
@@ -306,7 +314,7 @@ Test(tokenizer, template_processing_and_added_flags) {
     cr_assert_str_eq(sl_tokenizer_chat_template(t), "D");
     cr_assert_str_eq(sl_tokenizer_eos(t), "<|eot_id|>");
     sl_tokenizer_free(t);
-    free(dir);
+    remove_dir(dir);
 }
 
 /* chat_template.jinja is used when tokenizer_config.json has no template. */
@@ -320,7 +328,7 @@ Test(tokenizer, chat_template_file) {
     cr_assert_eq(sl_tokenizer_eos_ids(t, &eos), 1);
     cr_assert_eq(eos[0], 151643);
     sl_tokenizer_free(t);
-    free(dir);
+    remove_dir(dir);
 }
 
 static void expect_load_error(const char *dir, const char *needle) {
@@ -360,7 +368,7 @@ Test(tokenizer, load_errors) {
                "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [\"a b\"]},"
                " \"normalizer\": {\"type\": \"NFC\"}}");
     expect_load_error(dir, "ByteLevel");
-    free(dir);
+    remove_dir(dir);
 }
 
 /* A tiny tokenizer exercising ByteLevel's own regex, add_prefix_space, Lowercase and NFKC. */
@@ -388,7 +396,7 @@ Test(tokenizer, tiny_bytelevel) {
     cr_assert_eq(n, 0);
     free(ids);
     sl_tokenizer_free(t);
-    free(dir);
+    remove_dir(dir);
 }
 
 /* Without a normalizer, decode(encode(x)) == x for any valid UTF-8, and streaming agrees with decode. */
@@ -441,5 +449,38 @@ Test(tokenizer, llama3_random_round_trip) {
         free(ids);
     }
     sl_tokenizer_free(t);
-    free(dir);
+    remove_dir(dir);
+}
+
+/* Split behaviors decide which side a delimiter joins; BPE merges across the joins show where pieces ended. */
+static void check_split(const char *behavior, const char *text, const int32_t *want, int n_want) {
+    char *dir = tu_tmpdir(), json[1024];
+    snprintf(json, sizeof json,
+             "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"-\": 1, \"a-\": 2, \"-a\": 3, \"--\": 4},"
+             " \"merges\": [\"a -\", \"- a\", \"- -\"]},"
+             " \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\":"
+             " {\"String\": \"-\"}, \"behavior\": \"%s\", \"invert\": false}, {\"type\": \"ByteLevel\","
+             " \"add_prefix_space\": false, \"use_regex\": false}]}}",
+             behavior);
+    write_text(dir, "tokenizer.json", json);
+    sl_tokenizer *t = load_dir(dir);
+    int32_t *ids;
+    int n;
+    sl_err e;
+    cr_assert_eq(sl_tokenizer_encode(t, text, strlen(text), 0, &ids, &n, &e), 0, "%s", e.msg);
+    cr_assert_eq(n, n_want, "%s on %s: %d ids", behavior, text, n);
+    for (int i = 0; i < n; i++) cr_assert_eq(ids[i], want[i], "%s on %s: id %d", behavior, text, i);
+    free(ids);
+    sl_tokenizer_free(t);
+    remove_dir(dir);
+}
+
+Test(tokenizer, split_behaviors) {
+    check_split("Isolated", "a-a", (int32_t[]){0, 1, 0}, 3);
+    check_split("Removed", "a-a", (int32_t[]){0, 0}, 2);
+    check_split("MergedWithPrevious", "a-a", (int32_t[]){2, 0}, 2);
+    check_split("MergedWithNext", "a-a", (int32_t[]){0, 3}, 2);
+    check_split("MergedWithPrevious", "a--a", (int32_t[]){2, 1, 0}, 3);
+    check_split("MergedWithNext", "a--a", (int32_t[]){0, 1, 3}, 3);
+    check_split("Contiguous", "a--a", (int32_t[]){0, 4, 0}, 3);
 }
