@@ -12,6 +12,8 @@ typedef struct cpu_impl {
     int n_threads;
     float **scratch;      /* one buffer per thread */
     size_t *scratch_len;  /* in floats */
+    void *moe_buf;        /* MoE gather/intermediate buffers, grown to the largest batch seen */
+    size_t moe_len;
     sl_err failure;       /* first op failure since the last check() */
     int failed;
 } cpu_impl;

@@ -145,6 +145,7 @@ static void cpu_destroy(sl_backend *b) {
     for (int t = 0; t < c->n_threads; t++) free(c->scratch[t]);
     free(c->scratch);
     free(c->scratch_len);
+    free(c->moe_buf);
     sl_pool_destroy(c->pool);
     free(c);
     free(b);

@@ -43,17 +43,25 @@ void cpu_moe(sl_backend *b, const sl_expert_table *t, const float *x, int n, int
     for (int e = 0; e < t->n_experts; e++)
         if (t->experts[e] && t->experts[e]->gate.rows > inter) inter = t->experts[e]->gate.rows;
     size_t nk = (size_t)n * (size_t)k;
-    int *tok = malloc(nk * sizeof *tok);
-    float *wt = malloc(nk * sizeof *wt);
-    float *xs = malloc((size_t)n * (size_t)hidden * sizeof *xs);
-    float *g = malloc((size_t)n * (size_t)inter * sizeof *g);
-    float *u = malloc((size_t)n * (size_t)inter * sizeof *u);
-    float *d = malloc((size_t)n * (size_t)hidden * sizeof *d);
-    if (!tok || !wt || !xs || !g || !u || !d) {
-        if (!c->failed) sl_fail(&c->failure, "out of memory in the MoE layer (%d tokens)", n);
-        c->failed = 1;
-        goto done;
+    /* one block, carved into: token list, weights, gathered inputs, gate, up, down outputs */
+    size_t need = nk * (sizeof(int) + sizeof(float)) +
+                  4 * ((size_t)n * (size_t)hidden * 2 + (size_t)n * (size_t)inter * 2) + 64;
+    if (need > c->moe_len) {
+        void *p = realloc(c->moe_buf, need);
+        if (!p) {
+            if (!c->failed) sl_fail(&c->failure, "out of memory in the MoE layer (%d tokens)", n);
+            c->failed = 1;
+            return;
+        }
+        c->moe_buf = p;
+        c->moe_len = need;
     }
+    float *wt = c->moe_buf;
+    int *tok = (int *)(wt + nk);
+    float *xs = (float *)(tok + nk);
+    float *g = xs + (size_t)n * (size_t)hidden;
+    float *u = g + (size_t)n * (size_t)inter;
+    float *d = u + (size_t)n * (size_t)inter;
     for (int e = 0; e < t->n_experts; e++) {
         int m = 0;
         for (size_t i = 0; i < nk; i++)
@@ -66,7 +74,7 @@ void cpu_moe(sl_backend *b, const sl_expert_table *t, const float *x, int n, int
         if (!ex) {
             if (!c->failed) sl_fail(&c->failure, "expert %d was routed to but is not loaded", e);
             c->failed = 1;
-            goto done;
+            return;
         }
         for (int r = 0; r < m; r++)
             memcpy(xs + (size_t)r * (size_t)hidden, x + (size_t)tok[r] * (size_t)hidden, (size_t)hidden * 4);
@@ -81,11 +89,4 @@ void cpu_moe(sl_backend *b, const sl_expert_table *t, const float *x, int n, int
             for (int i = 0; i < hidden; i++) o[i] += wt[r] * dr[i];
         }
     }
-done:
-    free(tok);
-    free(wt);
-    free(xs);
-    free(g);
-    free(u);
-    free(d);
 }
