@@ -7,6 +7,8 @@
 #include "core/util.h"
 
 #define MAX_BATCH 256
+/* output rows computed at a time: keeps the logits scratch small for large vocabularies */
+#define LOGIT_ROWS 16
 
 static void *balloc(sl_session *s, size_t bytes) {
     void *p = s->m->be->ops->alloc(s->m->be, bytes);
@@ -65,7 +67,7 @@ int sl_session_create(sl_model *m, int max_ctx, sl_session **out, sl_err *e) {
         !(x->ff_u = balloc(s, B * (size_t)ff * 4)) || !(x->ff_o = balloc(s, B * H * 4)) ||
         !(x->router = balloc(s, B * (size_t)E * 4)) || !(x->moe_w = balloc(s, B * (size_t)K * 4)) ||
         !(x->moe_ids = balloc(s, B * (size_t)K * 4)) || !(x->moe_out = balloc(s, B * H * 4)) ||
-        !(x->sh_gate = balloc(s, B * 4)) || !(x->logits = balloc(s, B * (size_t)c->vocab_size * 4)))
+        !(x->sh_gate = balloc(s, B * 4)) || !(x->logits = balloc(s, (size_t)LOGIT_ROWS * (size_t)c->vocab_size * 4)))
         goto oom;
     *out = s;
     return 0;
@@ -122,11 +124,15 @@ int sl_session_forward(sl_session *s, const int32_t *ids, int n, float *logits, 
         s->pos += nb;
         int last_chunk = off + nb == n;
         if (logits && (all_logits || last_chunk)) {
-            int first = all_logits ? 0 : nb - 1, rows = all_logits ? nb : 1;
-            be->ops->rmsnorm(be, s->s.x + (size_t)first * H, m->final_norm, rows, (int)H, (float)c->rms_eps, s->s.xn);
-            be->ops->matmul(be, &m->lm_head, s->s.xn, rows, s->s.logits);
-            float *dst = all_logits ? logits + (size_t)off * V : logits;
-            be->ops->download(be, dst, s->s.logits, (size_t)rows * V * 4);
+            int first = all_logits ? 0 : nb - 1;
+            be->ops->rmsnorm(be, s->s.x + (size_t)first * H, m->final_norm, nb - first, (int)H, (float)c->rms_eps,
+                             s->s.xn);
+            for (int r = first; r < nb; r += LOGIT_ROWS) {
+                int rows = nb - r < LOGIT_ROWS ? nb - r : LOGIT_ROWS;
+                be->ops->matmul(be, &m->lm_head, s->s.xn + (size_t)(r - first) * H, rows, s->s.logits);
+                float *dst = all_logits ? logits + (size_t)(off + r) * V : logits;
+                be->ops->download(be, dst, s->s.logits, (size_t)rows * V * 4);
+            }
         }
         if (be->ops->check(be, e)) return -1;
     }
