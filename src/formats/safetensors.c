@@ -214,15 +214,21 @@ static int index_files(const char *dir, const char *index_path, char ***out, int
         return sl_fail(e, "%s: missing object 'weight_map'", index_path);
     }
     char **files = calloc(json_object_size(wm) + 1, sizeof *files);
+    if (!files) {
+        json_decref(root);
+        return sl_fail(e, "out of memory");
+    }
     int k = 0;
     const char *key;
     json_t *v;
     json_object_foreach(wm, key, v) {
         if (!json_is_string(v) || strchr(json_string_value(v), '/')) {
+            /* key belongs to root: format the message before releasing it */
+            sl_fail(e, "%s: weight_map['%s'] must be a file name in %s", index_path, key, dir);
             for (int i = 0; i < k; i++) free(files[i]);
             free(files);
             json_decref(root);
-            return sl_fail(e, "%s: weight_map['%s'] must be a file name in %s", index_path, key, dir);
+            return -1;
         }
         int seen = 0;
         for (int i = 0; i < k && !seen; i++) seen = !strcmp(files[i], json_string_value(v));
@@ -262,10 +268,13 @@ int sl_st_open_dir(const char *dir, sl_st_set **out, sl_err *e) {
             files[n++] = strdup(de->d_name);
         }
         closedir(d);
-        qsort(files, (size_t)n, sizeof *files, cmp_str);
+        if (n) qsort(files, (size_t)n, sizeof *files, cmp_str);
     }
     free(index);
-    if (n == 0) return sl_fail(e, "%s: no *.safetensors files (expected model.safetensors or shards)", dir);
+    if (n == 0) {
+        free(files);
+        return sl_fail(e, "%s: no *.safetensors files (expected model.safetensors or shards)", dir);
+    }
     sl_st_set *s = NULL;
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
