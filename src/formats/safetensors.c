@@ -88,6 +88,8 @@ static int parse_entry(const char *path, const char *name, json_t *v, uint64_t d
     if (b < 0 || en < b || (uint64_t)en > data_size)
         return sl_fail(e, "%s: tensor '%s': data_offsets [%lld, %lld] outside the %llu-byte data section", path,
                        name, (long long)b, (long long)en, (unsigned long long)data_size);
+    if (numel > UINT64_MAX / dtypes[i].size)
+        return sl_fail(e, "%s: tensor '%s': shape x %s overflows", path, name, dtypes[i].name);
     uint64_t want = numel * dtypes[i].size;
     if ((uint64_t)(en - b) != want)
         return sl_fail(e, "%s: tensor '%s': holds %lld bytes but shape x %s needs %llu", path, name,
@@ -178,19 +180,22 @@ int sl_st_open_file(const char *path, sl_st_set **setp, sl_err *e) {
     }
     json_decref(root);
 
-    /* No two tensors of this file may share bytes. */
+    /* No two tensors of this file may share bytes. Compare each with the furthest end so far, so an
+     * empty tensor sorted in between cannot hide an overlap. */
     int nf = s->n_tensors - first;
     sl_st_tensor **byoff = malloc(sizeof *byoff * (size_t)(nf ? nf : 1));
     if (!byoff) return sl_fail(e, "out of memory");
     for (int i = 0; i < nf; i++) byoff[i] = &s->tensors[first + i];
     qsort(byoff, (size_t)nf, sizeof *byoff, cmp_offset);
+    const sl_st_tensor *far = nf ? byoff[0] : NULL; /* the tensor reaching furthest so far */
     for (int i = 1; i < nf; i++) {
-        if (byoff[i]->nbytes && byoff[i - 1]->offset + byoff[i - 1]->nbytes > byoff[i]->offset) {
-            int r = sl_fail(e, "%s: tensors '%s' and '%s' overlap in the data section", path, byoff[i - 1]->name,
+        if (byoff[i]->nbytes && far->offset + far->nbytes > byoff[i]->offset) {
+            int r = sl_fail(e, "%s: tensors '%s' and '%s' overlap in the data section", path, far->name,
                             byoff[i]->name);
             free(byoff);
             return r;
         }
+        if (byoff[i]->offset + byoff[i]->nbytes > far->offset + far->nbytes) far = byoff[i];
     }
     free(byoff);
     qsort(s->tensors, (size_t)s->n_tensors, sizeof *s->tensors, cmp_name);
