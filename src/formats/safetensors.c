@@ -114,6 +114,10 @@ int sl_st_open_file(const char *path, sl_st_set **setp, sl_err *e) {
         close(fd);
         return sl_fail(e, "%s: cannot stat: %s", path, strerror(errno));
     }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return sl_fail(e, "%s: not a regular file (expected a safetensors checkpoint)", path);
+    }
     uint64_t fsize = (uint64_t)st.st_size;
     if (fsize < 8) {
         close(fd);
