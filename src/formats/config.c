@@ -1,5 +1,6 @@
 #include "formats/config.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,10 +153,14 @@ int sl_config_parse(json_t *root, const char *where, sl_config *c, sl_err *e) {
 int sl_config_load(const char *dir, sl_config *c, sl_err *e) {
     char *path = sl_path_join(dir, "config.json");
     json_error_t je;
+    errno = 0;
     json_t *root = json_load_file(path, 0, &je);
+    int err = errno;
     if (!root) {
-        int r = sl_file_exists(path) ? sl_fail(e, "%s: invalid JSON at line %d: %s", path, je.line, je.text)
-                                     : sl_fail(e, "%s: not found (expected a model directory with config.json)", path);
+        int r = !sl_file_exists(path) ? sl_fail(e, "%s: not found (expected a model directory with config.json)", path)
+                : json_error_code(&je) == json_error_cannot_open_file
+                    ? sl_fail(e, "%s: cannot read: %s", path, strerror(err))
+                    : sl_fail(e, "%s: invalid JSON at line %d: %s", path, je.line, je.text);
         free(path);
         return r;
     }
