@@ -1099,3 +1099,47 @@ Test(load_errors, context_overflow) {
     sl_session_free(s);
     sl_model_free(m);
 }
+
+/* ---- config values that are present but unusable ---- */
+
+static const char *load_with_field(const char *field, json_t *value) {
+    json_t *c = config_of("llama");
+    json_object_set_new(c, field, value);
+    return load_fail(config_dir("llama", c));
+}
+
+Test(load_errors, config_head_dim_negative) {
+    const char *m = load_with_field("head_dim", json_integer(-4));
+    HAS(m, "config.json");
+    HAS(m, "head_dim");
+}
+
+Test(load_errors, config_head_dim_zero) {
+    const char *m = load_with_field("head_dim", json_integer(0));
+    HAS(m, "config.json");
+    HAS(m, "head_dim");
+}
+
+Test(load_errors, config_intermediate_negative) {
+    const char *m = load_with_field("intermediate_size", json_integer(-256));
+    HAS(m, "config.json");
+    HAS(m, "intermediate_size");
+}
+
+Test(load_errors, config_layers_huge) {
+    const char *m = load_with_field("num_hidden_layers", json_integer(2000000000));
+    HAS(m, "config.json");
+    HAS(m, "num_hidden_layers 2000000000 exceeds");
+}
+
+Test(load_errors, config_hidden_size_beyond_int) {
+    const char *m = load_with_field("hidden_size", json_integer((json_int_t)1 << 32 | 128));
+    HAS(m, "config.json");
+    HAS(m, "'hidden_size' missing or not a positive integer");
+}
+
+Test(load_errors, config_vocab_not_integer) {
+    const char *m = load_with_field("vocab_size", json_string("512"));
+    HAS(m, "config.json");
+    HAS(m, "'vocab_size' missing or not a positive integer");
+}
