@@ -135,11 +135,12 @@ int sl_st_open_file(const char *path, sl_st_set **setp, sl_err *e) {
                        (unsigned long long)hlen, (unsigned long long)fsize);
     }
     json_error_t je;
-    json_t *root = json_loadb((const char *)map + 8, hlen, 0, &je);
+    json_t *root = json_loadb((const char *)map + 8, hlen, JSON_REJECT_DUPLICATES, &je);
     if (!root || !json_is_object(root)) {
         json_decref(root);
         munmap(map, fsize);
-        return sl_fail(e, "%s: header is not a JSON object: %s", path, root ? "wrong type" : je.text);
+        return root ? sl_fail(e, "%s: header is JSON but not an object", path)
+                    : sl_fail(e, "%s: header is not valid JSON: %s", path, je.text);
     }
     /* Register the file first so sl_st_close releases the mapping on any later error. */
     int fi = s->n_files;

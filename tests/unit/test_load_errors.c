@@ -257,7 +257,7 @@ Test(load_errors, header_not_json) {
     write_raw(d, "model.safetensors", buf, sizeof buf);
     const char *m = load_fail(d);
     has_st_path(m, d);
-    HAS(m, "header is not a JSON object");
+    HAS(m, "header is not valid JSON");
 }
 
 Test(load_errors, header_json_not_object) {
@@ -269,7 +269,37 @@ Test(load_errors, header_json_not_object) {
     write_raw(d, "model.safetensors", buf, sizeof buf);
     const char *m = load_fail(d);
     has_st_path(m, d);
-    HAS(m, "header is not a JSON object");
+    HAS(m, "header is JSON but not an object");
+}
+
+Test(load_errors, header_duplicate_key) {
+    /* the same tensor named twice in one header: a JSON reader would silently keep one */
+    st_file f = st_read("llama");
+    json_t *n = json_object_get(f.hdr, "model.norm.weight");
+    char *h = json_dumps(f.hdr, JSON_COMPACT), *ent = json_dumps(n, JSON_COMPACT);
+    size_t hl = strlen(h);
+    char *h2 = malloc(hl + strlen(ent) + 64);
+    memcpy(h2, h, hl - 1); /* drop the closing brace */
+    sprintf(h2 + hl - 1, ",\"model.norm.weight\":%s}", ent);
+    json_decref(f.hdr);
+    f.hdr = NULL;
+    size_t l2 = strlen(h2), total = 8 + l2 + f.len;
+    uint8_t *buf = malloc(total);
+    for (int i = 0; i < 8; i++) buf[i] = (uint8_t)((uint64_t)l2 >> (8 * i));
+    memcpy(buf + 8, h2, l2);
+    memcpy(buf + 8 + l2, f.data, f.len);
+    char *d = new_dir();
+    copy_config("llama", d);
+    write_raw(d, "model.safetensors", buf, total);
+    free(buf);
+    free(h);
+    free(h2);
+    free(ent);
+    st_free(&f);
+    const char *m = load_fail(d);
+    has_st_path(m, d);
+    HAS(m, "duplicate");
+    HAS(m, "model.norm.weight");
 }
 
 Test(load_errors, header_entry_not_object) {
