@@ -1,10 +1,15 @@
 #include "formats/config.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/util.h"
+
+/* Far beyond any real checkpoint; keeps a corrupt value from turning into huge per-layer allocations. */
+#define MAX_LAYERS 4096
 
 static int get_int(json_t *o, const char *k, int dflt) {
     json_t *v = json_object_get(o, k);
@@ -20,7 +25,7 @@ static double get_num(json_t *o, const char *k, double dflt) {
 
 static int need_int(json_t *o, const char *where, const char *k, int *out, sl_err *e) {
     json_t *v = json_object_get(o, k);
-    if (!json_is_integer(v) || json_integer_value(v) <= 0)
+    if (!json_is_integer(v) || json_integer_value(v) <= 0 || json_integer_value(v) > INT_MAX)
         return sl_fail(e, "%s: field '%s' missing or not a positive integer", where, k);
     *out = (int)json_integer_value(v);
     return 0;
@@ -81,7 +86,12 @@ int sl_config_parse(json_t *root, const char *where, sl_config *c, sl_err *e) {
         need_int(tc, where, "num_attention_heads", &c->n_heads, e))
         return -1;
     c->n_kv_heads = get_int(tc, "num_key_value_heads", c->n_heads);
+    if (c->n_layers > MAX_LAYERS)
+        return sl_fail(e, "%s: num_hidden_layers %d exceeds the supported %d", where, c->n_layers, MAX_LAYERS);
     c->head_dim = get_int(tc, "head_dim", c->hidden / c->n_heads);
+    if (c->head_dim <= 0)
+        return sl_fail(e, "%s: head_dim %d is not a positive integer (defaults to hidden_size / num_attention_heads)",
+                       where, c->head_dim);
     c->intermediate = get_int(tc, "intermediate_size", 0);
     c->max_pos = get_int(tc, "max_position_embeddings", 4096);
     c->rms_eps = get_num(tc, "rms_norm_eps", 1e-6);
@@ -158,10 +168,14 @@ int sl_config_parse(json_t *root, const char *where, sl_config *c, sl_err *e) {
 int sl_config_load(const char *dir, sl_config *c, sl_err *e) {
     char *path = sl_path_join(dir, "config.json");
     json_error_t je;
+    errno = 0;
     json_t *root = json_load_file(path, 0, &je);
+    int err = errno;
     if (!root) {
-        int r = sl_file_exists(path) ? sl_fail(e, "%s: invalid JSON at line %d: %s", path, je.line, je.text)
-                                     : sl_fail(e, "%s: not found (expected a model directory with config.json)", path);
+        int r = !sl_file_exists(path) ? sl_fail(e, "%s: not found (expected a model directory with config.json)", path)
+                : json_error_code(&je) == json_error_cannot_open_file
+                    ? sl_fail(e, "%s: cannot read: %s", path, strerror(err))
+                    : sl_fail(e, "%s: invalid JSON at line %d: %s", path, je.line, je.text);
         free(path);
         return r;
     }

@@ -88,6 +88,8 @@ static int parse_entry(const char *path, const char *name, json_t *v, uint64_t d
     if (b < 0 || en < b || (uint64_t)en > data_size)
         return sl_fail(e, "%s: tensor '%s': data_offsets [%lld, %lld] outside the %llu-byte data section", path,
                        name, (long long)b, (long long)en, (unsigned long long)data_size);
+    if (numel > UINT64_MAX / dtypes[i].size)
+        return sl_fail(e, "%s: tensor '%s': shape x %s overflows", path, name, dtypes[i].name);
     uint64_t want = numel * dtypes[i].size;
     if ((uint64_t)(en - b) != want)
         return sl_fail(e, "%s: tensor '%s': holds %lld bytes but shape x %s needs %llu", path, name,
@@ -112,6 +114,10 @@ int sl_st_open_file(const char *path, sl_st_set **setp, sl_err *e) {
         close(fd);
         return sl_fail(e, "%s: cannot stat: %s", path, strerror(errno));
     }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return sl_fail(e, "%s: not a regular file (expected a safetensors checkpoint)", path);
+    }
     uint64_t fsize = (uint64_t)st.st_size;
     if (fsize < 8) {
         close(fd);
@@ -129,11 +135,12 @@ int sl_st_open_file(const char *path, sl_st_set **setp, sl_err *e) {
                        (unsigned long long)hlen, (unsigned long long)fsize);
     }
     json_error_t je;
-    json_t *root = json_loadb((const char *)map + 8, hlen, 0, &je);
+    json_t *root = json_loadb((const char *)map + 8, hlen, JSON_REJECT_DUPLICATES, &je);
     if (!root || !json_is_object(root)) {
         json_decref(root);
         munmap(map, fsize);
-        return sl_fail(e, "%s: header is not a JSON object: %s", path, root ? "wrong type" : je.text);
+        return root ? sl_fail(e, "%s: header is JSON but not an object", path)
+                    : sl_fail(e, "%s: header is not valid JSON: %s", path, je.text);
     }
     /* Register the file first so sl_st_close releases the mapping on any later error. */
     int fi = s->n_files;
@@ -178,19 +185,22 @@ int sl_st_open_file(const char *path, sl_st_set **setp, sl_err *e) {
     }
     json_decref(root);
 
-    /* No two tensors of this file may share bytes. */
+    /* No two tensors of this file may share bytes. Compare each with the furthest end so far, so an
+     * empty tensor sorted in between cannot hide an overlap. */
     int nf = s->n_tensors - first;
     sl_st_tensor **byoff = malloc(sizeof *byoff * (size_t)(nf ? nf : 1));
     if (!byoff) return sl_fail(e, "out of memory");
     for (int i = 0; i < nf; i++) byoff[i] = &s->tensors[first + i];
     qsort(byoff, (size_t)nf, sizeof *byoff, cmp_offset);
+    const sl_st_tensor *far = nf ? byoff[0] : NULL; /* the tensor reaching furthest so far */
     for (int i = 1; i < nf; i++) {
-        if (byoff[i]->nbytes && byoff[i - 1]->offset + byoff[i - 1]->nbytes > byoff[i]->offset) {
-            int r = sl_fail(e, "%s: tensors '%s' and '%s' overlap in the data section", path, byoff[i - 1]->name,
+        if (byoff[i]->nbytes && far->offset + far->nbytes > byoff[i]->offset) {
+            int r = sl_fail(e, "%s: tensors '%s' and '%s' overlap in the data section", path, far->name,
                             byoff[i]->name);
             free(byoff);
             return r;
         }
+        if (byoff[i]->offset + byoff[i]->nbytes > far->offset + far->nbytes) far = byoff[i];
     }
     free(byoff);
     qsort(s->tensors, (size_t)s->n_tensors, sizeof *s->tensors, cmp_name);
@@ -214,15 +224,21 @@ static int index_files(const char *dir, const char *index_path, char ***out, int
         return sl_fail(e, "%s: missing object 'weight_map'", index_path);
     }
     char **files = calloc(json_object_size(wm) + 1, sizeof *files);
+    if (!files) {
+        json_decref(root);
+        return sl_fail(e, "out of memory");
+    }
     int k = 0;
     const char *key;
     json_t *v;
     json_object_foreach(wm, key, v) {
         if (!json_is_string(v) || strchr(json_string_value(v), '/')) {
+            /* key belongs to root: format the message before releasing it */
+            sl_fail(e, "%s: weight_map['%s'] must be a file name in %s", index_path, key, dir);
             for (int i = 0; i < k; i++) free(files[i]);
             free(files);
             json_decref(root);
-            return sl_fail(e, "%s: weight_map['%s'] must be a file name in %s", index_path, key, dir);
+            return -1;
         }
         int seen = 0;
         for (int i = 0; i < k && !seen; i++) seen = !strcmp(files[i], json_string_value(v));
@@ -262,10 +278,13 @@ int sl_st_open_dir(const char *dir, sl_st_set **out, sl_err *e) {
             files[n++] = strdup(de->d_name);
         }
         closedir(d);
-        qsort(files, (size_t)n, sizeof *files, cmp_str);
+        if (n) qsort(files, (size_t)n, sizeof *files, cmp_str);
     }
     free(index);
-    if (n == 0) return sl_fail(e, "%s: no *.safetensors files (expected model.safetensors or shards)", dir);
+    if (n == 0) {
+        free(files);
+        return sl_fail(e, "%s: no *.safetensors files (expected model.safetensors or shards)", dir);
+    }
     sl_st_set *s = NULL;
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {

@@ -179,6 +179,7 @@ static int fill_weight(sl_loader *l, const char *module, const char *wname, cons
                        int n_experts, int rows_total, int rows, int cols, int64_t first_row, sl_weight *w,
                        sl_err *e) {
     char nb[512], s[96];
+    int bits = 0, group = 0; /* of an MLX-packed tensor, once known */
     memset(w, 0, sizeof *w);
     w->rows = rows;
     w->cols = cols;
@@ -192,7 +193,6 @@ static int fill_weight(sl_loader *l, const char *module, const char *wname, cons
         if (!sc || !bi)
             return sl_fail(e, "%s: tensor '%s' is packed U32 but '%s.%s' is missing (expected MLX scales and biases)",
                            file_of(l, t), t->name, module, sc ? "biases" : "scales");
-        int bits, group;
         /* the config's table is keyed by the checkpoint's own module name */
         char raw[512];
         snprintf(raw, sizeof raw, "%s", t->name);
@@ -200,6 +200,9 @@ static int fill_weight(sl_loader *l, const char *module, const char *wname, cons
         if (L > 7 && !strcmp(raw + L - 7, ".weight")) raw[L - 7] = 0;
         if (sl_config_quant_for(&l->m->cfg, raw, &bits, &group) != 0) {
             /* no quantization table: derive both from the shapes */
+            if (sc->ndim != want_nd)
+                return sl_fail(e, "%s: tensor '%s' has %d dimensions, expected %d", file_of(l, sc), sc->name,
+                               sc->ndim, want_nd);
             int64_t ng = sc->shape[sc->ndim - 1];
             if (ng <= 0 || cols % ng) goto bad_q;
             group = (int)(cols / ng);
@@ -243,6 +246,11 @@ bad_shape:
                        rows_total, cols);
     return sl_fail(e, "%s: tensor '%s' has shape %s, expected [%d, %d]", file_of(l, t), t->name, s, rows, cols);
 bad_q:
+    if (l->m->cfg.quant && bits > 0 && group > 0) /* bits and group from config.json */
+        return sl_fail(e,
+                       "%s: tensor '%s' has packed shape %s, which is not the %d-bit MLX quantization of %d inputs "
+                       "in groups of %d that config.json gives (expected %lld words per row)",
+                       file_of(l, t), t->name, s, bits, cols, group, (long long)cols * bits / 32);
     return sl_fail(e, "%s: tensor '%s' has packed shape %s, which is not a valid MLX quantization of %d inputs",
                    file_of(l, t), t->name, s, cols);
 }
