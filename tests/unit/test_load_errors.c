@@ -1036,7 +1036,7 @@ Test(load_errors, path_does_not_exist) {
     char *p = sl_path_join(d, "nope");
     const char *m = load_fail(p);
     HAS(m, p);
-    HAS(m, "not a model directory");
+    HAS(m, "no such model directory");
     free(p);
 }
 
