@@ -250,7 +250,7 @@ static int try_raw(lexer *L, size_t tag, int *line_starting) {
     if (L->n - i < 2 || memcmp(L->s + i, "%}", 2)) return 0;
     L->line += count_nl(L->s + tag, i + 2 - tag);
     L->pos = i + 2;
-    after_end(L, minus, 1);
+    int ls = after_end(L, minus, 0); /* Jinja2 applies no trim_blocks after {% raw %} */
     size_t body = L->pos;
     for (size_t j = body; j + 1 < L->n; j++) {
         if (L->s[j] != '{' || L->s[j + 1] != '%') continue;
@@ -267,7 +267,7 @@ static int try_raw(lexer *L, size_t tag, int *line_starting) {
             k++;
         }
         if (L->n - k < 2 || memcmp(L->s + k, "%}", 2)) continue;
-        size_t tn = strip_before(L->s + body, j - body, '%', sign, 0);
+        size_t tn = strip_before(L->s + body, j - body, '%', sign, ls);
         emit_text(L, L->s + body, tn, L->line);
         L->line += count_nl(L->s + body, k + 2 - body);
         L->pos = k + 2;

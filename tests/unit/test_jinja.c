@@ -43,6 +43,10 @@ static void run_cases(const jcase *cs, size_t n) {
 #define RUN(arr) run_cases(arr, sizeof arr / sizeof arr[0])
 
 static const jcase whitespace_cases[] = {
+    {"x\n  {% raw %}\nR\n{% endraw -%}\n", "{}", "x\n\nR\n"},
+    {"\n{% raw -%}\nR \n {%- endraw -%}  \n{#- c -#} {%- raw %}\nR \n {%- endraw -%}", "{}", "\nR\nR"},
+    {" \t{%+ raw %}\n\nR  {% endraw %} a", "{}", " \t\n\nR   a"},
+    {"{% if true %}\n  {% raw -%}\n  R\n  {% endraw %}\n{% endif %}", "{}", "R\n"},
     {"a  {{- ' b ' -}}  c", "{}", "a b c"},
     {"  {% if true %}\n  x\n  {% endif %}\ny", "{}", "  x\ny"},
     {"x {% if true %} y {% endif %} z", "{}", "x  y  z"},
