@@ -491,6 +491,64 @@ static int need_str(jctx *c, jv v, const char *what) {
     return 0;
 }
 
+/* Python's format-spec mini-language: [[fill]align][sign][0][width][.precision][type]. */
+static int format_spec(jctx *c, jbuf *b, jv v, const char *spec) {
+    char fill = ' ', align = 0, sign = 0, type = 0;
+    const char *s = spec;
+    if (s[0] && strchr("<>^=", s[1]) && s[1]) {
+        fill = s[0];
+        align = s[1];
+        s += 2;
+    } else if (*s && strchr("<>^=", *s))
+        align = *s++;
+    if (*s == '+' || *s == '-' || *s == ' ') sign = *s++;
+    if (*s == '0') {
+        if (!align) {
+            fill = '0';
+            align = '=';
+        }
+        s++;
+    }
+    int width = 0, prec = -1;
+    while (*s >= '0' && *s <= '9') width = width * 10 + (*s++ - '0');
+    if (*s == '.') {
+        prec = 0;
+        s++;
+        while (*s >= '0' && *s <= '9') prec = prec * 10 + (*s++ - '0');
+    }
+    if (*s) type = *s++;
+    if (*s) return jx_fail(c, "ValueError: Invalid format specifier '%s'", spec);
+    jbuf t = {0};
+    int numeric = v.t == JV_INT || v.t == JV_FLOAT || v.t == JV_BOOL;
+    if (type && strchr("dfFeEgGxXob%", type)) {
+        if (!numeric) {
+            jb_free(&t);
+            return jx_fail(c, "ValueError: Unknown format code '%c' for object of type '%s'", type, jv_typename(v));
+        }
+        double f = v.t == JV_FLOAT ? v.u.f : (double)(v.t == JV_INT ? v.u.i : v.u.b);
+        char fmt[16];
+        if (type == 'd' || type == 'x' || type == 'X' || type == 'o') {
+            snprintf(fmt, sizeof fmt, "%%%s%s", sign == '+' ? "+" : sign == ' ' ? " " : "", type == 'd' ? "lld" : type == 'x' ? "llx" : type == 'X' ? "llX" : "llo");
+            jb_printf(&t, fmt, (long long)f);
+        } else {
+            snprintf(fmt, sizeof fmt, "%%%s.%d%c", sign == '+' ? "+" : sign == ' ' ? " " : "", prec < 0 ? 6 : prec, type == '%' ? 'f' : type);
+            jb_printf(&t, fmt, type == '%' ? f * 100 : f);
+            if (type == '%') jb_putc(&t, '%');
+        }
+    } else {
+        jv_str_to(&t, v);
+        if (prec >= 0 && v.t == JV_STR) t.n = ju_off(t.p, t.n, (size_t)prec);
+    }
+    if (!align) align = numeric ? '>' : '<';
+    long long len = t.p ? (long long)ju_len(t.p, t.n) : 0, padn = width > len ? width - len : 0;
+    long long left = align == '>' || align == '=' ? padn : align == '^' ? padn / 2 : 0;
+    for (long long i = 0; i < left; i++) jb_putc(b, fill);
+    if (t.p) jb_put(b, t.p, t.n);
+    for (long long i = 0; i < padn - left; i++) jb_putc(b, fill);
+    jb_free(&t);
+    return 0;
+}
+
 static int str_format(jctx *c, jv self, jv *args, size_t nargs, const char **kwn, jv *kwv, size_t nkw, jv *out) {
     jbuf b = {0};
     const char *p = self.u.s.p, *end = p + self.u.s.n;
@@ -517,8 +575,11 @@ static int str_format(jctx *c, jv self, jv *args, size_t nargs, const char **kwn
         }
         char field[128];
         snprintf(field, sizeof field, "%.*s", (int)(q - p - 1), p + 1);
-        char *colon = strchr(field, ':');
-        if (colon) *colon = 0;
+        char *colon = strchr(field, ':'), *spec = NULL;
+        if (colon) {
+            *colon = 0;
+            spec = colon + 1;
+        }
         jv v;
         if (!field[0]) v = auto_i < nargs ? args[auto_i++] : jv_undef(NULL);
         else if (field[0] >= '0' && field[0] <= '9') {
@@ -530,7 +591,12 @@ static int str_format(jctx *c, jv self, jv *args, size_t nargs, const char **kwn
             jb_free(&b);
             return jx_fail(c, "IndexError: Replacement index out of range for positional args tuple");
         }
-        jv_str_to(&b, v);
+        if (spec && *spec) {
+            if (format_spec(c, &b, v, spec)) {
+                jb_free(&b);
+                return -1;
+            }
+        } else jv_str_to(&b, v);
         p = q + 1;
     }
     *out = jv_strdup(c->a, b.p ? b.p : "", b.n);
@@ -736,6 +802,19 @@ int jx_call_builtin(jctx *c, jv fn, jv *args, size_t nargs, const char **kwn, jv
     switch (f->kind) {
     case FN_GLOBAL: return call_global(c, f->name, args, nargs, kwn, kwv, nkw, out);
     case FN_METHOD: return call_method(c, f, args, nargs, kwn, kwv, nkw, out);
+    case FN_CHANGED: {
+        jv now = jv_list(c->a, nargs);
+        for (size_t i = 0; i < nargs; i++) jl_push(c->a, now.u.l, args[i]);
+        jlist *last = f->self.u.l;
+        if (last->n && jv_eq(last->v[0], now)) {
+            *out = jv_bool(0);
+            return 0;
+        }
+        last->n = 0;
+        jl_push(c->a, last, now);
+        *out = jv_bool(1);
+        return 0;
+    }
     case FN_CYCLE:
         if (!nargs) return jx_fail(c, "TypeError: no items for cycling given");
         *out = args[f->idx % (long long)nargs];

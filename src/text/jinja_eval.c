@@ -316,6 +316,10 @@ static int exec_for(evalctx *x, jscope *s, const jnode *n, jbuf *out) {
         items = kept;
     }
     size_t len = items->n;
+    jfunc *changed = ja_alloc(c->a, sizeof *changed); /* loop.changed() remembers across iterations */
+    changed->kind = FN_CHANGED;
+    changed->name = "changed";
+    changed->self = jv_list(c->a, 1);
     for (size_t i = 0; i < len; i++) {
         jscope *ls = new_scope(c, s);
         if (bind_targets(c, ls, n, items->v[i])) return -1;
@@ -337,6 +341,7 @@ static int exec_for(evalctx *x, jscope *s, const jnode *n, jbuf *out) {
         cy->name = "cycle";
         cy->idx = (long long)i;
         jd_setc(c->a, d, "cycle", (jv){.t = JV_FUNC, .u.fn = cy});
+        jd_setc(c->a, d, "changed", (jv){.t = JV_FUNC, .u.fn = changed});
         assign(c, ls, "loop", loop);
         int r = exec(x, ls, n->v, n->nv, out);
         if (r < 0) return -1;

@@ -67,13 +67,13 @@ struct jdict {
     int ns; /* a namespace(): attributes may be assigned */
 };
 
-typedef enum { FN_GLOBAL, FN_METHOD, FN_MACRO, FN_CALLER, FN_CYCLE } jfn_kind;
+typedef enum { FN_GLOBAL, FN_METHOD, FN_MACRO, FN_CALLER, FN_CYCLE, FN_CHANGED } jfn_kind;
 struct jnode;
 struct jscope;
 struct jfunc {
     jfn_kind kind;
     const char *name;
-    jv self;                 /* FN_METHOD: the receiver */
+    jv self;                 /* FN_METHOD: the receiver; FN_CHANGED: a one-item list of the last value */
     const struct jnode *def; /* FN_MACRO / FN_CALLER: the definition */
     struct jscope *closure;
     long long idx; /* FN_CYCLE: loop.index0 */

@@ -61,6 +61,8 @@ static const jcase whitespace_cases[] = {
     {"{% macro m() -%}\n  body\n{%- endmacro %}\n[{{ m() }}]", "{}", "[body]"},
 };
 static const jcase loops_cases[] = {
+    {"{% for i in [1,1,2,2,1] %}{{ loop.changed(i) }}{% endfor %}", "{}", "TrueFalseTrueFalseTrue"},
+    {"{% for m in messages if m.role != 'system' %}{{ loop.index }}{{ m.role[0] }}{% endfor %}", "{\"messages\": [{\"role\": \"system\"}, {\"role\": \"user\"}, {\"role\": \"assistant\"}]}", "1u2a"},
     {"{% for a, b in [[1,2],[3,4]] %}{{a}}{{b}};{% endfor %}", "{}", "12;34;"},
     {"{% for k, v in d.items() %}{{k}}={{v}},{% endfor %}", "{\"d\": {\"b\": 1, \"a\": 2}}", "b=1,a=2,"},
     {"{% for x in [1,2,3,4] if x is even %}{{loop.index}}/{{loop.length}}:{{x}} {% endfor %}", "{}", "1/2:2 2/2:4 "},
@@ -104,6 +106,7 @@ static const jcase undefined_cases[] = {
     {"[{{ none.attr }}] {{ nope == nope }} {{ 1 in nope }}", "{}", "[] True False"},
 };
 static const jcase methods_cases[] = {
+    {"{{ '{:>5}|{:<4}|{:^7}|{:*^6}|{:05d}|{:.2f}|{:+d}|{:x}|{:.1%}'.format('a', 'b', 'c', 'd', 42, 3.14159, 5, 255, 0.25) }}", "{}", "    a|b   |   c   |**d***|00042|3.14|+5|ff|25.0%"},
     {"{{ ' a b  '.strip() }}|{{ 'xxhixx'.strip('x') }}|{{ 'abcba'.rstrip('ab') }}", "{}", "a b|hi|abc"},
     {"{{ 'a,b,,c'.split(',') }} {{ ' a  b '.split() }} {{ 'a b c'.split(' ', 1) }} {{ 'a,b,c'.rsplit(',', 1) }}", "{}", "['a', 'b', '', 'c'] ['a', 'b'] ['a', 'b c'] ['a,b', 'c']"},
     {"{{ 'Hello World'.upper() }} {{ 'hello world-foo'.title() }} {{ 'hELLO'.capitalize() }}", "{}", "HELLO WORLD Hello World-Foo Hello"},
