@@ -13,6 +13,7 @@
 typedef struct ja_block ja_block;
 typedef struct jarena {
     ja_block *head;
+    size_t used, cap; /* bump position within head */
 } jarena;
 void *ja_alloc(jarena *a, size_t n); /* zeroed; aborts when memory runs out */
 char *ja_strndup(jarena *a, const char *s, size_t n);
