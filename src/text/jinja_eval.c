@@ -432,6 +432,15 @@ static int exec_one(evalctx *x, jscope *s, const jnode *n, jbuf *out) {
         jv_str_to(out, v);
         return 0;
     }
+    case N_WITH: {
+        jscope *ws = new_scope(c, s);
+        for (size_t i = 0; i < n->nnames; i++) { /* values see the enclosing scope only */
+            jv v;
+            if (eval(x, s, n->w[i], &v)) return -1;
+            assign(c, ws, n->names[i], v);
+        }
+        return exec(x, ws, n->v, n->nv, out);
+    }
     case N_BREAK: return 1;
     case N_CONTINUE: return 2;
     case N_DO: {

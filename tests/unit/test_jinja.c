@@ -76,6 +76,9 @@ static const jcase loops_cases[] = {
     {"{% for x in undefined_thing %}a{% else %}b{% endfor %}", "{}", "b"},
 };
 static const jcase scoping_cases[] = {
+    {"{% with a = 1, b = 2 %}{{ a }}{{ b }}{% endwith %}[{{ a }}]", "{}", "12[]"},
+    {"{% set x | upper %}abc{% endset %}{{ x }}", "{}", "ABC"},
+    {"{% if false %}{{ 1 | nosuch }}{% endif %}unknown filters under an if fail only when reached", "{}", "unknown filters under an if fail only when reached"},
     {"{% set x = 0 %}{% for i in range(3) %}{% set x = x + 1 %}{{x}}{% endfor %}{{x}}", "{}", "1110"},
     {"{% set ns = namespace(c=0) %}{% for i in range(3) %}{% set ns.c = ns.c + i %}{% endfor %}{{ ns.c }}", "{}", "3"},
     {"{% for i in range(3) %}{% if i==1 %}{% set y = 5 %}{% endif %}{{y}}{% endfor %}", "{}", "5"},
@@ -146,6 +149,8 @@ static const jcase globals_cases[] = {
     {"{{ strftime_now('%Y-%m-%d %B %d') }}", "{}", "2026-11-21 November 21"},
 };
 static const jcase error_cases[] = {
+    {"{% if false %}{% for x in [] %}{{ x | nosuch }}{% endfor %}{% endif %}ok", "{}", NULL},
+    {"{% if true %}{{ 1 | nosuch }}{% endif %}ok", "{}", NULL},
     {"{% for x in none %}{% endfor %}", "{}", NULL}, /* TypeError: 'NoneType' object is not iterable */
     {"{{ 1 / 0 }}", "{}", NULL}, /* ZeroDivisionError: division by zero */
     {"{{ 'a' + 1 }}", "{}", NULL}, /* TypeError: can only concatenate str (not "int") to str */
