@@ -188,6 +188,8 @@ static int contains(jctx *c, jv item, jv box, int *r) {
         return 0;
     case JV_DICT: {
         jv tmp;
+        if ((item.t == JV_LIST && !item.u.l->tuple) || item.t == JV_DICT)
+            return jx_fail(c, "TypeError: unhashable type: '%s'", jv_typename(item));
         *r = jd_get(box.u.d, item, &tmp);
         return 0;
     }
@@ -252,9 +254,15 @@ int jx_binop(jctx *c, int op, jv a, jv b, jv *out) {
                 *out = jv_int(op == OP_FDIV ? q : m);
             } else {
                 if (fy == 0) return jx_fail(c, "ZeroDivisionError: float modulo");
-                double m = fmod(fx, fy);
-                if (m && ((m < 0) != (fy < 0))) m += fy;
-                *out = jv_float(op == OP_FDIV ? floor(fx / fy) : m);
+                /* CPython's float divmod */
+                double m = fmod(fx, fy), div = (fx - m) / fy;
+                if (m && ((m < 0) != (fy < 0))) {
+                    m += fy;
+                    div -= 1.0;
+                }
+                double fl = floor(div);
+                if (div - fl > 0.5) fl += 1.0;
+                *out = jv_float(op == OP_FDIV ? fl : m);
             }
             return 0;
         case OP_POW:
@@ -279,7 +287,8 @@ int jx_binop(jctx *c, int op, jv a, jv b, jv *out) {
         out->safe = (unsigned char)safe;
         return 0;
     }
-    if (op == OP_ADD && a.t == JV_LIST && b.t == JV_LIST && !a.u.l->gen && !b.u.l->gen) {
+    if (op == OP_ADD && a.t == JV_LIST && b.t == JV_LIST && !a.u.l->gen && !b.u.l->gen &&
+        a.u.l->tuple == b.u.l->tuple) {
         jv r = jv_list(c->a, a.u.l->n + b.u.l->n);
         r.u.l->tuple = a.u.l->tuple;
         for (size_t i = 0; i < a.u.l->n; i++) jl_push(c->a, r.u.l, a.u.l->v[i]);
@@ -298,8 +307,9 @@ int jx_binop(jctx *c, int op, jv a, jv b, jv *out) {
     if (op == OP_MOD && a.t == JV_STR) return jx_percent_format(c, a, b, out);
     if (op == OP_ADD && a.t == JV_STR)
         return jx_fail(c, "TypeError: can only concatenate str (not \"%s\") to str", jv_typename(b));
-    if (op == OP_ADD && a.t == JV_LIST)
-        return jx_fail(c, "TypeError: can only concatenate list (not \"%s\") to list", jv_typename(b));
+    if (op == OP_ADD && a.t == JV_LIST && !a.u.l->gen)
+        return jx_fail(c, "TypeError: can only concatenate %s (not \"%s\") to %s", jv_typename(a), jv_typename(b),
+                       jv_typename(a));
     return jx_fail(c, "TypeError: unsupported operand type(s) for %s: '%s' and '%s'", opname(op), jv_typename(a),
                    jv_typename(b));
 }
@@ -388,7 +398,9 @@ int jx_percent_format(jctx *c, jv fmt, jv args, jv *out) {
         default: jb_free(&b); return jx_fail(c, "ValueError: unsupported format character '%c'", conv);
         }
     }
-    if (ai < an) {
+    /* Python skips this check when the argument is a mapping-like object (lists and dicts included) */
+    int mapping = (args.t == JV_LIST && !args.u.l->tuple) || args.t == JV_DICT || args.t == JV_UNDEF;
+    if (ai < an && !mapping) {
         jb_free(&b);
         return jx_fail(c, "TypeError: not all arguments converted during string formatting");
     }

@@ -137,23 +137,27 @@ static int eval_slice(evalctx *x, jscope *s, const jnode *n, jv *out) {
     long long len;
     if (obj.t == JV_STR) len = (long long)ju_len(obj.u.s.p, obj.u.s.n);
     else if (obj.t == JV_LIST && !obj.u.l->gen) len = (long long)obj.u.l->n;
-    else return jx_fail(c, "TypeError: '%s' object is not subscriptable", jv_typename(obj));
+    else len = -1;
     for (int i = 0; i < 3; i++)
-        if (parts[i].t != JV_NONE && parts[i].t != JV_INT && parts[i].t != JV_BOOL)
-            return jx_fail(c, "TypeError: slice indices must be integers or None");
-    long long step = parts[2].t == JV_NONE ? 1 : parts[2].u.i;
-    if (step == 0) return jx_fail(c, "ValueError: slice step cannot be zero");
+        if (parts[i].t != JV_NONE && parts[i].t != JV_INT && parts[i].t != JV_BOOL) len = -1;
+    if (len < 0) { /* Jinja2's getitem turns a failed subscript into an undefined value */
+        *out = jv_undef("'object' is not subscriptable");
+        return 0;
+    }
+    if (parts[2].t != JV_NONE && (parts[2].t == JV_INT ? parts[2].u.i : parts[2].u.b) == 0)
+        return jx_fail(c, "ValueError: slice step cannot be zero");
+    long long step = parts[2].t == JV_NONE ? 1 : parts[2].t == JV_INT ? parts[2].u.i : parts[2].u.b;
     long long lo, hi;
     /* Python's PySlice_AdjustIndices */
     if (parts[0].t == JV_NONE) lo = step < 0 ? len - 1 : 0;
     else {
-        lo = parts[0].u.i;
+        lo = parts[0].t == JV_INT ? parts[0].u.i : parts[0].u.b;
         if (lo < 0) lo = lo + len < 0 ? (step < 0 ? -1 : 0) : lo + len;
         else if (lo >= len) lo = step < 0 ? len - 1 : len;
     }
     if (parts[1].t == JV_NONE) hi = step < 0 ? -1 : len;
     else {
-        hi = parts[1].u.i;
+        hi = parts[1].t == JV_INT ? parts[1].u.i : parts[1].u.b;
         if (hi < 0) hi = hi + len < 0 ? (step < 0 ? -1 : 0) : hi + len;
         else if (hi >= len) hi = step < 0 ? len - 1 : len;
     }

@@ -430,8 +430,14 @@ static int parse_num(jv s, int want_int, jv *out) {
     return 0;
 }
 
+static int undef_input(jctx *c, jv in) {
+    const char *h = in.u.s.p;
+    if (h && h[0] == '\'') return jx_fail(c, "UndefinedError: %s", h);
+    return jx_fail(c, "UndefinedError: '%s' is undefined", h ? h : "value");
+}
+
 static int f_int(jctx *c, jv in, const fargs *a, jv *out) {
-    (void)c;
+    if (in.t == JV_UNDEF) return undef_input(c, in);
     jv d = A(a, 0, "default", jv_int(0));
     if (in.t == JV_INT) *out = in;
     else if (in.t == JV_BOOL) *out = jv_int(in.u.b);
@@ -441,7 +447,7 @@ static int f_int(jctx *c, jv in, const fargs *a, jv *out) {
 }
 
 static int f_float(jctx *c, jv in, const fargs *a, jv *out) {
-    (void)c;
+    if (in.t == JV_UNDEF) return undef_input(c, in);
     jv d = A(a, 0, "default", jv_float(0.0));
     if (in.t == JV_FLOAT) *out = in;
     else if (is_int(in)) *out = jv_float((double)ival(in));
@@ -463,6 +469,10 @@ static int f_round(jctx *c, jv in, const fargs *a, jv *out) {
     if (in.t != JV_FLOAT && !is_int(in)) return jx_fail(c, "TypeError: round needs a number");
     double v = in.t == JV_FLOAT ? in.u.f : (double)ival(in), m = pow(10.0, (double)prec), r;
     jv meth = str_of(c, method);
+    if (is_int(in) && meth.u.s.n == 6 && !memcmp(meth.u.s.p, "common", 6) && prec >= 0) {
+        *out = jv_int(ival(in)); /* round(int, n) stays an int */
+        return 0;
+    }
     if (meth.u.s.n == 4 && !memcmp(meth.u.s.p, "ceil", 4)) r = ceil(v * m) / m;
     else if (meth.u.s.n == 5 && !memcmp(meth.u.s.p, "floor", 5)) r = floor(v * m) / m;
     else if (meth.u.s.n == 6 && !memcmp(meth.u.s.p, "common", 6)) r = nearbyint(v * m) / m; /* half to even */
@@ -492,7 +502,9 @@ static int f_indent(jctx *c, jv in, const fargs *a, jv *out) {
     if (w.t == JV_STR) jb_put(&ind, w.u.s.p, w.u.s.n);
     else
         for (long long i = 0; i < ival(w); i++) jb_putc(&ind, ' ');
-    jv s = str_of(c, in);
+    if (in.t == JV_UNDEF) return undef_input(c, in);
+    if (in.t != JV_STR) return jx_fail(c, "TypeError: unsupported operand type(s) for +=: '%s' and 'str'", jv_typename(in));
+    jv s = in;
     /* Jinja appends a newline before splitlines(), so a trailing newline is dropped */
     jbuf tmp = {0};
     jb_put(&tmp, s.u.s.p, s.u.s.n);
@@ -739,13 +751,11 @@ int jx_test(jctx *c, const char *t, jv v, jv *args, size_t nargs, int *res) {
         if (v.t == JV_LIST || v.t == JV_DICT) *res = a0.t == v.t && (v.t == JV_LIST ? a0.u.l == v.u.l : a0.u.d == v.u.d);
         else *res = v.t == a0.t && jv_eq(v, a0);
     } else if (!strcmp(t, "escaped")) *res = 0;
-    else if (!strcmp(t, "odd") || !strcmp(t, "even")) {
-        if (!is_int(v)) return jx_fail(c, "TypeError: %s test needs an integer", t);
-        long long m = ival(v) % 2;
-        *res = t[0] == 'o' ? m != 0 : m == 0;
-    } else if (!strcmp(t, "divisibleby")) {
-        if (!is_int(v) || !is_int(a0) || !ival(a0)) return jx_fail(c, "TypeError: divisibleby needs integers");
-        *res = ival(v) % ival(a0) == 0;
+    else if (!strcmp(t, "odd") || !strcmp(t, "even") || !strcmp(t, "divisibleby")) {
+        /* value % 2 == 1, value % 2 == 0, value % num == 0 with Python's modulo */
+        jv m;
+        if (jx_binop(c, OP_MOD, v, t[0] == 'd' ? a0 : jv_int(2), &m)) return -1;
+        *res = jv_eq(m, jv_int(t[0] == 'o' ? 1 : 0));
     } else if (!strcmp(t, "eq") || !strcmp(t, "equalto") || !strcmp(t, "==")) *res = jv_eq(v, a0);
     else if (!strcmp(t, "ne") || !strcmp(t, "!=")) *res = !jv_eq(v, a0);
     else if (!strcmp(t, "lt") || !strcmp(t, "lessthan") || !strcmp(t, "<") || !strcmp(t, "le") || !strcmp(t, "<=") ||

@@ -563,7 +563,7 @@ int jv_cmp(jv a, jv b, int *r, sl_err *e) {
         *r = c ? (c > 0 ? 1 : -1) : (a.u.s.n > b.u.s.n) - (a.u.s.n < b.u.s.n);
         return 0;
     }
-    if (a.t == JV_LIST && b.t == JV_LIST && !a.u.l->gen && !b.u.l->gen) {
+    if (a.t == JV_LIST && b.t == JV_LIST && !a.u.l->gen && !b.u.l->gen && a.u.l->tuple == b.u.l->tuple) {
         size_t n = a.u.l->n < b.u.l->n ? a.u.l->n : b.u.l->n;
         for (size_t i = 0; i < n; i++) {
             if (jv_eq(a.u.l->v[i], b.u.l->v[i])) continue;

@@ -91,6 +91,7 @@ static const jcase scoping_cases[] = {
     {"{% for x in [1,2] %}{% set outer = x %}{% endfor %}[{{ outer }}]", "{}", "[]"},
 };
 static const jcase values_cases[] = {
+    {"{{ 1.0 // 0.1 }} {{ -7.5 % 2 }} {{ 1e3 is even }} {{ 2.5 is divisibleby 2 }} {{ 7 | round }} {{ 7.5 | round }} {{ (5)[1:] }}|", "{}", "9.0 0.5 True False 7 8.0 |"},
     {"{{ none }} {{ true }} {{ false }} {{ 1.0 }} {{ 0.1 + 0.2 }} {{ 1e16 }} {{ 1e15 }} {{ 0.0001 }} {{ 0.00001 }}", "{}", "None True False 1.0 0.30000000000000004 1e+16 1000000000000000.0 0.0001 1e-05"},
     {"{{ [1, 'a', none, true, 2.5, {'k': [1]}] }} {{ ('a',) }} {{ (1, 2) }}", "{}", "[1, 'a', None, True, 2.5, {'k': [1]}] ('a',) (1, 2)"},
     {"{{ \"it's\" ~ [\"it's\", 'q\"', 'nl\\n'] }}", "{}", "it's[\"it's\", 'q\"', 'nl\\n']"},
@@ -149,6 +150,10 @@ static const jcase globals_cases[] = {
     {"{{ strftime_now('%Y-%m-%d %B %d') }}", "{}", "2026-11-21 November 21"},
 };
 static const jcase error_cases[] = {
+    {"{{ ('x', 2) + [1] }}", "{}", NULL},
+    {"{{ 5 | indent }}", "{}", NULL},
+    {"{{ [1] in {'k': 1} }}", "{}", NULL},
+    {"{{ [] > ('x',) }}", "{}", NULL},
     {"{% if false %}{% for x in [] %}{{ x | nosuch }}{% endfor %}{% endif %}ok", "{}", NULL},
     {"{% if true %}{{ 1 | nosuch }}{% endif %}ok", "{}", NULL},
     {"{% for x in none %}{% endfor %}", "{}", NULL}, /* TypeError: 'NoneType' object is not iterable */
