@@ -451,11 +451,12 @@ static int call_global(jctx *c, const char *name, jv *args, size_t nargs, const 
             if (nargs == 3) step = ival(args[2]);
         } else return jx_fail(c, "TypeError: range expected 1 to 3 arguments, got %zu", nargs);
         if (!step) return jx_fail(c, "ValueError: range() arg 3 must not be zero");
-        jv l = jv_list(c->a, 0);
-        for (long long i = start; step > 0 ? i < stop : i > stop; i += step) {
-            if (l.u.l->n > 100000) return jx_fail(c, "OverflowError: range too big");
-            jl_push(c->a, l.u.l, jv_int(i));
-        }
+        long long n = step > 0 ? (stop > start ? (stop - start + step - 1) / step : 0)
+                               : (start > stop ? (start - stop - step - 1) / -step : 0);
+        if (n > 100000) /* the sandbox's MAX_RANGE */
+            return jx_fail(c, "OverflowError: Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+        jv l = jv_list(c->a, (size_t)n);
+        for (long long i = start; step > 0 ? i < stop : i > stop; i += step) jl_push(c->a, l.u.l, jv_int(i));
         *out = l;
         return 0;
     }

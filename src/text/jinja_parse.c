@@ -62,13 +62,13 @@ static const char *tokdesc(jtok *t, char *buf, size_t n) {
 
 static int unexpected(parser *P) {
     char buf[64];
-    return sl_fail(P->e, "line %d: syntax error: unexpected %s", cur(P)->line, tokdesc(cur(P), buf, sizeof buf));
+    return sl_fail(P->e, "template syntax error at line %d: unexpected %s", cur(P)->line, tokdesc(cur(P), buf, sizeof buf));
 }
 
 static int expect_op(parser *P, const char *op) {
     if (!is_op(cur(P), op)) {
         char buf[64];
-        return sl_fail(P->e, "line %d: syntax error: expected '%s', got %s", cur(P)->line, op,
+        return sl_fail(P->e, "template syntax error at line %d: expected '%s', got %s", cur(P)->line, op,
                        tokdesc(cur(P), buf, sizeof buf));
     }
     P->i++;
@@ -357,7 +357,7 @@ static jnode *p_filter_expr(parser *P, jnode *n) {
             f->name = ja_strndup(P->a, nm.p, nm.n);
             jb_free(&nm);
             if (!P->soft && !jx_has_filter(f->name)) {
-                sl_fail(P->e, "line %d: no filter named '%s'", t->line, f->name);
+                sl_fail(P->e, "template syntax error at line %d: no filter named '%s'", t->line, f->name);
                 return NULL;
             }
             f->a = n;
@@ -379,7 +379,7 @@ static jnode *p_filter_expr(parser *P, jnode *n) {
             x->name = ja_strndup(P->a, nm->p, nm->n);
             P->i++;
             if (!P->soft && !jx_has_test(x->name)) {
-                sl_fail(P->e, "line %d: no test named '%s'", t->line, x->name);
+                sl_fail(P->e, "template syntax error at line %d: no test named '%s'", t->line, x->name);
                 return NULL;
             }
             x->a = n;
@@ -608,7 +608,7 @@ static int p_targets(parser *P, jnode *n) {
     for (;;) {
         const char *nm = take_name(P);
         if (!nm) return unexpected(P);
-        if (k == 16) return sl_fail(P->e, "line %d: too many targets", cur(P)->line);
+        if (k == 16) return sl_fail(P->e, "template syntax error at line %d: too many targets", cur(P)->line);
         buf[k++] = nm;
         if (!is_op(cur(P), ",")) break;
         P->i++;
@@ -715,7 +715,7 @@ static jnode *s_for(parser *P, int line) {
         if (!n->b) return NULL;
     }
     if (is_name(cur(P), "recursive")) {
-        sl_fail(P->e, "line %d: recursive loops are not supported", cur(P)->line);
+        sl_fail(P->e, "template syntax error at line %d: recursive loops are not supported", cur(P)->line);
         return NULL;
     }
     if (end_block(P)) return NULL;
@@ -860,7 +860,7 @@ static jnode *s_call(parser *P, int line) {
     n->a = p_expr(P);
     if (!n->a) return NULL;
     if (n->a->k != E_CALL) {
-        sl_fail(P->e, "line %d: expected a call in call block", line);
+        sl_fail(P->e, "template syntax error at line %d: expected a call in call block", line);
         return NULL;
     }
     if (end_block(P)) return NULL;
@@ -938,7 +938,7 @@ static jnode *p_statement(parser *P) {
         n->a = p_tuple(P, 0);
         return !n->a || end_block(P) ? NULL : n;
     }
-    sl_fail(P->e, "line %d: unknown tag '%.*s'", line, (int)kw->n, kw->p);
+    sl_fail(P->e, "template syntax error at line %d: unknown tag '%.*s'", line, (int)kw->n, kw->p);
     return NULL;
 }
 
@@ -949,7 +949,7 @@ static int p_body_any(parser *P, const char *const *ends, nvec *out, const char 
         switch (t->t) {
         case T_EOF:
             if (!ends) return 0;
-            return sl_fail(P->e, "line %d: unexpected end of template, expected '%s'", t->line,
+            return sl_fail(P->e, "template syntax error at line %d: unexpected end of template, expected '%s'", t->line,
                            ends[0] ? ends[0] : "end");
         case T_TEXT: {
             jnode *n = mk(P, N_TEXT, t->line);
