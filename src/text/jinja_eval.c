@@ -41,7 +41,7 @@ static void assign(jctx *c, jscope *s, const char *name, jv v) { jd_setc(c->a, &
 static int eval(evalctx *x, jscope *s, const jnode *n, jv *out);
 static int exec(evalctx *x, jscope *s, jnode *const *body, size_t nb, jbuf *out);
 
-static int undef_error(jctx *c, jv v) {
+int jx_undef_fail(jctx *c, jv v) {
     const char *h = v.u.s.p;
     if (h && h[0] == '\'') return jx_fail(c, "UndefinedError: %s", h);
     return jx_fail(c, "UndefinedError: '%s' is undefined", h ? h : "value");
@@ -112,7 +112,7 @@ static int call_macro(evalctx *x, jfunc *fn, jv *args, size_t nargs, const char 
 static int call_value(evalctx *x, jv f, jv *args, size_t nargs, const char **kwn, jv *kwv, size_t nkw, jv caller,
                       jv *out) {
     jctx *c = &x->c;
-    if (f.t == JV_UNDEF) return undef_error(c, f);
+    if (f.t == JV_UNDEF) return jx_undef_fail(c, f);
     if (f.t != JV_FUNC) return jx_fail(c, "TypeError: '%s' object is not callable", jv_typename(f));
     if (f.u.fn->kind == FN_MACRO || f.u.fn->kind == FN_CALLER)
         return call_macro(x, f.u.fn, args, nargs, kwn, kwv, nkw, caller, out);
@@ -133,7 +133,7 @@ static int eval_slice(evalctx *x, jscope *s, const jnode *n, jv *out) {
     const jnode *pn[3] = {n->b, n->c, n->d};
     for (int i = 0; i < 3; i++)
         if (pn[i] && eval(x, s, pn[i], &parts[i])) return -1;
-    if (obj.t == JV_UNDEF) return undef_error(c, obj);
+    if (obj.t == JV_UNDEF) return jx_undef_fail(c, obj);
     long long len;
     if (obj.t == JV_STR) len = (long long)ju_len(obj.u.s.p, obj.u.s.n);
     else if (obj.t == JV_LIST && !obj.u.l->gen) len = (long long)obj.u.l->n;
@@ -210,14 +210,14 @@ static int eval(evalctx *x, jscope *s, const jnode *n, jv *out) {
         jv o;
         if (eval(x, s, n->a, &o)) return -1;
         c->line = n->line;
-        if (o.t == JV_UNDEF) return undef_error(c, o);
+        if (o.t == JV_UNDEF) return jx_undef_fail(c, o);
         return jx_getattr(c, o, n->name, out);
     }
     case E_ITEM: {
         jv o, k;
         if (eval(x, s, n->a, &o) || eval(x, s, n->b, &k)) return -1;
         c->line = n->line;
-        if (o.t == JV_UNDEF) return undef_error(c, o);
+        if (o.t == JV_UNDEF) return jx_undef_fail(c, o);
         return jx_getitem(c, o, k, out);
     }
     case E_SLICE: return eval_slice(x, s, n, out);
@@ -254,7 +254,7 @@ static int eval(evalctx *x, jscope *s, const jnode *n, jv *out) {
         if (v.t == JV_BOOL) v = jv_int(v.u.b);
         if (v.t == JV_INT) *out = jv_int(n->k == E_NEG ? -v.u.i : v.u.i);
         else if (v.t == JV_FLOAT) *out = jv_float(n->k == E_NEG ? -v.u.f : v.u.f);
-        else if (v.t == JV_UNDEF) return undef_error(c, v);
+        else if (v.t == JV_UNDEF) return jx_undef_fail(c, v);
         else return jx_fail(c, "TypeError: bad operand type for unary %c: '%s'", n->k == E_NEG ? '-' : '+', jv_typename(v));
         return 0;
     }

@@ -97,6 +97,10 @@ void jd_setc(jarena *a, jdict *d, const char *k, jv v);
 int jd_get(const jdict *d, jv k, jv *out); /* 1 when found */
 int jd_getc(const jdict *d, const char *k, jv *out);
 
+/* bool counts as an int, as in Python */
+static inline int jv_is_int(jv v) { return v.t == JV_INT || v.t == JV_BOOL; }
+static inline long long jv_ival(jv v) { return v.t == JV_INT ? v.u.i : v.t == JV_BOOL ? v.u.b : (long long)v.u.f; }
+
 jv jv_from_json(jarena *a, json_t *j);
 int jv_truthy(jv v);
 int jv_eq(jv a, jv b);
@@ -157,8 +161,9 @@ typedef struct jctx {
 } jctx;
 
 int jx_fail(jctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int jx_undef_fail(jctx *c, jv v); /* UndefinedError for using an undefined value */
 
-/* builtins (jinja_builtins.c, jinja_filters.c) */
+/* builtins (jinja_builtins.c: access, globals, methods; jinja_ops.c: operators; jinja_filters.c) */
 int jx_filter(jctx *c, const char *name, jv in, jv *args, size_t nargs, const char **kwn, jv *kwv, size_t nkw,
               jv *out);
 int jx_has_filter(const char *name);
