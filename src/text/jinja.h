@@ -1,6 +1,7 @@
 /* A Jinja2-subset template engine that renders chat templates the way Python Jinja2 does for transformers:
  * sandboxed (immutable lists/dicts), trim_blocks and lstrip_blocks on, loop controls and {% do %},
- * raise_exception(), strftime_now() and transformers' tojson. */
+ * raise_exception(), strftime_now() and transformers' tojson. Not supported: include/import/extends/block,
+ * recursive loops, autoescaping. */
 #ifndef SLUICE_TEXT_JINJA_H
 #define SLUICE_TEXT_JINJA_H
 

@@ -1,5 +1,5 @@
-/* Attribute and item access, iteration, operators, global functions and methods of str/dict/list,
- * with the restrictions of Jinja2's ImmutableSandboxedEnvironment (no mutating methods). */
+/* Attribute and item access, global functions and methods of str/dict/list, with the restrictions of
+ * Jinja2's ImmutableSandboxedEnvironment (no mutating methods). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,289 +114,6 @@ int jx_getitem(jctx *c, jv obj, jv key, jv *out) {
     return 0;
 }
 
-int jx_iter(jctx *c, jv v, jlist **out) {
-    switch (v.t) {
-    case JV_LIST: *out = v.u.l; return 0;
-    case JV_DICT: {
-        if (v.u.d->ns) break;
-        jv l = jv_list(c->a, v.u.d->n);
-        for (size_t i = 0; i < v.u.d->n; i++) jl_push(c->a, l.u.l, v.u.d->k[i]);
-        *out = l.u.l;
-        return 0;
-    }
-    case JV_STR: {
-        jv l = jv_list(c->a, v.u.s.n);
-        size_t n = ju_len(v.u.s.p, v.u.s.n);
-        for (size_t i = 0, o = 0; i < n; i++) {
-            size_t e = ju_off(v.u.s.p, v.u.s.n, i + 1);
-            jl_push(c->a, l.u.l, jv_str(v.u.s.p + o, e - o));
-            o = e;
-        }
-        *out = l.u.l;
-        return 0;
-    }
-    case JV_UNDEF: *out = jv_list(c->a, 0).u.l; return 0;
-    default: break;
-    }
-    return jx_fail(c, "TypeError: '%s' object is not iterable", jv_typename(v));
-}
-
-static int is_int(jv v) { return v.t == JV_INT || v.t == JV_BOOL; }
-static long long ival(jv v) { return v.t == JV_INT ? v.u.i : v.u.b; }
-static int is_num(jv v) { return is_int(v) || v.t == JV_FLOAT; }
-static double fval(jv v) { return v.t == JV_FLOAT ? v.u.f : (double)ival(v); }
-
-static const char *opname(int op) {
-    static const char *const names[] = {"+", "-", "*", "/", "//", "%", "**", "~", "==", "!=", "<", ">", "<=", ">=",
-                                        "in", "not in"};
-    return names[op];
-}
-
-static int undef_err(jctx *c, jv v) {
-    const char *h = v.u.s.p;
-    if (h && h[0] == '\'') return jx_fail(c, "UndefinedError: %s", h);
-    return jx_fail(c, "UndefinedError: '%s' is undefined", h ? h : "value");
-}
-
-static jv repeat(jctx *c, jv s, long long k) {
-    if (s.t == JV_STR) {
-        jbuf b = {0};
-        for (long long i = 0; i < k; i++) jb_put(&b, s.u.s.p, s.u.s.n);
-        jv r = jv_strdup(c->a, b.p ? b.p : "", b.n);
-        jb_free(&b);
-        return r;
-    }
-    jv r = jv_list(c->a, 0);
-    r.u.l->tuple = s.u.l->tuple;
-    for (long long i = 0; i < k; i++)
-        for (size_t j = 0; j < s.u.l->n; j++) jl_push(c->a, r.u.l, s.u.l->v[j]);
-    return r;
-}
-
-static int contains(jctx *c, jv item, jv box, int *r) {
-    switch (box.t) {
-    case JV_UNDEF: *r = 0; return 0;
-    case JV_STR:
-        if (item.t != JV_STR)
-            return jx_fail(c, "TypeError: 'in <string>' requires string as left operand, not %s", jv_typename(item));
-        *r = js_find(box, item, 0) >= 0;
-        return 0;
-    case JV_LIST:
-        *r = 0;
-        for (size_t i = 0; i < box.u.l->n; i++)
-            if (jv_eq(box.u.l->v[i], item)) *r = 1;
-        return 0;
-    case JV_DICT: {
-        jv tmp;
-        *r = jd_get(box.u.d, item, &tmp);
-        return 0;
-    }
-    default: return jx_fail(c, "TypeError: argument of type '%s' is not iterable", jv_typename(box));
-    }
-}
-
-int jx_binop(jctx *c, int op, jv a, jv b, jv *out) {
-    switch (op) {
-    case OP_CAT: {
-        jbuf buf = {0};
-        jv_str_to(&buf, a);
-        jv_str_to(&buf, b);
-        *out = jv_strdup(c->a, buf.p ? buf.p : "", buf.n);
-        jb_free(&buf);
-        return 0;
-    }
-    case OP_EQ: *out = jv_bool(jv_eq(a, b)); return 0;
-    case OP_NE: *out = jv_bool(!jv_eq(a, b)); return 0;
-    case OP_IN:
-    case OP_NOTIN: {
-        int r = 0;
-        if (contains(c, a, b, &r)) return -1;
-        *out = jv_bool(op == OP_IN ? r : !r);
-        return 0;
-    }
-    default: break;
-    }
-    if (a.t == JV_UNDEF) return undef_err(c, a);
-    if (b.t == JV_UNDEF) return undef_err(c, b);
-    if (op >= OP_LT && op <= OP_GE) {
-        int r;
-        if (jv_cmp(a, b, &r, c->e)) {
-            char msg[512];
-            snprintf(msg, sizeof msg, "%s", c->e->msg);
-            return jx_fail(c, "%s", msg);
-        }
-        *out = jv_bool(op == OP_LT ? r < 0 : op == OP_GT ? r > 0 : op == OP_LE ? r <= 0 : r >= 0);
-        return 0;
-    }
-    if (is_num(a) && is_num(b)) {
-        int ints = is_int(a) && is_int(b);
-        long long x = ints ? ival(a) : 0, y = ints ? ival(b) : 0;
-        double fx = fval(a), fy = fval(b);
-        switch (op) {
-        case OP_ADD: *out = ints ? jv_int(x + y) : jv_float(fx + fy); return 0;
-        case OP_SUB: *out = ints ? jv_int(x - y) : jv_float(fx - fy); return 0;
-        case OP_MUL: *out = ints ? jv_int(x * y) : jv_float(fx * fy); return 0;
-        case OP_DIV:
-            if (fy == 0) return jx_fail(c, "ZeroDivisionError: division by zero");
-            *out = jv_float(fx / fy);
-            return 0;
-        case OP_FDIV:
-        case OP_MOD:
-            if (ints) {
-                if (!y) return jx_fail(c, "ZeroDivisionError: integer division or modulo by zero");
-                long long q = x / y, m = x % y;
-                if (m && ((m < 0) != (y < 0))) {
-                    q--;
-                    m += y;
-                }
-                *out = jv_int(op == OP_FDIV ? q : m);
-            } else {
-                if (fy == 0) return jx_fail(c, "ZeroDivisionError: float modulo");
-                double m = fmod(fx, fy);
-                if (m && ((m < 0) != (fy < 0))) m += fy;
-                *out = jv_float(op == OP_FDIV ? floor(fx / fy) : m);
-            }
-            return 0;
-        case OP_POW:
-            if (ints && y >= 0) {
-                long long r = 1;
-                for (long long i = 0; i < y; i++) r *= x;
-                *out = jv_int(r);
-            } else *out = jv_float(pow(fx, fy));
-            return 0;
-        }
-    }
-    if (op == OP_ADD && a.t == JV_STR && b.t == JV_STR) {
-        int safe = a.safe || b.safe;
-        if (safe) { /* Markup + str escapes the plain side */
-            a = jv_html_escape(c->a, a);
-            b = jv_html_escape(c->a, b);
-        }
-        char *p = ja_alloc(c->a, a.u.s.n + b.u.s.n + 1);
-        memcpy(p, a.u.s.p, a.u.s.n);
-        memcpy(p + a.u.s.n, b.u.s.p, b.u.s.n);
-        *out = jv_str(p, a.u.s.n + b.u.s.n);
-        out->safe = (unsigned char)safe;
-        return 0;
-    }
-    if (op == OP_ADD && a.t == JV_LIST && b.t == JV_LIST && !a.u.l->gen && !b.u.l->gen) {
-        jv r = jv_list(c->a, a.u.l->n + b.u.l->n);
-        r.u.l->tuple = a.u.l->tuple;
-        for (size_t i = 0; i < a.u.l->n; i++) jl_push(c->a, r.u.l, a.u.l->v[i]);
-        for (size_t i = 0; i < b.u.l->n; i++) jl_push(c->a, r.u.l, b.u.l->v[i]);
-        *out = r;
-        return 0;
-    }
-    if (op == OP_MUL && (a.t == JV_STR || (a.t == JV_LIST && !a.u.l->gen)) && is_int(b)) {
-        *out = repeat(c, a, ival(b));
-        return 0;
-    }
-    if (op == OP_MUL && (b.t == JV_STR || (b.t == JV_LIST && !b.u.l->gen)) && is_int(a)) {
-        *out = repeat(c, b, ival(a));
-        return 0;
-    }
-    if (op == OP_MOD && a.t == JV_STR) return jx_percent_format(c, a, b, out);
-    if (op == OP_ADD && a.t == JV_STR)
-        return jx_fail(c, "TypeError: can only concatenate str (not \"%s\") to str", jv_typename(b));
-    if (op == OP_ADD && a.t == JV_LIST)
-        return jx_fail(c, "TypeError: can only concatenate list (not \"%s\") to list", jv_typename(b));
-    return jx_fail(c, "TypeError: unsupported operand type(s) for %s: '%s' and '%s'", opname(op), jv_typename(a),
-                   jv_typename(b));
-}
-
-/* printf-style formatting of str % args */
-int jx_percent_format(jctx *c, jv fmt, jv args, jv *out) {
-    jv *av = &args;
-    size_t an = 1, ai = 0;
-    if (args.t == JV_LIST && args.u.l->tuple) {
-        av = args.u.l->v;
-        an = args.u.l->n;
-    }
-    jbuf b = {0};
-    const char *p = fmt.u.s.p, *end = p + fmt.u.s.n;
-    while (p < end) {
-        if (*p != '%') {
-            jb_putc(&b, *p++);
-            continue;
-        }
-        p++;
-        if (p < end && *p == '%') {
-            jb_putc(&b, '%');
-            p++;
-            continue;
-        }
-        char spec[32];
-        size_t k = 0;
-        spec[k++] = '%';
-        while (p < end && strchr("-+ 0#", *p) && k < 8) spec[k++] = *p++;
-        while (p < end && ((*p >= '0' && *p <= '9') || *p == '.') && k < 20) spec[k++] = *p++;
-        if (p >= end) {
-            jb_free(&b);
-            return jx_fail(c, "ValueError: incomplete format");
-        }
-        char conv = *p++;
-        if (ai >= an) {
-            jb_free(&b);
-            return jx_fail(c, "TypeError: not enough arguments for format string");
-        }
-        jv v = av[ai++];
-        switch (conv) {
-        case 's':
-        case 'r': {
-            jbuf t = {0};
-            if (conv == 's') jv_str_to(&t, v);
-            else jv_repr_to(&t, v);
-            spec[k++] = 's';
-            spec[k] = 0;
-            jb_printf(&b, spec, t.p ? t.p : "");
-            jb_free(&t);
-            break;
-        }
-        case 'd':
-        case 'i':
-        case 'x':
-        case 'X':
-        case 'o':
-            if (!is_num(v)) {
-                jb_free(&b);
-                return jx_fail(c, "TypeError: %%%c format: a number is required, not %s", conv, jv_typename(v));
-            }
-            spec[k++] = 'l';
-            spec[k++] = 'l';
-            spec[k++] = conv == 'i' ? 'd' : conv;
-            spec[k] = 0;
-            jb_printf(&b, spec, v.t == JV_FLOAT ? (long long)v.u.f : ival(v));
-            break;
-        case 'f':
-        case 'F':
-        case 'e':
-        case 'E':
-        case 'g':
-        case 'G':
-            if (!is_num(v)) {
-                jb_free(&b);
-                return jx_fail(c, "TypeError: must be real number, not %s", jv_typename(v));
-            }
-            spec[k++] = conv;
-            spec[k] = 0;
-            jb_printf(&b, spec, fval(v));
-            break;
-        case 'c':
-            if (v.t == JV_STR) jb_put(&b, v.u.s.p, v.u.s.n);
-            else jb_putc(&b, (char)ival(v));
-            break;
-        default: jb_free(&b); return jx_fail(c, "ValueError: unsupported format character '%c'", conv);
-        }
-    }
-    if (ai < an) {
-        jb_free(&b);
-        return jx_fail(c, "TypeError: not all arguments converted during string formatting");
-    }
-    *out = jv_strdup(c->a, b.p ? b.p : "", b.n);
-    jb_free(&b);
-    return 0;
-}
-
 jv jx_global(jarena *a, const char *name) {
     static const char *const globals[] = {"range", "dict", "namespace", "raise_exception", "strftime_now", NULL};
     for (int i = 0; globals[i]; i++)
@@ -431,19 +148,20 @@ static int call_global(jctx *c, const char *name, jv *args, size_t nargs, const 
     if (!strcmp(name, "range")) {
         long long start = 0, stop, step = 1;
         for (size_t i = 0; i < nargs; i++)
-            if (!is_int(args[i])) return jx_fail(c, "TypeError: range() needs integers, not %s", jv_typename(args[i]));
-        if (nargs == 1) stop = ival(args[0]);
+            if (!jv_is_int(args[i])) return jx_fail(c, "TypeError: range() needs integers, not %s", jv_typename(args[i]));
+        if (nargs == 1) stop = jv_ival(args[0]);
         else if (nargs == 2 || nargs == 3) {
-            start = ival(args[0]);
-            stop = ival(args[1]);
-            if (nargs == 3) step = ival(args[2]);
+            start = jv_ival(args[0]);
+            stop = jv_ival(args[1]);
+            if (nargs == 3) step = jv_ival(args[2]);
         } else return jx_fail(c, "TypeError: range expected 1 to 3 arguments, got %zu", nargs);
         if (!step) return jx_fail(c, "ValueError: range() arg 3 must not be zero");
-        jv l = jv_list(c->a, 0);
-        for (long long i = start; step > 0 ? i < stop : i > stop; i += step) {
-            if (l.u.l->n > 100000) return jx_fail(c, "OverflowError: range too big");
-            jl_push(c->a, l.u.l, jv_int(i));
-        }
+        long long n = step > 0 ? (stop > start ? (stop - start + step - 1) / step : 0)
+                               : (start > stop ? (start - stop - step - 1) / -step : 0);
+        if (n > 100000) /* the sandbox's MAX_RANGE */
+            return jx_fail(c, "OverflowError: Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+        jv l = jv_list(c->a, (size_t)n);
+        for (long long i = start; step > 0 ? i < stop : i > stop; i += step) jl_push(c->a, l.u.l, jv_int(i));
         *out = l;
         return 0;
     }
@@ -491,6 +209,64 @@ static int need_str(jctx *c, jv v, const char *what) {
     return 0;
 }
 
+/* Python's format-spec mini-language: [[fill]align][sign][0][width][.precision][type]. */
+static int format_spec(jctx *c, jbuf *b, jv v, const char *spec) {
+    char fill = ' ', align = 0, sign = 0, type = 0;
+    const char *s = spec;
+    if (s[0] && strchr("<>^=", s[1]) && s[1]) {
+        fill = s[0];
+        align = s[1];
+        s += 2;
+    } else if (*s && strchr("<>^=", *s))
+        align = *s++;
+    if (*s == '+' || *s == '-' || *s == ' ') sign = *s++;
+    if (*s == '0') {
+        if (!align) {
+            fill = '0';
+            align = '=';
+        }
+        s++;
+    }
+    int width = 0, prec = -1;
+    while (*s >= '0' && *s <= '9') width = width * 10 + (*s++ - '0');
+    if (*s == '.') {
+        prec = 0;
+        s++;
+        while (*s >= '0' && *s <= '9') prec = prec * 10 + (*s++ - '0');
+    }
+    if (*s) type = *s++;
+    if (*s) return jx_fail(c, "ValueError: Invalid format specifier '%s'", spec);
+    jbuf t = {0};
+    int numeric = v.t == JV_INT || v.t == JV_FLOAT || v.t == JV_BOOL;
+    if (type && strchr("dfFeEgGxXob%", type)) {
+        if (!numeric) {
+            jb_free(&t);
+            return jx_fail(c, "ValueError: Unknown format code '%c' for object of type '%s'", type, jv_typename(v));
+        }
+        double f = v.t == JV_FLOAT ? v.u.f : (double)(v.t == JV_INT ? v.u.i : v.u.b);
+        char fmt[16];
+        if (type == 'd' || type == 'x' || type == 'X' || type == 'o') {
+            snprintf(fmt, sizeof fmt, "%%%s%s", sign == '+' ? "+" : sign == ' ' ? " " : "", type == 'd' ? "lld" : type == 'x' ? "llx" : type == 'X' ? "llX" : "llo");
+            jb_printf(&t, fmt, (long long)f);
+        } else {
+            snprintf(fmt, sizeof fmt, "%%%s.%d%c", sign == '+' ? "+" : sign == ' ' ? " " : "", prec < 0 ? 6 : prec, type == '%' ? 'f' : type);
+            jb_printf(&t, fmt, type == '%' ? f * 100 : f);
+            if (type == '%') jb_putc(&t, '%');
+        }
+    } else {
+        jv_str_to(&t, v);
+        if (prec >= 0 && v.t == JV_STR) t.n = ju_off(t.p, t.n, (size_t)prec);
+    }
+    if (!align) align = numeric ? '>' : '<';
+    long long len = t.p ? (long long)ju_len(t.p, t.n) : 0, padn = width > len ? width - len : 0;
+    long long left = align == '>' || align == '=' ? padn : align == '^' ? padn / 2 : 0;
+    for (long long i = 0; i < left; i++) jb_putc(b, fill);
+    if (t.p) jb_put(b, t.p, t.n);
+    for (long long i = 0; i < padn - left; i++) jb_putc(b, fill);
+    jb_free(&t);
+    return 0;
+}
+
 static int str_format(jctx *c, jv self, jv *args, size_t nargs, const char **kwn, jv *kwv, size_t nkw, jv *out) {
     jbuf b = {0};
     const char *p = self.u.s.p, *end = p + self.u.s.n;
@@ -517,8 +293,11 @@ static int str_format(jctx *c, jv self, jv *args, size_t nargs, const char **kwn
         }
         char field[128];
         snprintf(field, sizeof field, "%.*s", (int)(q - p - 1), p + 1);
-        char *colon = strchr(field, ':');
-        if (colon) *colon = 0;
+        char *colon = strchr(field, ':'), *spec = NULL;
+        if (colon) {
+            *colon = 0;
+            spec = colon + 1;
+        }
         jv v;
         if (!field[0]) v = auto_i < nargs ? args[auto_i++] : jv_undef(NULL);
         else if (field[0] >= '0' && field[0] <= '9') {
@@ -530,7 +309,12 @@ static int str_format(jctx *c, jv self, jv *args, size_t nargs, const char **kwn
             jb_free(&b);
             return jx_fail(c, "IndexError: Replacement index out of range for positional args tuple");
         }
-        jv_str_to(&b, v);
+        if (spec && *spec) {
+            if (format_spec(c, &b, v, spec)) {
+                jb_free(&b);
+                return -1;
+            }
+        } else jv_str_to(&b, v);
         p = q + 1;
     }
     *out = jv_strdup(c->a, b.p ? b.p : "", b.n);
@@ -592,7 +376,7 @@ static int call_str_method(jctx *c, jv self, const char *m, jv *args, size_t nar
         jv sep = arg(args, nargs, kwn, kwv, nkw, 0, "sep", jv_none());
         jv ms = arg(args, nargs, kwn, kwv, nkw, 1, "maxsplit", jv_int(-1));
         if (sep.t != JV_NONE && need_str(c, sep, m)) return -1;
-        return js_split(c, self, sep, ival(ms), m[0] == 'r', out);
+        return js_split(c, self, sep, jv_ival(ms), m[0] == 'r', out);
     }
     if (!strcmp(m, "strip") || !strcmp(m, "lstrip") || !strcmp(m, "rstrip")) {
         if (a0.t != JV_NONE && need_str(c, a0, m)) return -1;
@@ -607,7 +391,7 @@ static int call_str_method(jctx *c, jv self, const char *m, jv *args, size_t nar
         jv b = arg(args, nargs, kwn, kwv, nkw, 1, NULL, jv_none());
         jv cnt = arg(args, nargs, kwn, kwv, nkw, 2, "count", jv_int(-1));
         if (need_str(c, a0, "replace") || need_str(c, b, "replace")) return -1;
-        *out = js_replace(c->a, self, a0, b, ival(cnt));
+        *out = js_replace(c->a, self, a0, b, jv_ival(cnt));
     } else if (!strcmp(m, "find") || !strcmp(m, "rfind") || !strcmp(m, "index") || !strcmp(m, "rindex")) {
         if (need_str(c, a0, m)) return -1;
         long long r = js_find(self, a0, m[0] == 'r');
@@ -637,12 +421,12 @@ static int call_str_method(jctx *c, jv self, const char *m, jv *args, size_t nar
             *out = suf ? jv_str(self.u.s.p, self.u.s.n - a0.u.s.n) : jv_str(self.u.s.p + a0.u.s.n, self.u.s.n - a0.u.s.n);
         else *out = self;
     } else if (!strcmp(m, "center") || !strcmp(m, "ljust") || !strcmp(m, "rjust")) {
-        if (!is_int(a0)) return jx_fail(c, "TypeError: %s() needs an integer width", m);
-        *out = pad(c, self, ival(a0), arg(args, nargs, kwn, kwv, nkw, 1, NULL, jv_cstr(" ")),
+        if (!jv_is_int(a0)) return jx_fail(c, "TypeError: %s() needs an integer width", m);
+        *out = pad(c, self, jv_ival(a0), arg(args, nargs, kwn, kwv, nkw, 1, NULL, jv_cstr(" ")),
                    m[0] == 'c' ? 0 : m[0] == 'l' ? 1 : 2);
     } else if (!strcmp(m, "zfill")) {
-        if (!is_int(a0)) return jx_fail(c, "TypeError: zfill() needs an integer width");
-        *out = pad(c, self, ival(a0), jv_cstr("0"), 2);
+        if (!jv_is_int(a0)) return jx_fail(c, "TypeError: zfill() needs an integer width");
+        *out = pad(c, self, jv_ival(a0), jv_cstr("0"), 2);
     } else if (!strcmp(m, "partition") || !strcmp(m, "rpartition")) {
         if (need_str(c, a0, m)) return -1;
         long long i = js_find(self, a0, m[0] == 'r');
@@ -736,6 +520,19 @@ int jx_call_builtin(jctx *c, jv fn, jv *args, size_t nargs, const char **kwn, jv
     switch (f->kind) {
     case FN_GLOBAL: return call_global(c, f->name, args, nargs, kwn, kwv, nkw, out);
     case FN_METHOD: return call_method(c, f, args, nargs, kwn, kwv, nkw, out);
+    case FN_CHANGED: {
+        jv now = jv_list(c->a, nargs);
+        for (size_t i = 0; i < nargs; i++) jl_push(c->a, now.u.l, args[i]);
+        jlist *last = f->self.u.l;
+        if (last->n && jv_eq(last->v[0], now)) {
+            *out = jv_bool(0);
+            return 0;
+        }
+        last->n = 0;
+        jl_push(c->a, last, now);
+        *out = jv_bool(1);
+        return 0;
+    }
     case FN_CYCLE:
         if (!nargs) return jx_fail(c, "TypeError: no items for cycling given");
         *out = args[f->idx % (long long)nargs];

@@ -41,7 +41,7 @@ static void assign(jctx *c, jscope *s, const char *name, jv v) { jd_setc(c->a, &
 static int eval(evalctx *x, jscope *s, const jnode *n, jv *out);
 static int exec(evalctx *x, jscope *s, jnode *const *body, size_t nb, jbuf *out);
 
-static int undef_error(jctx *c, jv v) {
+int jx_undef_fail(jctx *c, jv v) {
     const char *h = v.u.s.p;
     if (h && h[0] == '\'') return jx_fail(c, "UndefinedError: %s", h);
     return jx_fail(c, "UndefinedError: '%s' is undefined", h ? h : "value");
@@ -112,7 +112,7 @@ static int call_macro(evalctx *x, jfunc *fn, jv *args, size_t nargs, const char 
 static int call_value(evalctx *x, jv f, jv *args, size_t nargs, const char **kwn, jv *kwv, size_t nkw, jv caller,
                       jv *out) {
     jctx *c = &x->c;
-    if (f.t == JV_UNDEF) return undef_error(c, f);
+    if (f.t == JV_UNDEF) return jx_undef_fail(c, f);
     if (f.t != JV_FUNC) return jx_fail(c, "TypeError: '%s' object is not callable", jv_typename(f));
     if (f.u.fn->kind == FN_MACRO || f.u.fn->kind == FN_CALLER)
         return call_macro(x, f.u.fn, args, nargs, kwn, kwv, nkw, caller, out);
@@ -133,27 +133,31 @@ static int eval_slice(evalctx *x, jscope *s, const jnode *n, jv *out) {
     const jnode *pn[3] = {n->b, n->c, n->d};
     for (int i = 0; i < 3; i++)
         if (pn[i] && eval(x, s, pn[i], &parts[i])) return -1;
-    if (obj.t == JV_UNDEF) return undef_error(c, obj);
+    if (obj.t == JV_UNDEF) return jx_undef_fail(c, obj);
     long long len;
     if (obj.t == JV_STR) len = (long long)ju_len(obj.u.s.p, obj.u.s.n);
     else if (obj.t == JV_LIST && !obj.u.l->gen) len = (long long)obj.u.l->n;
-    else return jx_fail(c, "TypeError: '%s' object is not subscriptable", jv_typename(obj));
+    else len = -1;
     for (int i = 0; i < 3; i++)
-        if (parts[i].t != JV_NONE && parts[i].t != JV_INT && parts[i].t != JV_BOOL)
-            return jx_fail(c, "TypeError: slice indices must be integers or None");
-    long long step = parts[2].t == JV_NONE ? 1 : parts[2].u.i;
-    if (step == 0) return jx_fail(c, "ValueError: slice step cannot be zero");
+        if (parts[i].t != JV_NONE && parts[i].t != JV_INT && parts[i].t != JV_BOOL) len = -1;
+    if (len < 0) { /* Jinja2's getitem turns a failed subscript into an undefined value */
+        *out = jv_undef("'object' is not subscriptable");
+        return 0;
+    }
+    if (parts[2].t != JV_NONE && (parts[2].t == JV_INT ? parts[2].u.i : parts[2].u.b) == 0)
+        return jx_fail(c, "ValueError: slice step cannot be zero");
+    long long step = parts[2].t == JV_NONE ? 1 : parts[2].t == JV_INT ? parts[2].u.i : parts[2].u.b;
     long long lo, hi;
     /* Python's PySlice_AdjustIndices */
     if (parts[0].t == JV_NONE) lo = step < 0 ? len - 1 : 0;
     else {
-        lo = parts[0].u.i;
+        lo = parts[0].t == JV_INT ? parts[0].u.i : parts[0].u.b;
         if (lo < 0) lo = lo + len < 0 ? (step < 0 ? -1 : 0) : lo + len;
         else if (lo >= len) lo = step < 0 ? len - 1 : len;
     }
     if (parts[1].t == JV_NONE) hi = step < 0 ? -1 : len;
     else {
-        hi = parts[1].u.i;
+        hi = parts[1].t == JV_INT ? parts[1].u.i : parts[1].u.b;
         if (hi < 0) hi = hi + len < 0 ? (step < 0 ? -1 : 0) : hi + len;
         else if (hi >= len) hi = step < 0 ? len - 1 : len;
     }
@@ -206,14 +210,14 @@ static int eval(evalctx *x, jscope *s, const jnode *n, jv *out) {
         jv o;
         if (eval(x, s, n->a, &o)) return -1;
         c->line = n->line;
-        if (o.t == JV_UNDEF) return undef_error(c, o);
+        if (o.t == JV_UNDEF) return jx_undef_fail(c, o);
         return jx_getattr(c, o, n->name, out);
     }
     case E_ITEM: {
         jv o, k;
         if (eval(x, s, n->a, &o) || eval(x, s, n->b, &k)) return -1;
         c->line = n->line;
-        if (o.t == JV_UNDEF) return undef_error(c, o);
+        if (o.t == JV_UNDEF) return jx_undef_fail(c, o);
         return jx_getitem(c, o, k, out);
     }
     case E_SLICE: return eval_slice(x, s, n, out);
@@ -250,7 +254,7 @@ static int eval(evalctx *x, jscope *s, const jnode *n, jv *out) {
         if (v.t == JV_BOOL) v = jv_int(v.u.b);
         if (v.t == JV_INT) *out = jv_int(n->k == E_NEG ? -v.u.i : v.u.i);
         else if (v.t == JV_FLOAT) *out = jv_float(n->k == E_NEG ? -v.u.f : v.u.f);
-        else if (v.t == JV_UNDEF) return undef_error(c, v);
+        else if (v.t == JV_UNDEF) return jx_undef_fail(c, v);
         else return jx_fail(c, "TypeError: bad operand type for unary %c: '%s'", n->k == E_NEG ? '-' : '+', jv_typename(v));
         return 0;
     }
@@ -316,6 +320,10 @@ static int exec_for(evalctx *x, jscope *s, const jnode *n, jbuf *out) {
         items = kept;
     }
     size_t len = items->n;
+    jfunc *changed = ja_alloc(c->a, sizeof *changed); /* loop.changed() remembers across iterations */
+    changed->kind = FN_CHANGED;
+    changed->name = "changed";
+    changed->self = jv_list(c->a, 1);
     for (size_t i = 0; i < len; i++) {
         jscope *ls = new_scope(c, s);
         if (bind_targets(c, ls, n, items->v[i])) return -1;
@@ -337,6 +345,7 @@ static int exec_for(evalctx *x, jscope *s, const jnode *n, jbuf *out) {
         cy->name = "cycle";
         cy->idx = (long long)i;
         jd_setc(c->a, d, "cycle", (jv){.t = JV_FUNC, .u.fn = cy});
+        jd_setc(c->a, d, "changed", (jv){.t = JV_FUNC, .u.fn = changed});
         assign(c, ls, "loop", loop);
         int r = exec(x, ls, n->v, n->nv, out);
         if (r < 0) return -1;
@@ -426,6 +435,15 @@ static int exec_one(evalctx *x, jscope *s, const jnode *n, jbuf *out) {
         if (r) return -1;
         jv_str_to(out, v);
         return 0;
+    }
+    case N_WITH: {
+        jscope *ws = new_scope(c, s);
+        for (size_t i = 0; i < n->nnames; i++) { /* values see the enclosing scope only */
+            jv v;
+            if (eval(x, s, n->w[i], &v)) return -1;
+            assign(c, ws, n->names[i], v);
+        }
+        return exec(x, ws, n->v, n->nv, out);
     }
     case N_BREAK: return 1;
     case N_CONTINUE: return 2;

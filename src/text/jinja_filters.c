@@ -22,8 +22,6 @@ static jv A(const fargs *a, size_t i, const char *name, jv dflt) {
     return dflt;
 }
 
-static int is_int(jv v) { return v.t == JV_INT || v.t == JV_BOOL; }
-static long long ival(jv v) { return v.t == JV_INT ? v.u.i : v.t == JV_BOOL ? v.u.b : (long long)v.u.f; }
 
 static jv str_of(jctx *c, jv v) { return jv_to_str(c->a, v); }
 
@@ -145,7 +143,7 @@ static int f_tojson(jctx *c, jv in, const fargs *a, jv *out) {
     jbuf b = {0};
     const char *istr = NULL;
     if (ind.t == JV_STR) istr = ja_strndup(c->a, ind.u.s.p, ind.u.s.n);
-    int indent = is_int(ind) ? (int)ival(ind) : -1;
+    int indent = jv_is_int(ind) ? (int)jv_ival(ind) : -1;
     if (jv_json(&b, in, indent < 0 && !istr ? -1 : indent, istr, jv_truthy(sk), jv_truthy(ea), c->e)) {
         jb_free(&b);
         char msg[512];
@@ -393,7 +391,7 @@ static int f_unique(jctx *c, jv in, const fargs *a, jv *out) {
 static int f_replace(jctx *c, jv in, const fargs *a, jv *out) {
     jv old = str_of(c, A(a, 0, "old", jv_cstr(""))), nw = str_of(c, A(a, 1, "new", jv_cstr("")));
     jv cnt = A(a, 2, "count", jv_none());
-    *out = js_replace(c->a, str_of(c, in), old, nw, cnt.t == JV_NONE ? -1 : ival(cnt));
+    *out = js_replace(c->a, str_of(c, in), old, nw, cnt.t == JV_NONE ? -1 : jv_ival(cnt));
     return 0;
 }
 
@@ -431,7 +429,7 @@ static int parse_num(jv s, int want_int, jv *out) {
 }
 
 static int f_int(jctx *c, jv in, const fargs *a, jv *out) {
-    (void)c;
+    if (in.t == JV_UNDEF) return jx_undef_fail(c, in);
     jv d = A(a, 0, "default", jv_int(0));
     if (in.t == JV_INT) *out = in;
     else if (in.t == JV_BOOL) *out = jv_int(in.u.b);
@@ -441,28 +439,32 @@ static int f_int(jctx *c, jv in, const fargs *a, jv *out) {
 }
 
 static int f_float(jctx *c, jv in, const fargs *a, jv *out) {
-    (void)c;
+    if (in.t == JV_UNDEF) return jx_undef_fail(c, in);
     jv d = A(a, 0, "default", jv_float(0.0));
     if (in.t == JV_FLOAT) *out = in;
-    else if (is_int(in)) *out = jv_float((double)ival(in));
+    else if (jv_is_int(in)) *out = jv_float((double)jv_ival(in));
     else if (in.t != JV_STR || parse_num(in, 0, out)) *out = d;
     return 0;
 }
 
 static int f_abs(jctx *c, jv in, const fargs *a, jv *out) {
     (void)a;
-    if (is_int(in)) *out = jv_int(llabs(ival(in)));
+    if (jv_is_int(in)) *out = jv_int(llabs(jv_ival(in)));
     else if (in.t == JV_FLOAT) *out = jv_float(fabs(in.u.f));
     else return jx_fail(c, "TypeError: bad operand type for abs(): '%s'", jv_typename(in));
     return 0;
 }
 
 static int f_round(jctx *c, jv in, const fargs *a, jv *out) {
-    long long prec = ival(A(a, 0, "precision", jv_int(0)));
+    long long prec = jv_ival(A(a, 0, "precision", jv_int(0)));
     jv method = A(a, 1, "method", jv_cstr("common"));
-    if (in.t != JV_FLOAT && !is_int(in)) return jx_fail(c, "TypeError: round needs a number");
-    double v = in.t == JV_FLOAT ? in.u.f : (double)ival(in), m = pow(10.0, (double)prec), r;
+    if (in.t != JV_FLOAT && !jv_is_int(in)) return jx_fail(c, "TypeError: round needs a number");
+    double v = in.t == JV_FLOAT ? in.u.f : (double)jv_ival(in), m = pow(10.0, (double)prec), r;
     jv meth = str_of(c, method);
+    if (jv_is_int(in) && meth.u.s.n == 6 && !memcmp(meth.u.s.p, "common", 6) && prec >= 0) {
+        *out = jv_int(jv_ival(in)); /* round(int, n) stays an int */
+        return 0;
+    }
     if (meth.u.s.n == 4 && !memcmp(meth.u.s.p, "ceil", 4)) r = ceil(v * m) / m;
     else if (meth.u.s.n == 5 && !memcmp(meth.u.s.p, "floor", 5)) r = floor(v * m) / m;
     else if (meth.u.s.n == 6 && !memcmp(meth.u.s.p, "common", 6)) r = nearbyint(v * m) / m; /* half to even */
@@ -491,8 +493,10 @@ static int f_indent(jctx *c, jv in, const fargs *a, jv *out) {
     jbuf ind = {0};
     if (w.t == JV_STR) jb_put(&ind, w.u.s.p, w.u.s.n);
     else
-        for (long long i = 0; i < ival(w); i++) jb_putc(&ind, ' ');
-    jv s = str_of(c, in);
+        for (long long i = 0; i < jv_ival(w); i++) jb_putc(&ind, ' ');
+    if (in.t == JV_UNDEF) return jx_undef_fail(c, in);
+    if (in.t != JV_STR) return jx_fail(c, "TypeError: unsupported operand type(s) for +=: '%s' and 'str'", jv_typename(in));
+    jv s = in;
     /* Jinja appends a newline before splitlines(), so a trailing newline is dropped */
     jbuf tmp = {0};
     jb_put(&tmp, s.u.s.p, s.u.s.n);
@@ -516,7 +520,7 @@ static int f_indent(jctx *c, jv in, const fargs *a, jv *out) {
 }
 
 static int f_center(jctx *c, jv in, const fargs *a, jv *out) {
-    long long width = ival(A(a, 0, "width", jv_int(80)));
+    long long width = jv_ival(A(a, 0, "width", jv_int(80)));
     jv s = str_of(c, in);
     long long len = (long long)ju_len(s.u.s.p, s.u.s.n);
     if (width <= len) {
@@ -592,7 +596,7 @@ static int f_min(jctx *c, jv in, const fargs *a, jv *out) { return minmax(c, in,
 static int f_max(jctx *c, jv in, const fargs *a, jv *out) { return minmax(c, in, a, 1, out); }
 
 static int f_batch(jctx *c, jv in, const fargs *a, jv *out) {
-    long long n = ival(A(a, 0, "linecount", jv_int(1)));
+    long long n = jv_ival(A(a, 0, "linecount", jv_int(1)));
     jv fill = A(a, 1, "fill_with", jv_none());
     int has_fill = a->n > 1;
     for (size_t k = 0; k < a->nk; k++) has_fill |= !strcmp(a->kn[k], "fill_with");
@@ -651,10 +655,10 @@ static int f_attr(jctx *c, jv in, const fargs *a, jv *out) {
 
 static int f_truncate(jctx *c, jv in, const fargs *a, jv *out) {
     jv s = str_of(c, in);
-    long long length = ival(A(a, 0, "length", jv_int(255)));
+    long long length = jv_ival(A(a, 0, "length", jv_int(255)));
     int killwords = jv_truthy(A(a, 1, "killwords", jv_bool(0)));
     jv end = str_of(c, A(a, 2, "end", jv_cstr("...")));
-    long long leeway = ival(A(a, 3, "leeway", jv_int(5)));
+    long long leeway = jv_ival(A(a, 3, "leeway", jv_int(5)));
     long long len = (long long)ju_len(s.u.s.p, s.u.s.n), el = (long long)ju_len(end.u.s.p, end.u.s.n);
     if (len <= length + leeway) {
         *out = s;
@@ -702,7 +706,6 @@ int jx_filter(jctx *c, const char *name, jv in, jv *args, size_t nargs, const ch
     fargs a = {args, nargs, kwn, kwv, nkw};
     for (size_t i = 0; i < sizeof filters / sizeof filters[0]; i++)
         if (!strcmp(filters[i].name, name)) {
-            /* most filters reject undefined input the way Python would on the Undefined object */
             return filters[i].fn(c, in, &a, out);
         }
     return jx_fail(c, "TemplateRuntimeError: No filter named '%s' found.", name);
@@ -739,13 +742,11 @@ int jx_test(jctx *c, const char *t, jv v, jv *args, size_t nargs, int *res) {
         if (v.t == JV_LIST || v.t == JV_DICT) *res = a0.t == v.t && (v.t == JV_LIST ? a0.u.l == v.u.l : a0.u.d == v.u.d);
         else *res = v.t == a0.t && jv_eq(v, a0);
     } else if (!strcmp(t, "escaped")) *res = 0;
-    else if (!strcmp(t, "odd") || !strcmp(t, "even")) {
-        if (!is_int(v)) return jx_fail(c, "TypeError: %s test needs an integer", t);
-        long long m = ival(v) % 2;
-        *res = t[0] == 'o' ? m != 0 : m == 0;
-    } else if (!strcmp(t, "divisibleby")) {
-        if (!is_int(v) || !is_int(a0) || !ival(a0)) return jx_fail(c, "TypeError: divisibleby needs integers");
-        *res = ival(v) % ival(a0) == 0;
+    else if (!strcmp(t, "odd") || !strcmp(t, "even") || !strcmp(t, "divisibleby")) {
+        /* value % 2 == 1, value % 2 == 0, value % num == 0 with Python's modulo */
+        jv m;
+        if (jx_binop(c, OP_MOD, v, t[0] == 'd' ? a0 : jv_int(2), &m)) return -1;
+        *res = jv_eq(m, jv_int(t[0] == 'o' ? 1 : 0));
     } else if (!strcmp(t, "eq") || !strcmp(t, "equalto") || !strcmp(t, "==")) *res = jv_eq(v, a0);
     else if (!strcmp(t, "ne") || !strcmp(t, "!=")) *res = !jv_eq(v, a0);
     else if (!strcmp(t, "lt") || !strcmp(t, "lessthan") || !strcmp(t, "<") || !strcmp(t, "le") || !strcmp(t, "<=") ||

@@ -13,6 +13,7 @@
 typedef struct ja_block ja_block;
 typedef struct jarena {
     ja_block *head;
+    size_t used, cap; /* bump position within head */
 } jarena;
 void *ja_alloc(jarena *a, size_t n); /* zeroed; aborts when memory runs out */
 char *ja_strndup(jarena *a, const char *s, size_t n);
@@ -67,13 +68,13 @@ struct jdict {
     int ns; /* a namespace(): attributes may be assigned */
 };
 
-typedef enum { FN_GLOBAL, FN_METHOD, FN_MACRO, FN_CALLER, FN_CYCLE } jfn_kind;
+typedef enum { FN_GLOBAL, FN_METHOD, FN_MACRO, FN_CALLER, FN_CYCLE, FN_CHANGED } jfn_kind;
 struct jnode;
 struct jscope;
 struct jfunc {
     jfn_kind kind;
     const char *name;
-    jv self;                 /* FN_METHOD: the receiver */
+    jv self;                 /* FN_METHOD: the receiver; FN_CHANGED: a one-item list of the last value */
     const struct jnode *def; /* FN_MACRO / FN_CALLER: the definition */
     struct jscope *closure;
     long long idx; /* FN_CYCLE: loop.index0 */
@@ -96,6 +97,10 @@ void jd_setc(jarena *a, jdict *d, const char *k, jv v);
 int jd_get(const jdict *d, jv k, jv *out); /* 1 when found */
 int jd_getc(const jdict *d, const char *k, jv *out);
 
+/* bool counts as an int, as in Python */
+static inline int jv_is_int(jv v) { return v.t == JV_INT || v.t == JV_BOOL; }
+static inline long long jv_ival(jv v) { return v.t == JV_INT ? v.u.i : v.t == JV_BOOL ? v.u.b : (long long)v.u.f; }
+
 jv jv_from_json(jarena *a, json_t *j);
 int jv_truthy(jv v);
 int jv_eq(jv a, jv b);
@@ -116,7 +121,7 @@ size_t ju_off(const char *s, size_t n, size_t i);
 
 /* ---- tokens and AST ---- */
 typedef enum {
-    N_TEXT, N_OUT, N_IF, N_FOR, N_SET, N_SETBLOCK, N_MACRO, N_CALLBLOCK, N_FILTERBLOCK, N_BREAK, N_CONTINUE, N_DO,
+    N_TEXT, N_OUT, N_IF, N_FOR, N_SET, N_SETBLOCK, N_MACRO, N_CALLBLOCK, N_FILTERBLOCK, N_BREAK, N_CONTINUE, N_DO, N_WITH,
     E_LIT, E_NAME, E_LIST, E_TUPLE, E_DICT, E_ATTR, E_ITEM, E_SLICE, E_CALL, E_FILTER, E_TEST, E_NOT, E_NEG, E_POS,
     E_BIN, E_AND, E_OR, E_COND
 } jn_kind;
@@ -156,8 +161,9 @@ typedef struct jctx {
 } jctx;
 
 int jx_fail(jctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int jx_undef_fail(jctx *c, jv v); /* UndefinedError for using an undefined value */
 
-/* builtins (jinja_builtins.c, jinja_filters.c) */
+/* builtins (jinja_builtins.c: access, globals, methods; jinja_ops.c: operators; jinja_filters.c) */
 int jx_filter(jctx *c, const char *name, jv in, jv *args, size_t nargs, const char **kwn, jv *kwv, size_t nkw,
               jv *out);
 int jx_has_filter(const char *name);

@@ -137,7 +137,7 @@ static int lex_string(lexer *L) {
     }
     if (i >= L->n) {
         jb_free(&b);
-        return sl_fail(L->e, "line %d: unterminated string", line);
+        return sl_fail(L->e, "template syntax error at line %d: unterminated string", line);
     }
     emit(L, (jtok){.t = T_STR, .line = line, .p = ja_strndup(L->a, b.p ? b.p : "", b.n), .n = b.n});
     jb_free(&b);
@@ -156,7 +156,7 @@ static int lex_tag(lexer *L, char close, int *minus) {
             if (L->s[L->pos] == '\n') L->line++;
             L->pos++;
         }
-        if (L->pos >= L->n) return sl_fail(L->e, "line %d: unexpected end of template, tag not closed", line0);
+        if (L->pos >= L->n) return sl_fail(L->e, "template syntax error at line %d: unexpected end of template, tag not closed", line0);
         const char *p = L->s + L->pos;
         size_t left = L->n - L->pos;
         if (depth == 0) {
@@ -230,7 +230,7 @@ static int lex_tag(lexer *L, char close, int *minus) {
                 break;
             }
         }
-        if (!matched) return sl_fail(L->e, "line %d: unexpected character '%c'", L->line, *p);
+        if (!matched) return sl_fail(L->e, "template syntax error at line %d: unexpected character '%c'", L->line, *p);
     }
 }
 
@@ -250,7 +250,7 @@ static int try_raw(lexer *L, size_t tag, int *line_starting) {
     if (L->n - i < 2 || memcmp(L->s + i, "%}", 2)) return 0;
     L->line += count_nl(L->s + tag, i + 2 - tag);
     L->pos = i + 2;
-    after_end(L, minus, 1);
+    int ls = after_end(L, minus, 0); /* Jinja2 applies no trim_blocks after {% raw %} */
     size_t body = L->pos;
     for (size_t j = body; j + 1 < L->n; j++) {
         if (L->s[j] != '{' || L->s[j + 1] != '%') continue;
@@ -267,7 +267,7 @@ static int try_raw(lexer *L, size_t tag, int *line_starting) {
             k++;
         }
         if (L->n - k < 2 || memcmp(L->s + k, "%}", 2)) continue;
-        size_t tn = strip_before(L->s + body, j - body, '%', sign, 0);
+        size_t tn = strip_before(L->s + body, j - body, '%', sign, ls);
         emit_text(L, L->s + body, tn, L->line);
         L->line += count_nl(L->s + body, k + 2 - body);
         L->pos = k + 2;
@@ -305,7 +305,7 @@ int jlex(jarena *a, const char *src, size_t len, jtok **out, size_t *n, sl_err *
             while (i + 1 < L.n && !(L.s[i] == '#' && L.s[i + 1] == '}')) i++;
             if (i + 1 >= L.n) {
                 free(L.toks);
-                return sl_fail(e, "line %d: unterminated comment", L.line);
+                return sl_fail(e, "template syntax error at line %d: unterminated comment", L.line);
             }
             int minus = i > tag + 2 && L.s[i - 1] == '-';
             L.line += count_nl(L.s + tag, i + 2 - tag);
@@ -317,7 +317,7 @@ int jlex(jarena *a, const char *src, size_t len, jtok **out, size_t *n, sl_err *
             int r = try_raw(&L, tag, &line_starting);
             if (r < 0) {
                 free(L.toks);
-                return sl_fail(e, "line %d: raw block not closed", L.line);
+                return sl_fail(e, "template syntax error at line %d: raw block not closed", L.line);
             }
             if (r) continue;
         }

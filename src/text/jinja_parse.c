@@ -62,13 +62,13 @@ static const char *tokdesc(jtok *t, char *buf, size_t n) {
 
 static int unexpected(parser *P) {
     char buf[64];
-    return sl_fail(P->e, "line %d: syntax error: unexpected %s", cur(P)->line, tokdesc(cur(P), buf, sizeof buf));
+    return sl_fail(P->e, "template syntax error at line %d: unexpected %s", cur(P)->line, tokdesc(cur(P), buf, sizeof buf));
 }
 
 static int expect_op(parser *P, const char *op) {
     if (!is_op(cur(P), op)) {
         char buf[64];
-        return sl_fail(P->e, "line %d: syntax error: expected '%s', got %s", cur(P)->line, op,
+        return sl_fail(P->e, "template syntax error at line %d: expected '%s', got %s", cur(P)->line, op,
                        tokdesc(cur(P), buf, sizeof buf));
     }
     P->i++;
@@ -357,7 +357,7 @@ static jnode *p_filter_expr(parser *P, jnode *n) {
             f->name = ja_strndup(P->a, nm.p, nm.n);
             jb_free(&nm);
             if (!P->soft && !jx_has_filter(f->name)) {
-                sl_fail(P->e, "line %d: no filter named '%s'", t->line, f->name);
+                sl_fail(P->e, "template syntax error at line %d: no filter named '%s'", t->line, f->name);
                 return NULL;
             }
             f->a = n;
@@ -379,7 +379,7 @@ static jnode *p_filter_expr(parser *P, jnode *n) {
             x->name = ja_strndup(P->a, nm->p, nm->n);
             P->i++;
             if (!P->soft && !jx_has_test(x->name)) {
-                sl_fail(P->e, "line %d: no test named '%s'", t->line, x->name);
+                sl_fail(P->e, "template syntax error at line %d: no test named '%s'", t->line, x->name);
                 return NULL;
             }
             x->a = n;
@@ -573,7 +573,25 @@ static jnode *p_expr(parser *P) {
 
 /* ---- statements ---- */
 
-static int p_body(parser *P, const char *const *ends, nvec *out, const char **found);
+static int p_body_any(parser *P, const char *const *ends, nvec *out, const char **found);
+
+/* Bodies that Jinja2 compiles into a new frame (loops, macros, blocks) check filter names strictly again;
+ * only the direct body and condition of an if are lenient. */
+static int p_body(parser *P, const char *const *ends, nvec *out, const char **found) {
+    int soft = P->soft;
+    P->soft = 0;
+    int r = p_body_any(P, ends, out, found);
+    P->soft = soft;
+    return r;
+}
+
+static int p_body_soft(parser *P, const char *const *ends, nvec *out, const char **found) {
+    int soft = P->soft;
+    P->soft = 1;
+    int r = p_body_any(P, ends, out, found);
+    P->soft = soft;
+    return r;
+}
 
 static int end_block(parser *P) {
     if (cur(P)->t != T_BEND) return unexpected(P);
@@ -590,7 +608,7 @@ static int p_targets(parser *P, jnode *n) {
     for (;;) {
         const char *nm = take_name(P);
         if (!nm) return unexpected(P);
-        if (k == 16) return sl_fail(P->e, "line %d: too many targets", cur(P)->line);
+        if (k == 16) return sl_fail(P->e, "template syntax error at line %d: too many targets", cur(P)->line);
         buf[k++] = nm;
         if (!is_op(cur(P), ",")) break;
         P->i++;
@@ -606,19 +624,18 @@ static jnode **body_done(parser *P, nvec *v, size_t *n) { return nv_done(P, v, n
 
 static jnode *s_if(parser *P, int line) {
     jnode *n = mk(P, N_IF, line);
+    int soft = P->soft;
+    P->soft = 1;
     n->a = p_tuple(P, 0);
+    P->soft = soft;
     if (!n->a || end_block(P)) return NULL;
     static const char *const ends[] = {"elif", "else", "endif", NULL};
     nvec body = {0};
     const char *found;
-    int soft = P->soft;
-    P->soft = 1;
-    if (p_body(P, ends, &body, &found)) {
-        P->soft = soft;
+    if (p_body_soft(P, ends, &body, &found)) {
         free(body.v);
         return NULL;
     }
-    P->soft = soft;
     n->v = body_done(P, &body, &n->nv);
     if (!strcmp(found, "elif")) {
         jnode *e = s_if(P, cur(P)->line);
@@ -629,10 +646,7 @@ static jnode *s_if(parser *P, int line) {
     } else if (!strcmp(found, "else")) {
         static const char *const ends2[] = {"endif", NULL};
         if (end_block(P)) return NULL;
-        P->soft = 1;
-        int r = p_body(P, ends2, &body, &found);
-        P->soft = soft;
-        if (r) {
+        if (p_body_soft(P, ends2, &body, &found)) {
             free(body.v);
             return NULL;
         }
@@ -641,6 +655,44 @@ static jnode *s_if(parser *P, int line) {
     } else if (end_block(P))
         return NULL;
     return n;
+}
+
+/* {% with a = 1, b = x %}...{% endwith %}: a scope of its own */
+static jnode *s_with(parser *P, int line) {
+    jnode *n = mk(P, N_WITH, line);
+    nvec vals = {0};
+    const char *buf[32];
+    size_t k = 0;
+    while (cur(P)->t != T_BEND) {
+        if (k && expect_op(P, ",")) goto fail;
+        const char *nm = take_name(P);
+        if (!nm || k == 32 || expect_op(P, "=")) {
+            if (!nm || k == 32) unexpected(P);
+            goto fail;
+        }
+        jnode *v = p_expr(P);
+        if (!v) goto fail;
+        buf[k++] = nm;
+        nv_push(&vals, v);
+    }
+    P->i++;
+    n->names = ja_alloc(P->a, (k ? k : 1) * sizeof *n->names);
+    memcpy(n->names, buf, k * sizeof *buf);
+    n->nnames = k;
+    n->w = nv_done(P, &vals, &n->nw);
+    static const char *const ends[] = {"endwith", NULL};
+    nvec body = {0};
+    const char *found;
+    if (p_body(P, ends, &body, &found)) {
+        free(body.v);
+        return NULL;
+    }
+    n->v = body_done(P, &body, &n->nv);
+    if (end_block(P)) return NULL;
+    return n;
+fail:
+    free(vals.v);
+    return NULL;
 }
 
 static jnode *s_for(parser *P, int line) {
@@ -656,11 +708,14 @@ static jnode *s_for(parser *P, int line) {
     if (!n->a) return NULL;
     if (is_name(cur(P), "if")) {
         P->i++;
+        int soft = P->soft;
+        P->soft = 0;
         n->b = p_expr(P);
+        P->soft = soft;
         if (!n->b) return NULL;
     }
     if (is_name(cur(P), "recursive")) {
-        sl_fail(P->e, "line %d: recursive loops are not supported", cur(P)->line);
+        sl_fail(P->e, "template syntax error at line %d: recursive loops are not supported", cur(P)->line);
         return NULL;
     }
     if (end_block(P)) return NULL;
@@ -805,7 +860,7 @@ static jnode *s_call(parser *P, int line) {
     n->a = p_expr(P);
     if (!n->a) return NULL;
     if (n->a->k != E_CALL) {
-        sl_fail(P->e, "line %d: expected a call in call block", line);
+        sl_fail(P->e, "template syntax error at line %d: expected a call in call block", line);
         return NULL;
     }
     if (end_block(P)) return NULL;
@@ -849,7 +904,7 @@ static jnode *s_generation(parser *P, int line) {
     static const char *const ends[] = {"endgeneration", NULL};
     nvec body = {0};
     const char *found;
-    if (p_body(P, ends, &body, &found)) {
+    if (p_body_any(P, ends, &body, &found)) {
         free(body.v);
         return NULL;
     }
@@ -873,6 +928,7 @@ static jnode *p_statement(parser *P) {
     if (is_name(kw, "call")) return s_call(P, line);
     if (is_name(kw, "filter")) return s_filter(P, line);
     if (is_name(kw, "generation")) return s_generation(P, line);
+    if (is_name(kw, "with")) return s_with(P, line);
     if (is_name(kw, "break") || is_name(kw, "continue")) {
         jnode *n = mk(P, is_name(kw, "break") ? N_BREAK : N_CONTINUE, line);
         return end_block(P) ? NULL : n;
@@ -882,18 +938,18 @@ static jnode *p_statement(parser *P) {
         n->a = p_tuple(P, 0);
         return !n->a || end_block(P) ? NULL : n;
     }
-    sl_fail(P->e, "line %d: unknown tag '%.*s'", line, (int)kw->n, kw->p);
+    sl_fail(P->e, "template syntax error at line %d: unknown tag '%.*s'", line, (int)kw->n, kw->p);
     return NULL;
 }
 
 /* Parses nodes until a block whose keyword is in ends (consumed; *found names it) or, with ends NULL, EOF. */
-static int p_body(parser *P, const char *const *ends, nvec *out, const char **found) {
+static int p_body_any(parser *P, const char *const *ends, nvec *out, const char **found) {
     for (;;) {
         jtok *t = cur(P);
         switch (t->t) {
         case T_EOF:
             if (!ends) return 0;
-            return sl_fail(P->e, "line %d: unexpected end of template, expected '%s'", t->line,
+            return sl_fail(P->e, "template syntax error at line %d: unexpected end of template, expected '%s'", t->line,
                            ends[0] ? ends[0] : "end");
         case T_TEXT: {
             jnode *n = mk(P, N_TEXT, t->line);

@@ -12,12 +12,34 @@ struct ja_block {
     max_align_t data[];
 };
 
+enum { JA_BLOCK = 32768, JA_BIG = 4096 };
+
 void *ja_alloc(jarena *a, size_t n) {
-    ja_block *b = calloc(1, sizeof *b + n + 1);
-    if (!b) abort(); /* no sensible way to continue a render without memory */
-    b->next = a->head;
-    a->head = b;
-    return b->data;
+    n = (n + sizeof(max_align_t) - 1) / sizeof(max_align_t) * sizeof(max_align_t);
+    if (n > JA_BIG) { /* big ones get their own block behind the current one */
+        ja_block *b = calloc(1, sizeof *b + n);
+        if (!b) abort(); /* no sensible way to continue a render without memory */
+        if (a->head) {
+            b->next = a->head->next;
+            a->head->next = b;
+        } else {
+            b->next = NULL;
+            a->head = b;
+            a->used = a->cap = 0;
+        }
+        return b->data;
+    }
+    if (!a->head || a->used + n > a->cap) {
+        ja_block *b = calloc(1, sizeof *b + JA_BLOCK);
+        if (!b) abort();
+        b->next = a->head;
+        a->head = b;
+        a->used = 0;
+        a->cap = JA_BLOCK;
+    }
+    void *p = (char *)a->head->data + a->used;
+    a->used += n;
+    return p;
 }
 
 char *ja_strndup(jarena *a, const char *s, size_t n) {
@@ -33,6 +55,7 @@ void ja_free(jarena *a) {
         b = n;
     }
     a->head = NULL;
+    a->used = a->cap = 0;
 }
 
 void jb_put(jbuf *b, const char *s, size_t n) {
@@ -540,7 +563,7 @@ int jv_cmp(jv a, jv b, int *r, sl_err *e) {
         *r = c ? (c > 0 ? 1 : -1) : (a.u.s.n > b.u.s.n) - (a.u.s.n < b.u.s.n);
         return 0;
     }
-    if (a.t == JV_LIST && b.t == JV_LIST && !a.u.l->gen && !b.u.l->gen) {
+    if (a.t == JV_LIST && b.t == JV_LIST && !a.u.l->gen && !b.u.l->gen && a.u.l->tuple == b.u.l->tuple) {
         size_t n = a.u.l->n < b.u.l->n ? a.u.l->n : b.u.l->n;
         for (size_t i = 0; i < n; i++) {
             if (jv_eq(a.u.l->v[i], b.u.l->v[i])) continue;
