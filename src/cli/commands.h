@@ -9,7 +9,7 @@ typedef struct sl_command {
     int (*fn)(int argc, char **argv);
 } sl_command;
 
-
+int cmd_bench(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_show(int argc, char **argv);
 

@@ -7,6 +7,7 @@ static const sl_command commands[] = {
     /* one line per command, kept in the order --help lists them */
     {"show", "architecture, sizes, dtypes and parameter counts of a model", cmd_show},
     {"logits", "raw float32 logits for token ids (validation)", cmd_logits},
+    {"bench", "prefill and decode speed, and decode weight bandwidth", cmd_bench},
     {NULL, NULL, NULL},
 };
 static const int n_commands = (int)(sizeof commands / sizeof commands[0]) - 1;
