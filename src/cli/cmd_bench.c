@@ -18,7 +18,8 @@ static void usage(FILE *f) {
                "cache and the best (fastest) time of each phase is reported.\n\n"
                "Decode bandwidth counts the weight bytes one token reads: every matrix once, one row of the\n"
                "embedding table (the whole table when it is tied to the output head), and top_k of n_experts\n"
-               "routed experts per MoE layer. Prefill GFLOP/s counts 2 x active parameters x tokens.\n\n"
+               "routed experts per MoE layer. Prefill GFLOP/s counts 2 x active parameters x tokens, the output\n"
+               "head once (only the last prompt token needs logits); attention scores are not counted.\n\n"
                "  -p N          prompt tokens (default 512)\n"
                "  -n M          decoded tokens (default 128; 0 skips decode)\n"
                "  -r R          runs, best reported (default 1)\n"
@@ -29,6 +30,7 @@ static void usage(FILE *f) {
 /* Bytes and parameters one decoded token touches (see usage()). */
 typedef struct {
     double bytes, params;
+    double head_params; /* the output head's share of params: prefill runs it for the last token only */
 } traffic;
 
 static void tally(traffic *t, const sl_weight *w, double frac) {
@@ -38,9 +40,10 @@ static void tally(traffic *t, const sl_weight *w, double frac) {
 }
 
 static traffic per_token_traffic(const sl_model *m) {
-    traffic t = {0, 0};
+    traffic t = {0, 0, 0};
     const sl_config *c = &m->cfg;
     tally(&t, &m->lm_head, 1.0);
+    t.head_params = t.params;
     if (m->embed.data != m->lm_head.data) t.bytes += (double)m->embed.row_bytes;
     for (int l = 0; l < c->n_layers; l++) {
         const sl_layer *L = &m->layers[l];
@@ -90,6 +93,10 @@ typedef struct {
     traffic tok;
 } bench_result;
 
+static double prefill_gflop(const bench_result *r) {
+    return 2.0 * ((r->tok.params - r->tok.head_params) * r->prompt + r->tok.head_params) / 1e9;
+}
+
 static void print_table(const sl_model *m, const bench_result *r) {
     char b1[32], b2[32], b3[32];
     printf("%s\n", m->path);
@@ -100,7 +107,7 @@ static void print_table(const sl_model *m, const bench_result *r) {
     printf("  %-22s%.1f ms\n", "load", r->load_s * 1e3);
     double pf = r->prompt / r->prefill_s;
     printf("  %-22s%d tokens in %.1f ms: %.1f tok/s, %.1f GFLOP/s\n", "prefill", r->prompt, r->prefill_s * 1e3, pf,
-           2.0 * r->tok.params * pf / 1e9);
+           prefill_gflop(r) / r->prefill_s);
     if (r->gen > 0) {
         double per = r->decode_s / r->gen;
         printf("  %-22s%d tokens in %.1f ms: %.2f ms/token, %.1f tok/s\n", "decode", r->gen, r->decode_s * 1e3,
@@ -128,7 +135,7 @@ static int print_json(const sl_model *m, const bench_result *r) {
     json_object_set_new(o, "prompt_tokens", json_integer(r->prompt));
     json_object_set_new(o, "prefill_s", json_real(r->prefill_s));
     json_object_set_new(o, "prefill_tok_s", json_real(pf));
-    json_object_set_new(o, "prefill_gflop_s", json_real(2.0 * r->tok.params * pf / 1e9));
+    json_object_set_new(o, "prefill_gflop_s", json_real(prefill_gflop(r) / r->prefill_s));
     json_object_set_new(o, "decode_tokens", json_integer(r->gen));
     if (r->gen > 0) {
         double per = r->decode_s / r->gen;
