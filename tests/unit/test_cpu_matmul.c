@@ -1,5 +1,5 @@
-/* The CPU matmul's batched path (register-tiled, n > 1) against its one-token path, over shapes that
- * leave partial tiles and column tails. */
+/* The CPU matmul's batched paths (register-tiled for small n, packed panels for n >= 12) against its
+ * one-token path, over shapes that leave partial tiles and column tails. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -56,4 +56,9 @@ Test(cpu_matmul, batch_matches_single_token) {
     check_shape(SL_WF_BF16, 33, 16, 2, 1);
     check_shape(SL_WF_BF16, 100, 257, 13, 0);
     check_shape(SL_WF_BF16, 1, 5, 3, 1);
+    /* 12+ tokens: the packed outer-product path, with partial 32-row panels and token tiles */
+    check_shape(SL_WF_F32, 40, 37, 12, 1);
+    check_shape(SL_WF_BF16, 70, 130, 30, 1);
+    check_shape(SL_WF_BF16, 16, 64, 25, 0);
+    check_shape(SL_WF_BF16, 3, 7, 14, 1);
 }
