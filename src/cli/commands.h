@@ -11,6 +11,7 @@ typedef struct sl_command {
 
 int cmd_tokenize(int argc, char **argv);
 
+int cmd_bench(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_show(int argc, char **argv);
 int cmd_run(int argc, char **argv);

@@ -10,6 +10,7 @@ static const sl_command commands[] = {
     {"logits", "raw float32 logits for token ids (validation)", cmd_logits},
     {"tokenize", "print the token ids of a text", cmd_tokenize},
     {"template", "render a chat template on a conversation", cmd_template},
+    {"bench", "prefill and decode speed, and decode weight bandwidth", cmd_bench},
     {NULL, NULL, NULL},
 };
 static const int n_commands = (int)(sizeof commands / sizeof commands[0]) - 1;
