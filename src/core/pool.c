@@ -1,18 +1,25 @@
 #include "core/pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
+
+/* How long an idle worker polls for the next job before sleeping. Decode issues hundreds of small jobs
+ * per token (one per matrix, per expert); waking sleeping threads through the kernel for each costs more
+ * than the work. */
+#define SPIN_ROUNDS 20000
 
 struct sl_pool {
     int n;
     pthread_t *threads;
     pthread_mutex_t mu;
-    pthread_cond_t wake, done;
-    uint64_t generation;
-    int pending; /* workers still busy with the current job */
-    int quit;
+    pthread_cond_t wake;
+    atomic_ullong generation; /* bumped once per job */
+    atomic_int pending;       /* workers still busy with the current job */
+    atomic_int sleepers;      /* workers blocked on `wake` */
+    atomic_int quit;
     /* current job */
     sl_pool_fn fn;
     void *ctx;
@@ -24,6 +31,12 @@ typedef struct {
     sl_pool *p;
     int tid;
 } worker_arg;
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
 
 static void run_chunks(sl_pool *p, int tid) {
     for (;;) {
@@ -38,18 +51,26 @@ static void *worker(void *arg) {
     worker_arg wa = *(worker_arg *)arg;
     free(arg);
     sl_pool *p = wa.p;
-    uint64_t seen = 0;
-    pthread_mutex_lock(&p->mu);
+    unsigned long long seen = 0;
     for (;;) {
-        while (!p->quit && p->generation == seen) pthread_cond_wait(&p->wake, &p->mu);
-        if (p->quit) break;
-        seen = p->generation;
-        pthread_mutex_unlock(&p->mu);
+        unsigned long long g = atomic_load(&p->generation);
+        for (int i = 0; g == seen && i < SPIN_ROUNDS && !atomic_load(&p->quit); i++) {
+            cpu_relax();
+            g = atomic_load(&p->generation);
+        }
+        if (g == seen) {
+            pthread_mutex_lock(&p->mu);
+            atomic_fetch_add(&p->sleepers, 1);
+            while (!atomic_load(&p->quit) && (g = atomic_load(&p->generation)) == seen)
+                pthread_cond_wait(&p->wake, &p->mu);
+            atomic_fetch_sub(&p->sleepers, 1);
+            pthread_mutex_unlock(&p->mu);
+        }
+        if (atomic_load(&p->quit)) break;
+        seen = g;
         run_chunks(p, wa.tid);
-        pthread_mutex_lock(&p->mu);
-        if (--p->pending == 0) pthread_cond_signal(&p->done);
+        atomic_fetch_sub(&p->pending, 1);
     }
-    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
@@ -65,7 +86,6 @@ sl_pool *sl_pool_create(int n_threads) {
     p->n = n_threads;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
-    pthread_cond_init(&p->done, NULL);
     p->threads = calloc((size_t)n_threads, sizeof *p->threads);
     if (!p->threads) {
         free(p);
@@ -91,13 +111,12 @@ sl_pool *sl_pool_create(int n_threads) {
 void sl_pool_destroy(sl_pool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
-    p->quit = 1;
+    atomic_store(&p->quit, 1);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     for (int i = 1; i < p->n; i++) pthread_join(p->threads[i], NULL);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->wake);
-    pthread_cond_destroy(&p->done);
     free(p->threads);
     free(p);
 }
@@ -115,18 +134,25 @@ void sl_pool_for(sl_pool *p, int64_t n, int64_t grain, sl_pool_fn fn, void *ctx)
         fn(ctx, 0, n, 0);
         return;
     }
-    pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->ctx = ctx;
     p->total = n;
     p->chunk = chunk;
     atomic_store(&p->next, 0);
-    p->pending = p->n - 1;
-    p->generation++;
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->mu);
+    atomic_store(&p->pending, p->n - 1);
+    /* publishing the generation releases the job fields above to the workers */
+    atomic_fetch_add(&p->generation, 1);
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->wake);
+        pthread_mutex_unlock(&p->mu);
+    }
     run_chunks(p, 0);
-    pthread_mutex_lock(&p->mu);
-    while (p->pending > 0) pthread_cond_wait(&p->done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    /* the others finish their last chunk at most; yield if one of them was descheduled */
+    for (int i = 0; atomic_load(&p->pending) > 0; i++) {
+        if (i < SPIN_ROUNDS)
+            cpu_relax();
+        else
+            sched_yield();
+    }
 }

@@ -5,13 +5,20 @@
 #include <stddef.h>
 
 #include "backend/backend.h"
+#include "core/half.h"
 #include "core/pool.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 typedef struct cpu_impl {
     sl_pool *pool;
     int n_threads;
     float **scratch;      /* one buffer per thread */
     size_t *scratch_len;  /* in floats */
+    int avx512, avx2;     /* instruction sets in use (SLUICE_CPU_ISA=generic|avx2 narrows them) */
+    float *xprep;         /* one-token matmul: the input rearranged for packed kernels, and group sums */
+    size_t xprep_len;
     void *moe_buf;        /* MoE gather/intermediate buffers, grown to the largest batch seen */
     size_t moe_len;
     sl_err failure;       /* first op failure since the last check() */
@@ -24,9 +31,25 @@ static inline cpu_impl *cpu_of(sl_backend *b) { return (cpu_impl *)b->impl; }
  * memory. */
 int cpu_scratch_reserve(cpu_impl *c, size_t floats);
 
+/* Element i of an MLX scales/biases array stored as f (F32, F16 or BF16). */
+static inline float load_sb(sl_wfmt f, const uint8_t *p, size_t i) {
+    if (f == SL_WF_F32) {
+        float v;
+        memcpy(&v, p + 4 * i, 4);
+        return v;
+    }
+    uint16_t h;
+    memcpy(&h, p + 2 * i, 2);
+    return f == SL_WF_BF16 ? sl_bf16_to_f32(h) : sl_f16_to_f32(h);
+}
+
 /* Row r of w as float32 into dst[w->cols]. */
 void cpu_row_f32(const sl_weight *w, int r, float *dst);
 float cpu_dot(const float *a, const float *b, int n);
+
+/* One-token matmul through fused dequantise-dot kernels; returns -1 when w's format has no fused kernel
+ * on this machine (the caller then uses the row-decoding path). */
+int cpu_gemv(cpu_impl *c, const sl_weight *w, const float *x, float *y);
 
 void cpu_embed(sl_backend *b, const sl_weight *w, const int32_t *ids, int n, float *out);
 void cpu_matmul(sl_backend *b, const sl_weight *w, const float *x, int n, float *y);

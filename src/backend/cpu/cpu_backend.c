@@ -146,6 +146,7 @@ static void cpu_destroy(sl_backend *b) {
     free(c->scratch);
     free(c->scratch_len);
     free(c->moe_buf);
+    free(c->xprep);
     sl_pool_destroy(c->pool);
     free(c);
     free(b);
@@ -166,6 +167,14 @@ int sl_cpu_backend_create(int threads, sl_backend **out, sl_err *e) {
         return sl_fail(e, "cannot start worker threads");
     }
     c->n_threads = sl_pool_size(c->pool);
+    const char *isa = getenv("SLUICE_CPU_ISA");
+#if defined(__x86_64__)
+    c->avx512 = __builtin_cpu_supports("avx512f") && !(isa && (!strcmp(isa, "generic") || !strcmp(isa, "avx2")));
+    c->avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
+              !(isa && !strcmp(isa, "generic"));
+#else
+    (void)isa;
+#endif
     c->scratch = calloc((size_t)c->n_threads, sizeof *c->scratch);
     c->scratch_len = calloc((size_t)c->n_threads, sizeof *c->scratch_len);
     b->ops = &cpu_ops;

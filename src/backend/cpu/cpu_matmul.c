@@ -21,16 +21,6 @@ __attribute__((target_clones("avx2", "default"))) float cpu_dot(const float *a, 
     return s;
 }
 
-static inline float load_sb(sl_wfmt f, const uint8_t *p, size_t i) {
-    if (f == SL_WF_F32) {
-        float v;
-        memcpy(&v, p + 4 * i, 4);
-        return v;
-    }
-    uint16_t h;
-    memcpy(&h, p + 2 * i, 2);
-    return f == SL_WF_BF16 ? sl_bf16_to_f32(h) : sl_f16_to_f32(h);
-}
 
 /* Value j of a little-endian bit stream of `bits`-wide values (bits <= 8). */
 static inline unsigned get_bits(const uint8_t *p, size_t j, int bits) {
@@ -247,7 +237,7 @@ __attribute__((target("avx512f"))) static void mm_packed_task(void *ctx, int64_t
 void cpu_matmul(sl_backend *b, const sl_weight *w, const float *x, int n, float *y) {
     cpu_impl *c = cpu_of(b);
 #if defined(__x86_64__)
-    if (n >= PK_TOKENS && __builtin_cpu_supports("avx512f")) {
+    if (n >= PK_TOKENS && c->avx512) {
         if (cpu_scratch_reserve(c, (size_t)w->cols * PK_ROWS * 2) != 0) return;
         mm_batch_job j = {c, w, x, n, y, NULL};
         sl_pool_for(c->pool, w->rows, PK_ROWS, mm_packed_task, &j);
@@ -258,11 +248,12 @@ void cpu_matmul(sl_backend *b, const sl_weight *w, const float *x, int n, float 
         if (cpu_scratch_reserve(c, (size_t)w->cols * PF_ROWS) != 0) return;
         mm_batch_job j = {c, w, x, n, y, tile_generic};
 #if defined(__x86_64__)
-        if (__builtin_cpu_supports("avx512f")) j.tile = tile_avx512;
+        if (c->avx512) j.tile = tile_avx512;
 #endif
         sl_pool_for(c->pool, w->rows, PF_ROWS * 2, mm_batch_task, &j);
         return;
     }
+    if (cpu_gemv(c, w, x, y) == 0) return;
     if (cpu_scratch_reserve(c, (size_t)w->cols * ROW_BLOCK) != 0) return;
     mm_job j = {c, w, x, n, y};
     sl_pool_for(c->pool, w->rows, ROW_BLOCK * 4, mm_task, &j);

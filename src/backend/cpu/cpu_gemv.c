@@ -1,0 +1,324 @@
+/* One-token matmul (decode). Each weight row is read once, widened to float in registers and multiplied
+ * into the input with FMA, so decode streams the weights instead of first copying them out as floats.
+ * MLX rows are computed as sum over groups of scale * (q . x) + bias * sum(x); the input is rearranged
+ * once per call so that the low and high nibbles of 4-bit bytes meet their inputs in vector order. */
+#include "backend/cpu/cpu.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+/* bytes ahead to prefetch: the file mapping has 4 KB pages, where hardware prefetchers stop */
+#define PF_AHEAD 2048
+
+typedef float (*row_dot_fn)(const sl_weight *w, int r, const float *x, const float *xp, const float *xsum);
+
+typedef struct {
+    const sl_weight *w;
+    const float *x, *xp, *xsum;
+    float *y;
+    row_dot_fn dot;
+} gv_job;
+
+static void gv_task(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    gv_job *j = ctx;
+    for (int64_t r = b; r < e; r++) {
+        float v = j->dot(j->w, (int)r, j->x, j->xp, j->xsum);
+        j->y[r] = j->w->bias ? v + j->w->bias[r] : v;
+    }
+}
+
+/* Called only for a remainder: a call from vector code into this plain function on every row costs an
+ * AVX-to-SSE transition each time. */
+static float tail_dot(const sl_weight *w, int r, const float *x, int from) {
+    float row[16];
+    float s = 0;
+    /* the last cols % 32 elements: decode them through the reference path, 16 at a time */
+    for (int i = from; i < w->cols; i++) {
+        if ((i - from) % 16 == 0) {
+            int n = w->cols - i < 16 ? w->cols - i : 16;
+            const uint8_t *p = w->data + (size_t)r * w->row_bytes;
+            for (int k = 0; k < n; k++) {
+                size_t at = (size_t)(i + k);
+                row[k] = w->fmt == SL_WF_F32    ? ((const float *)p)[at]
+                         : w->fmt == SL_WF_BF16 ? sl_bf16_to_f32(((const uint16_t *)p)[at])
+                                                : sl_f16_to_f32(((const uint16_t *)p)[at]);
+            }
+        }
+        s += row[(i - from) % 16] * x[i];
+    }
+    return s;
+}
+
+/* ---- AVX-512 ---- */
+
+__attribute__((target("avx512f"))) static float dot512_f32(const sl_weight *w, int r, const float *x,
+                                                           const float *xp, const float *xs) {
+    (void)xp, (void)xs;
+    const float *p = (const float *)(w->data + (size_t)r * w->row_bytes);
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 32 <= w->cols; i += 32) {
+        _mm_prefetch((const char *)(p + i) + PF_AHEAD, _MM_HINT_T0);
+        _mm_prefetch((const char *)(p + i) + PF_AHEAD + 64, _MM_HINT_T0);
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(p + i), _mm512_loadu_ps(x + i), a0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(p + i + 16), _mm512_loadu_ps(x + i + 16), a1);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)) + (i < w->cols ? tail_dot(w, r, x, i) : 0.0f);
+}
+
+__attribute__((target("avx512f"))) static inline __m512 bf16x16(const uint16_t *p) {
+    __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
+}
+
+__attribute__((target("avx512f"))) static float dot512_bf16(const sl_weight *w, int r, const float *x,
+                                                            const float *xp, const float *xs) {
+    (void)xp, (void)xs;
+    const uint16_t *p = (const uint16_t *)(w->data + (size_t)r * w->row_bytes);
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 64 <= w->cols; i += 64) {
+        _mm_prefetch((const char *)(p + i) + PF_AHEAD, _MM_HINT_T0);
+        _mm_prefetch((const char *)(p + i) + PF_AHEAD + 64, _MM_HINT_T0);
+        a0 = _mm512_fmadd_ps(bf16x16(p + i), _mm512_loadu_ps(x + i), a0);
+        a1 = _mm512_fmadd_ps(bf16x16(p + i + 16), _mm512_loadu_ps(x + i + 16), a1);
+        a2 = _mm512_fmadd_ps(bf16x16(p + i + 32), _mm512_loadu_ps(x + i + 32), a2);
+        a3 = _mm512_fmadd_ps(bf16x16(p + i + 48), _mm512_loadu_ps(x + i + 48), a3);
+    }
+    for (; i + 16 <= w->cols; i += 16) a0 = _mm512_fmadd_ps(bf16x16(p + i), _mm512_loadu_ps(x + i), a0);
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3))) + (i < w->cols ? tail_dot(w, r, x, i) : 0.0f);
+}
+
+__attribute__((target("avx512f"))) static float dot512_f16(const sl_weight *w, int r, const float *x,
+                                                           const float *xp, const float *xs) {
+    (void)xp, (void)xs;
+    const uint16_t *p = (const uint16_t *)(w->data + (size_t)r * w->row_bytes);
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 32 <= w->cols; i += 32) {
+        _mm_prefetch((const char *)(p + i) + PF_AHEAD, _MM_HINT_T0);
+        a0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + i))), _mm512_loadu_ps(x + i),
+                             a0);
+        a1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + i + 16))),
+                             _mm512_loadu_ps(x + i + 16), a1);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)) + (i < w->cols ? tail_dot(w, r, x, i) : 0.0f);
+}
+
+/* 4-bit: 16 bytes hold 32 values; low nibbles are the even inputs (xp[0..15]), high the odd (xp[16..31]) */
+__attribute__((target("avx512f"))) static float dot512_q4(const sl_weight *w, int r, const float *x,
+                                                          const float *xp, const float *xs) {
+    (void)x;
+    const uint8_t *p = w->data + (size_t)r * w->row_bytes;
+    int groups = w->cols / w->group, blocks = w->group / 32;
+    size_t sb = (size_t)r * (size_t)groups;
+    const __m512i m15 = _mm512_set1_epi32(15);
+    __m512 tot = _mm512_setzero_ps();
+    float bsum = 0;
+    for (int g = 0; g < groups; g++) {
+        __m512 acc = _mm512_setzero_ps();
+        _mm_prefetch((const char *)p + (size_t)g * (size_t)blocks * 16 + PF_AHEAD, _MM_HINT_T0);
+        for (int k = 0; k < blocks; k++) {
+            int blk = g * blocks + k;
+            __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + (size_t)blk * 16)));
+            __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(v, m15));
+            __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
+            acc = _mm512_fmadd_ps(lo, _mm512_loadu_ps(xp + (size_t)blk * 32), acc);
+            acc = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xp + (size_t)blk * 32 + 16), acc);
+        }
+        tot = _mm512_fmadd_ps(_mm512_set1_ps(load_sb(w->sb_fmt, w->scales, sb + (size_t)g)), acc, tot);
+        bsum += load_sb(w->sb_fmt, w->biases, sb + (size_t)g) * xs[g];
+    }
+    return _mm512_reduce_add_ps(tot) + bsum;
+}
+
+__attribute__((target("avx512f"))) static float dot512_q8(const sl_weight *w, int r, const float *x,
+                                                          const float *xp, const float *xs) {
+    (void)xp;
+    const uint8_t *p = w->data + (size_t)r * w->row_bytes;
+    int groups = w->cols / w->group, chunks = w->group / 16;
+    size_t sb = (size_t)r * (size_t)groups;
+    __m512 tot = _mm512_setzero_ps();
+    float bsum = 0;
+    for (int g = 0; g < groups; g++) {
+        __m512 acc = _mm512_setzero_ps();
+        _mm_prefetch((const char *)p + (size_t)g * (size_t)w->group + PF_AHEAD, _MM_HINT_T0);
+        for (int k = 0; k < chunks; k++) {
+            size_t at = (size_t)g * (size_t)w->group + (size_t)k * 16;
+            __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + at))));
+            acc = _mm512_fmadd_ps(q, _mm512_loadu_ps(x + at), acc);
+        }
+        tot = _mm512_fmadd_ps(_mm512_set1_ps(load_sb(w->sb_fmt, w->scales, sb + (size_t)g)), acc, tot);
+        bsum += load_sb(w->sb_fmt, w->biases, sb + (size_t)g) * xs[g];
+    }
+    return _mm512_reduce_add_ps(tot) + bsum;
+}
+
+/* ---- AVX2 + FMA + F16C ---- */
+
+__attribute__((target("avx2,fma"))) static inline float hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+__attribute__((target("avx2,fma"))) static float dot256_f32(const sl_weight *w, int r, const float *x,
+                                                           const float *xp, const float *xs) {
+    (void)xp, (void)xs;
+    const float *p = (const float *)(w->data + (size_t)r * w->row_bytes);
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= w->cols; i += 16) {
+        _mm_prefetch((const char *)(p + i) + PF_AHEAD, _MM_HINT_T0);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(p + i), _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(p + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+    }
+    return hsum256(_mm256_add_ps(a0, a1)) + (i < w->cols ? tail_dot(w, r, x, i) : 0.0f);
+}
+
+__attribute__((target("avx2,fma"))) static inline __m256 bf16x8(const uint16_t *p) {
+    __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
+}
+
+__attribute__((target("avx2,fma"))) static float dot256_bf16(const sl_weight *w, int r, const float *x,
+                                                            const float *xp, const float *xs) {
+    (void)xp, (void)xs;
+    const uint16_t *p = (const uint16_t *)(w->data + (size_t)r * w->row_bytes);
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= w->cols; i += 16) {
+        if (i % 32 == 0) _mm_prefetch((const char *)(p + i) + PF_AHEAD, _MM_HINT_T0);
+        a0 = _mm256_fmadd_ps(bf16x8(p + i), _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(bf16x8(p + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+    }
+    return hsum256(_mm256_add_ps(a0, a1)) + (i < w->cols ? tail_dot(w, r, x, i) : 0.0f);
+}
+
+__attribute__((target("avx2,fma,f16c"))) static float dot256_f16(const sl_weight *w, int r, const float *x,
+                                                                const float *xp, const float *xs) {
+    (void)xp, (void)xs;
+    const uint16_t *p = (const uint16_t *)(w->data + (size_t)r * w->row_bytes);
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= w->cols; i += 16) {
+        if (i % 32 == 0) _mm_prefetch((const char *)(p + i) + PF_AHEAD, _MM_HINT_T0);
+        a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + i))), _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + i + 8))),
+                             _mm256_loadu_ps(x + i + 8), a1);
+    }
+    return hsum256(_mm256_add_ps(a0, a1)) + (i < w->cols ? tail_dot(w, r, x, i) : 0.0f);
+}
+
+__attribute__((target("avx2,fma"))) static float dot256_q4(const sl_weight *w, int r, const float *x,
+                                                          const float *xp, const float *xs) {
+    (void)x;
+    const uint8_t *p = w->data + (size_t)r * w->row_bytes;
+    int groups = w->cols / w->group, blocks = w->group / 32;
+    size_t sb = (size_t)r * (size_t)groups;
+    const __m256i m15 = _mm256_set1_epi32(15);
+    __m256 tot = _mm256_setzero_ps();
+    float bsum = 0;
+    for (int g = 0; g < groups; g++) {
+        __m256 acc = _mm256_setzero_ps();
+        _mm_prefetch((const char *)p + (size_t)g * (size_t)blocks * 16 + PF_AHEAD, _MM_HINT_T0);
+        for (int k = 0; k < blocks; k++) {
+            int blk = g * blocks + k;
+            const uint8_t *q = p + (size_t)blk * 16;
+            const float *xb = xp + (size_t)blk * 32;
+            for (int half = 0; half < 2; half++) { /* bytes 0-7 then 8-15 */
+                __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q + half * 8)));
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(v, m15)), _mm256_loadu_ps(xb + half * 8),
+                                      acc);
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4)),
+                                      _mm256_loadu_ps(xb + 16 + half * 8), acc);
+            }
+        }
+        tot = _mm256_fmadd_ps(_mm256_set1_ps(load_sb(w->sb_fmt, w->scales, sb + (size_t)g)), acc, tot);
+        bsum += load_sb(w->sb_fmt, w->biases, sb + (size_t)g) * xs[g];
+    }
+    return hsum256(tot) + bsum;
+}
+
+__attribute__((target("avx2,fma"))) static float dot256_q8(const sl_weight *w, int r, const float *x,
+                                                          const float *xp, const float *xs) {
+    (void)xp;
+    const uint8_t *p = w->data + (size_t)r * w->row_bytes;
+    int groups = w->cols / w->group, chunks = w->group / 8;
+    size_t sb = (size_t)r * (size_t)groups;
+    __m256 tot = _mm256_setzero_ps();
+    float bsum = 0;
+    for (int g = 0; g < groups; g++) {
+        __m256 acc = _mm256_setzero_ps();
+        _mm_prefetch((const char *)p + (size_t)g * (size_t)w->group + PF_AHEAD, _MM_HINT_T0);
+        for (int k = 0; k < chunks; k++) {
+            size_t at = (size_t)g * (size_t)w->group + (size_t)k * 8;
+            __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + at))));
+            acc = _mm256_fmadd_ps(q, _mm256_loadu_ps(x + at), acc);
+        }
+        tot = _mm256_fmadd_ps(_mm256_set1_ps(load_sb(w->sb_fmt, w->scales, sb + (size_t)g)), acc, tot);
+        bsum += load_sb(w->sb_fmt, w->biases, sb + (size_t)g) * xs[g];
+    }
+    return hsum256(tot) + bsum;
+}
+
+static row_dot_fn pick(const cpu_impl *c, const sl_weight *w) {
+    int q = w->fmt == SL_WF_MLX && w->group % 32 == 0 ? w->bits : 0;
+    if (c->avx512) {
+        if (w->fmt == SL_WF_F32) return dot512_f32;
+        if (w->fmt == SL_WF_BF16) return dot512_bf16;
+        if (w->fmt == SL_WF_F16) return dot512_f16;
+        if (q == 4) return dot512_q4;
+        if (q == 8) return dot512_q8;
+    } else if (c->avx2) {
+        if (w->fmt == SL_WF_F32) return dot256_f32;
+        if (w->fmt == SL_WF_BF16) return dot256_bf16;
+        if (w->fmt == SL_WF_F16) return dot256_f16;
+        if (q == 4) return dot256_q4;
+        if (q == 8) return dot256_q8;
+    }
+    return NULL;
+}
+
+int cpu_gemv(cpu_impl *c, const sl_weight *w, const float *x, float *y) {
+    row_dot_fn f = pick(c, w);
+    if (!f) return -1;
+    const float *xp = NULL, *xs = NULL;
+    if (w->fmt == SL_WF_MLX) {
+        size_t groups = (size_t)(w->cols / w->group), need = (size_t)w->cols + groups;
+        if (need > c->xprep_len) {
+            float *p = realloc(c->xprep, need * sizeof *p);
+            if (!p) return -1;
+            c->xprep = p;
+            c->xprep_len = need;
+        }
+        float *perm = c->xprep, *sums = c->xprep + w->cols;
+        for (size_t g = 0; g < groups; g++) {
+            float s = 0;
+            for (int i = 0; i < w->group; i++) s += x[g * (size_t)w->group + (size_t)i];
+            sums[g] = s;
+        }
+        if (w->bits == 4)
+            for (int b = 0; b < w->cols / 32; b++)
+                for (int i = 0; i < 16; i++) {
+                    perm[b * 32 + i] = x[b * 32 + 2 * i];
+                    perm[b * 32 + 16 + i] = x[b * 32 + 2 * i + 1];
+                }
+        xp = perm;
+        xs = sums;
+    }
+    gv_job j = {w, x, xp, xs, y, f};
+    sl_pool_for(c->pool, w->rows, 8, gv_task, &j);
+    return 0;
+}
+
+#else
+
+int cpu_gemv(cpu_impl *c, const sl_weight *w, const float *x, float *y) {
+    (void)c, (void)w, (void)x, (void)y;
+    return -1;
+}
+
+#endif
