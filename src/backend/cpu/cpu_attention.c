@@ -1,4 +1,6 @@
-/* Causal grouped-query attention over the KV cache, one (token, head) pair per task. */
+/* Causal grouped-query attention over the KV cache. One task is one (token, KV head) pair: the query
+ * heads sharing that KV head are scored together, so each cached key and value row is read once per
+ * group instead of once per query head. */
 #include <math.h>
 
 #include "backend/cpu/cpu.h"
@@ -11,34 +13,62 @@ typedef struct {
     float *out;
 } att_job;
 
-static void att_task(void *ctx, int64_t b, int64_t e, int tid) {
+/* Rows of one KV head sit a whole cache row apart (often 4 KB or more), where hardware prefetchers stop:
+ * fetch the row this many positions ahead. */
+#define ROWS_AHEAD 4
+
+static inline void prefetch_row(const float *r, int hd) {
+    for (int d = 0; d < hd; d += 16) __builtin_prefetch(r + d);
+}
+
+static inline float dot(const float *a, const float *b, int n) {
+    float acc[16] = {0};
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 16; k++) acc[k] += a[i + k] * b[i + k];
+    float s = 0;
+    for (int k = 0; k < 16; k++) s += acc[k];
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+__attribute__((target_clones("avx2", "default"))) static void att_task(void *ctx, int64_t b, int64_t e, int tid) {
     att_job *j = ctx;
-    float *sc = j->c->scratch[tid];
-    int group = j->n_heads / j->n_kv;
-    size_t kv_stride = (size_t)j->n_kv * (size_t)j->hd;
+    int G = j->n_heads / j->n_kv, hd = j->hd;
+    size_t kv_stride = (size_t)j->n_kv * (size_t)hd, q_stride = (size_t)j->n_heads * (size_t)hd;
     for (int64_t it = b; it < e; it++) {
-        int i = (int)(it / j->n_heads), h = (int)(it % j->n_heads), kvh = h / group;
+        int i = (int)(it / j->n_kv), kvh = (int)(it % j->n_kv);
         int p = j->pos0 + i;
         int lo = j->window > 0 && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
-        const float *qv = j->q + (size_t)i * (size_t)j->n_heads * (size_t)j->hd + (size_t)h * (size_t)j->hd;
-        float mx = -INFINITY;
-        for (int t = lo; t <= p; t++) {
-            float s = cpu_dot(qv, j->kc + (size_t)t * kv_stride + (size_t)kvh * (size_t)j->hd, j->hd) * j->scale;
-            sc[t - lo] = s;
-            if (s > mx) mx = s;
+        int len = p - lo + 1;
+        float *sc = j->c->scratch[tid]; /* [G][len] */
+        /* query heads kvh*G .. kvh*G + G-1 are contiguous in q and out */
+        const float *q0 = j->q + (size_t)i * q_stride + (size_t)kvh * (size_t)G * (size_t)hd;
+        float *o0 = j->out + (size_t)i * q_stride + (size_t)kvh * (size_t)G * (size_t)hd;
+        for (int t = 0; t < len; t++) {
+            const float *k = j->kc + (size_t)(lo + t) * kv_stride + (size_t)kvh * (size_t)hd;
+            if (t + ROWS_AHEAD < len) prefetch_row(k + ROWS_AHEAD * kv_stride, hd);
+            for (int g = 0; g < G; g++) sc[(size_t)g * (size_t)len + (size_t)t] = dot(q0 + (size_t)g * hd, k, hd) * j->scale;
         }
-        float sum = 0;
-        for (int t = lo; t <= p; t++) {
-            sc[t - lo] = expf(sc[t - lo] - mx);
-            sum += sc[t - lo];
+        for (int g = 0; g < G; g++) {
+            float *s = sc + (size_t)g * (size_t)len, mx = -INFINITY, sum = 0;
+            for (int t = 0; t < len; t++) mx = s[t] > mx ? s[t] : mx;
+            for (int t = 0; t < len; t++) {
+                s[t] = expf(s[t] - mx);
+                sum += s[t];
+            }
+            float inv = 1.0f / sum;
+            for (int t = 0; t < len; t++) s[t] *= inv;
         }
-        float inv = 1.0f / sum;
-        float *o = j->out + (size_t)i * (size_t)j->n_heads * (size_t)j->hd + (size_t)h * (size_t)j->hd;
-        for (int d = 0; d < j->hd; d++) o[d] = 0;
-        for (int t = lo; t <= p; t++) {
-            float w = sc[t - lo] * inv;
-            const float *v = j->vc + (size_t)t * kv_stride + (size_t)kvh * (size_t)j->hd;
-            for (int d = 0; d < j->hd; d++) o[d] += w * v[d];
+        for (size_t d = 0; d < (size_t)G * (size_t)hd; d++) o0[d] = 0;
+        for (int t = 0; t < len; t++) {
+            const float *v = j->vc + (size_t)(lo + t) * kv_stride + (size_t)kvh * (size_t)hd;
+            if (t + ROWS_AHEAD < len) prefetch_row(v + ROWS_AHEAD * kv_stride, hd);
+            for (int g = 0; g < G; g++) {
+                float w = sc[(size_t)g * (size_t)len + (size_t)t];
+                float *o = o0 + (size_t)g * (size_t)hd;
+                for (int d = 0; d < hd; d++) o[d] += w * v[d];
+            }
         }
     }
 }
@@ -46,7 +76,7 @@ static void att_task(void *ctx, int64_t b, int64_t e, int tid) {
 void cpu_attention(sl_backend *b, const float *q, const float *kc, const float *vc, int n, int pos0, int n_heads,
                    int n_kv, int head_dim, int window, float scale, float *out) {
     cpu_impl *c = cpu_of(b);
-    if (cpu_scratch_reserve(c, (size_t)(pos0 + n)) != 0) return;
+    if (cpu_scratch_reserve(c, (size_t)(n_heads / n_kv) * (size_t)(pos0 + n)) != 0) return;
     att_job j = {c, q, kc, vc, n, pos0, n_heads, n_kv, head_dim, window, scale, out};
-    sl_pool_for(c->pool, (int64_t)n * n_heads, 1, att_task, &j);
+    sl_pool_for(c->pool, (int64_t)n * n_kv, 1, att_task, &j);
 }
