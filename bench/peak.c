@@ -39,14 +39,14 @@ static uint64_t sum_words(const uint64_t *p, size_t n) {
 }
 
 /* 12 independent FMA chains hide the 4-cycle latency on two ports */
-#define FMA_BODY(T, SET1, FMA, ADD, REDUCE)                                                                    \
-    T acc[12];                                                                                                 \
-    for (int k = 0; k < 12; k++) acc[k] = SET1(1.0f + 1e-3f * (float)k);                                       \
-    T m = SET1(0.999999f), c = SET1(1e-7f);                                                                    \
-    for (long i = 0; i < FMA_ITERS / 16; i++)                                                                  \
-        for (int k = 0; k < 12; k++) acc[k] = FMA(acc[k], m, c);                                               \
-    T s = acc[0];                                                                                              \
-    for (int k = 1; k < 12; k++) s = ADD(s, acc[k]);                                                           \
+#define FMA_BODY(T, SET1, FMA, ADD, REDUCE)                                                                            \
+    T acc[12];                                                                                                         \
+    for (int k = 0; k < 12; k++) acc[k] = SET1(1.0f + 1e-3f * (float)k);                                               \
+    T m = SET1(0.999999f), c = SET1(1e-7f);                                                                            \
+    for (long i = 0; i < FMA_ITERS / 16; i++)                                                                          \
+        for (int k = 0; k < 12; k++) acc[k] = FMA(acc[k], m, c);                                                       \
+    T s = acc[0];                                                                                                      \
+    for (int k = 1; k < 12; k++) s = ADD(s, acc[k]);                                                                   \
     return REDUCE(s);
 
 static float red256(__m256 v) {
@@ -54,9 +54,15 @@ static float red256(__m256 v) {
     _mm256_storeu_ps(t, v);
     return t[0] + t[7];
 }
-static float red512(__m512 v) { return _mm512_reduce_add_ps(v); }
-static float fma256(void) { FMA_BODY(__m256, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps, red256) }
-static float fma512(void) { FMA_BODY(__m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, red512) }
+static float red512(__m512 v) {
+    return _mm512_reduce_add_ps(v);
+}
+static float fma256(void) {
+    FMA_BODY(__m256, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps, red256)
+}
+static float fma512(void) {
+    FMA_BODY(__m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, red512)
+}
 
 static void *worker(void *arg) {
     job *j = arg;

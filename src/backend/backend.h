@@ -56,16 +56,15 @@ typedef struct sl_backend_ops {
     void (*rope)(sl_backend *b, float *x, int n, int stride, int n_heads, int head_dim, int rot_dim, int pos0,
                  const float *inv_freq, float attn_factor);
     /* dst[i][0:width] = src[i][0:width] with row strides */
-    void (*copy_rows)(sl_backend *b, float *dst, int dst_stride, const float *src, int src_stride, int n,
-                      int width);
+    void (*copy_rows)(sl_backend *b, float *dst, int dst_stride, const float *src, int src_stride, int n, int width);
     /* causal GQA attention of n new queries at positions pos0.. over cache rows [0, pos0 + n); the new
      * keys/values must already be in the caches. window > 0 limits each query to the last `window`
      * positions (itself included). out[n][n_heads * head_dim]. */
-    void (*attention)(sl_backend *b, const float *q, const float *kc, const float *vc, int n, int pos0,
-                      int n_heads, int n_kv, int head_dim, int window, float scale, float *out);
-    void (*add)(sl_backend *b, float *y, const float *x, size_t len);                   /* y += x */
+    void (*attention)(sl_backend *b, const float *q, const float *kc, const float *vc, int n, int pos0, int n_heads,
+                      int n_kv, int head_dim, int window, float scale, float *out);
+    void (*add)(sl_backend *b, float *y, const float *x, size_t len);                      /* y += x */
     void (*swiglu)(sl_backend *b, const float *g, const float *u, size_t len, float *out); /* silu(g)*u */
-    void (*mul_sigmoid)(sl_backend *b, float *x, const float *g, size_t len);           /* x *= sigmoid(g) */
+    void (*mul_sigmoid)(sl_backend *b, float *x, const float *g, size_t len);              /* x *= sigmoid(g) */
     /* x[i][:] *= sigmoid(s[i]) for rows of dim */
     void (*scale_rows_sigmoid)(sl_backend *b, float *x, const float *s, int rows, int dim);
     /* softmax over logits[n][n_experts], top-k, optional renormalisation -> ids[n][k], weights[n][k] */
@@ -76,12 +75,12 @@ typedef struct sl_backend_ops {
                 const float *weights, int k, float *out);
     /* depthwise causal conv over time + SiLU: x[n][channels] -> out; state holds the previous
      * conv_kernel-1 inputs [conv_kernel-1][channels] and is advanced. w is [channels][conv_kernel]. */
-    void (*conv1d_silu)(sl_backend *b, const float *x, int n, int channels, const float *w, int kernel,
-                        float *state, float *out);
+    void (*conv1d_silu)(sl_backend *b, const float *x, int n, int channels, const float *w, int kernel, float *state,
+                        float *out);
     /* gated delta rule over n tokens for one layer. qkv[n][2*nk*kd + nv*vd] (post-conv), a/b [n][nv],
      * state [nv][kd][vd] advanced in place; out[n][nv*vd]. */
-    void (*deltanet)(sl_backend *b, const sl_deltanet_dims *d, const float *qkv, const float *a,
-                     const float *bb, const float *A_log, const float *dt_bias, float *state, int n, float *out);
+    void (*deltanet)(sl_backend *b, const sl_deltanet_dims *d, const float *qkv, const float *a, const float *bb,
+                     const float *A_log, const float *dt_bias, float *state, int n, float *out);
     /* y = rmsnorm(x) * w * silu(z) over rows of dim (in place on x) */
     void (*gated_rmsnorm)(sl_backend *b, float *x, const float *z, const float *w, int rows, int dim, float eps);
 } sl_backend_ops;

@@ -2,7 +2,9 @@
 
 #include <stdio.h>
 
-static size_t elt(sl_wfmt f) { return f == SL_WF_F32 ? 4 : 2; }
+static size_t elt(sl_wfmt f) {
+    return f == SL_WF_F32 ? 4 : 2;
+}
 
 size_t sl_weight_bytes(const sl_weight *w) {
     size_t b = w->row_bytes * (size_t)w->rows;

@@ -47,9 +47,9 @@ static traffic per_token_traffic(const sl_model *m) {
     if (m->embed.data != m->lm_head.data) t.bytes += (double)m->embed.row_bytes;
     for (int l = 0; l < c->n_layers; l++) {
         const sl_layer *L = &m->layers[l];
-        const sl_weight *ws[] = {&L->wq,     &L->wk,     &L->wv,     &L->wo,      &L->in_qkv, &L->in_z,
-                                 &L->in_a,   &L->in_b,   &L->out_proj, &L->w_gate, &L->w_up,  &L->w_down,
-                                 &L->router, &L->sh_gate, &L->sh_up,  &L->sh_down, &L->sh_router};
+        const sl_weight *ws[] = {&L->wq,     &L->wk,      &L->wv,       &L->wo,      &L->in_qkv,   &L->in_z,
+                                 &L->in_a,   &L->in_b,    &L->out_proj, &L->w_gate,  &L->w_up,     &L->w_down,
+                                 &L->router, &L->sh_gate, &L->sh_up,    &L->sh_down, &L->sh_router};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) tally(&t, ws[i], 1.0);
         if (!L->is_moe || L->experts.n_experts == 0) continue;
         double frac = (double)c->top_k / (double)L->experts.n_experts;

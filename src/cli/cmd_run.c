@@ -35,23 +35,22 @@ typedef struct run_ctx {
 } run_ctx;
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: sluice run MODEL [PROMPT] [options]\n\n"
-            "Chats with MODEL. With PROMPT, or with a prompt piped on stdin, answers once and exits;\n"
-            "otherwise reads lines interactively (/reset starts over, /exit or Ctrl-D quits).\n\n"
-            "options:\n"
-            "  --system TEXT          system message\n"
-            "  --raw                  no chat template: continue PROMPT as plain text\n"
-            "  --think, --no-think    pass enable_thinking to the chat template\n"
-            "  -n, --max-tokens N     stop after N generated tokens (default: until end of turn)\n"
-            "  --ctx N                context length (default: the model's, capped by free memory)\n"
-            "  --threads N            CPU threads (default: all cores)\n"
-            "  --temp T               temperature, 0 = greedy (default: generation_config.json, else 0.8)\n"
-            "  --top-k K, --top-p P, --min-p P\n"
-            "  --repeat-penalty R, --repeat-last-n N, --presence-penalty P, --frequency-penalty F\n"
-            "  --seed S               random seed (same seed and input give the same output)\n"
-            "  --stop TEXT            stop string, repeatable; never printed\n"
-            "  --verbose              print the rendered prompt to stderr\n");
+    fprintf(f, "usage: sluice run MODEL [PROMPT] [options]\n\n"
+               "Chats with MODEL. With PROMPT, or with a prompt piped on stdin, answers once and exits;\n"
+               "otherwise reads lines interactively (/reset starts over, /exit or Ctrl-D quits).\n\n"
+               "options:\n"
+               "  --system TEXT          system message\n"
+               "  --raw                  no chat template: continue PROMPT as plain text\n"
+               "  --think, --no-think    pass enable_thinking to the chat template\n"
+               "  -n, --max-tokens N     stop after N generated tokens (default: until end of turn)\n"
+               "  --ctx N                context length (default: the model's, capped by free memory)\n"
+               "  --threads N            CPU threads (default: all cores)\n"
+               "  --temp T               temperature, 0 = greedy (default: generation_config.json, else 0.8)\n"
+               "  --top-k K, --top-p P, --min-p P\n"
+               "  --repeat-penalty R, --repeat-last-n N, --presence-penalty P, --frequency-penalty F\n"
+               "  --seed S               random seed (same seed and input give the same output)\n"
+               "  --stop TEXT            stop string, repeatable; never printed\n"
+               "  --verbose              print the rendered prompt to stderr\n");
 }
 
 static int emit(void *ud, const char *text, size_t len) {
@@ -147,23 +146,40 @@ static int parse_args(int argc, char **argv, run_opts *o) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             exit(0);
-        } else if (!strcmp(a, "--raw")) o->raw = 1;
-        else if (!strcmp(a, "--think")) o->think = 1;
-        else if (!strcmp(a, "--no-think")) o->think = 0;
-        else if (!strcmp(a, "--verbose")) o->verbose = 1;
-        else if (FLAG("--system")) o->system = v;
-        else if (FLAG("-n") || FLAG("--max-tokens")) o->gen.max_tokens = atoi(v);
-        else if (FLAG("--ctx")) o->ctx = atoi(v);
-        else if (FLAG("--threads")) o->threads = atoi(v);
-        else if (FLAG("--temp")) o->gen.sampling.temperature = strtof(v, NULL);
-        else if (FLAG("--top-k")) o->gen.sampling.top_k = atoi(v);
-        else if (FLAG("--top-p")) o->gen.sampling.top_p = strtof(v, NULL);
-        else if (FLAG("--min-p")) o->gen.sampling.min_p = strtof(v, NULL);
-        else if (FLAG("--repeat-penalty")) o->gen.sampling.repeat_penalty = strtof(v, NULL);
-        else if (FLAG("--repeat-last-n")) o->gen.sampling.repeat_last_n = atoi(v);
-        else if (FLAG("--presence-penalty")) o->gen.sampling.presence_penalty = strtof(v, NULL);
-        else if (FLAG("--frequency-penalty")) o->gen.sampling.frequency_penalty = strtof(v, NULL);
-        else if (FLAG("--seed")) o->gen.sampling.seed = strtoull(v, NULL, 10);
+        } else if (!strcmp(a, "--raw"))
+            o->raw = 1;
+        else if (!strcmp(a, "--think"))
+            o->think = 1;
+        else if (!strcmp(a, "--no-think"))
+            o->think = 0;
+        else if (!strcmp(a, "--verbose"))
+            o->verbose = 1;
+        else if (FLAG("--system"))
+            o->system = v;
+        else if (FLAG("-n") || FLAG("--max-tokens"))
+            o->gen.max_tokens = atoi(v);
+        else if (FLAG("--ctx"))
+            o->ctx = atoi(v);
+        else if (FLAG("--threads"))
+            o->threads = atoi(v);
+        else if (FLAG("--temp"))
+            o->gen.sampling.temperature = strtof(v, NULL);
+        else if (FLAG("--top-k"))
+            o->gen.sampling.top_k = atoi(v);
+        else if (FLAG("--top-p"))
+            o->gen.sampling.top_p = strtof(v, NULL);
+        else if (FLAG("--min-p"))
+            o->gen.sampling.min_p = strtof(v, NULL);
+        else if (FLAG("--repeat-penalty"))
+            o->gen.sampling.repeat_penalty = strtof(v, NULL);
+        else if (FLAG("--repeat-last-n"))
+            o->gen.sampling.repeat_last_n = atoi(v);
+        else if (FLAG("--presence-penalty"))
+            o->gen.sampling.presence_penalty = strtof(v, NULL);
+        else if (FLAG("--frequency-penalty"))
+            o->gen.sampling.frequency_penalty = strtof(v, NULL);
+        else if (FLAG("--seed"))
+            o->gen.sampling.seed = strtoull(v, NULL, 10);
         else if (FLAG("--stop")) {
             if (o->gen.n_stops == MAX_STOPS) {
                 fprintf(stderr, "sluice run: at most %d --stop strings\n", MAX_STOPS);

@@ -66,7 +66,7 @@ int cmd_show(int argc, char **argv) {
     printf("  %-22s%d\n", "vocabulary", c->vocab_size);
     printf("  %-22s%d\n", "context length", c->max_pos);
     printf("  %-22stheta %g, %d of %d dims rotated%s\n", "rope", c->rope.theta, m->rot_dim, c->head_dim,
-           c->rope.type == SL_ROPE_LLAMA3 ? ", llama3 scaling"
+           c->rope.type == SL_ROPE_LLAMA3   ? ", llama3 scaling"
            : c->rope.type == SL_ROPE_LINEAR ? ", linear scaling"
            : c->rope.type == SL_ROPE_YARN   ? ", yarn scaling"
                                             : "");
@@ -81,7 +81,8 @@ int cmd_show(int argc, char **argv) {
            sl_human_bytes((double)(m->bytes_experts + m->bytes_other), b1, sizeof b1), m->st->n_files,
            m->st->n_files == 1 ? "" : "s");
     if (c->n_experts)
-        printf("  %-22s%s experts, %s everything else\n", "bytes", sl_human_bytes((double)m->bytes_experts, b2, sizeof b2),
+        printf("  %-22s%s experts, %s everything else\n", "bytes",
+               sl_human_bytes((double)m->bytes_experts, b2, sizeof b2),
                sl_human_bytes((double)m->bytes_other, b3, sizeof b3));
     sl_model_free(m);
     return 0;

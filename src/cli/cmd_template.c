@@ -8,17 +8,16 @@
 #include "text/chat.h"
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: sluice template MODEL CHAT.json\n"
-            "       sluice template [MODEL] CHAT.json --template FILE.jinja\n\n"
-            "Renders MODEL's chat template (tokenizer_config.json chat_template, or chat_template.jinja) on the\n"
-            "conversation in CHAT.json and prints the prompt exactly, with nothing appended.\n\n"
-            "CHAT.json: {\"messages\": [...], \"tools\": [...], \"add_generation_prompt\": true,\n"
-            "            \"enable_thinking\": false, ...}; the last three are optional and any other key\n"
-            "            (bos_token, date_string...) becomes a template variable.\n\n"
-            "options:\n"
-            "  --template FILE.jinja  render this template instead (MODEL may then be omitted)\n"
-            "  -h, --help             show this help\n");
+    fprintf(f, "usage: sluice template MODEL CHAT.json\n"
+               "       sluice template [MODEL] CHAT.json --template FILE.jinja\n\n"
+               "Renders MODEL's chat template (tokenizer_config.json chat_template, or chat_template.jinja) on the\n"
+               "conversation in CHAT.json and prints the prompt exactly, with nothing appended.\n\n"
+               "CHAT.json: {\"messages\": [...], \"tools\": [...], \"add_generation_prompt\": true,\n"
+               "            \"enable_thinking\": false, ...}; the last three are optional and any other key\n"
+               "            (bos_token, date_string...) becomes a template variable.\n\n"
+               "options:\n"
+               "  --template FILE.jinja  render this template instead (MODEL may then be omitted)\n"
+               "  -h, --help             show this help\n");
 }
 
 static int fail(const char *msg) {
@@ -44,7 +43,8 @@ int cmd_template(int argc, char **argv) {
             fprintf(stderr, "sluice template: unknown option '%s'\n", argv[i]);
             usage(stderr);
             return 2;
-        } else if (npos < 2) pos[npos++] = argv[i];
+        } else if (npos < 2)
+            pos[npos++] = argv[i];
         else {
             usage(stderr);
             return 2;
@@ -66,12 +66,15 @@ int cmd_template(int argc, char **argv) {
         free(src);
         src = NULL;
         if (sl_read_file(tmpl_file, &src, &src_len, &e)) goto done;
-    } else src_len = strlen(src);
+    } else
+        src_len = strlen(src);
     json_error_t je;
     chat = json_load_file(chat_path, 0, &je);
     if (!chat || !json_is_object(chat)) {
-        if (chat) snprintf(e.msg, sizeof e.msg, "%s: expected a JSON object", chat_path);
-        else snprintf(e.msg, sizeof e.msg, "%s:%d: %s", chat_path, je.line, je.text);
+        if (chat)
+            snprintf(e.msg, sizeof e.msg, "%s: expected a JSON object", chat_path);
+        else
+            snprintf(e.msg, sizeof e.msg, "%s:%d: %s", chat_path, je.line, je.text);
         goto done;
     }
     if (sl_jinja_parse(src, src_len, &t, &e)) goto done;

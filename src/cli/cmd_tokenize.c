@@ -8,15 +8,14 @@
 #include "text/tokenizer.h"
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: sluice tokenize MODEL [TEXT] [--pieces] [--specials]\n"
-            "       sluice tokenize MODEL --bench [MB] | --bench-file FILE\n\n"
-            "Encodes TEXT (or all of stdin when TEXT is absent) with the tokenizer.json in directory MODEL and\n"
-            "prints the ids as one JSON array.\n\n"
-            "  --pieces    print [id, \"text\"] pairs (a token that is not whole UTF-8 shows its vocab string)\n"
-            "  --specials  add the post-processor's special tokens (BOS/EOS)\n"
-            "  --bench     encode MB megabytes (default 8) of generated English-like text, print MB/s\n"
-            "  --bench-file FILE  the same with the contents of FILE\n");
+    fprintf(f, "usage: sluice tokenize MODEL [TEXT] [--pieces] [--specials]\n"
+               "       sluice tokenize MODEL --bench [MB] | --bench-file FILE\n\n"
+               "Encodes TEXT (or all of stdin when TEXT is absent) with the tokenizer.json in directory MODEL and\n"
+               "prints the ids as one JSON array.\n\n"
+               "  --pieces    print [id, \"text\"] pairs (a token that is not whole UTF-8 shows its vocab string)\n"
+               "  --specials  add the post-processor's special tokens (BOS/EOS)\n"
+               "  --bench     encode MB megabytes (default 8) of generated English-like text, print MB/s\n"
+               "  --bench-file FILE  the same with the contents of FILE\n");
 }
 
 static int read_stdin(char **out, size_t *len) {
@@ -61,12 +60,18 @@ static void put_json_string(const char *s, size_t n) {
     putchar('"');
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') printf("\\%c", c);
-        else if (c == '\n') fputs("\\n", stdout);
-        else if (c == '\t') fputs("\\t", stdout);
-        else if (c == '\r') fputs("\\r", stdout);
-        else if (c < 0x20 || c == 0x7f) printf("\\u%04x", c);
-        else putchar(c);
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c == '\n')
+            fputs("\\n", stdout);
+        else if (c == '\t')
+            fputs("\\t", stdout);
+        else if (c == '\r')
+            fputs("\\r", stdout);
+        else if (c < 0x20 || c == 0x7f)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
     }
     putchar('"');
 }
@@ -74,20 +79,30 @@ static void put_json_string(const char *s, size_t n) {
 /* Deterministic English-like text: common words, capitalised sentences, punctuation, paragraphs. */
 static char *bench_text(size_t want, size_t *len) {
     static const char *const words[] = {
-        "the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "was", "with", "be", "by", "on", "not",
-        "he", "this", "are", "or", "his", "from", "at", "which", "but", "have", "an", "had", "they", "you", "were",
-        "their", "one", "all", "we", "can", "her", "has", "there", "been", "if", "more", "when", "will", "would",
-        "who", "so", "no", "time", "people", "year", "way", "day", "man", "thing", "woman", "life", "child",
-        "world", "school", "state", "family", "student", "group", "country", "problem", "hand", "part", "place",
-        "case", "week", "company", "system", "program", "question", "work", "government", "number", "night",
-        "point", "home", "water", "room", "mother", "area", "money", "story", "fact", "month", "lot", "right",
-        "study", "book", "eye", "job", "word", "business", "issue", "side", "kind", "head", "house", "service",
-        "friend", "father", "power", "hour", "game", "line", "end", "member", "law", "car", "city", "community",
-        "name", "president", "team", "minute", "idea", "kid", "body", "information", "back", "parent", "face",
-        "others", "level", "office", "door", "health", "person", "art", "war", "history", "party", "result",
-        "change", "morning", "reason", "research", "girl", "guy", "moment", "air", "teacher", "force",
-        "education", "understand", "remember", "development", "interesting", "particularly", "responsibility",
-        "said", "made", "found", "thought", "became", "called", "don't", "it's", "1999", "42", "3.5%",
+        "the",       "of",         "and",       "to",          "in",          "is",           "that",
+        "for",       "it",         "as",        "was",         "with",        "be",           "by",
+        "on",        "not",        "he",        "this",        "are",         "or",           "his",
+        "from",      "at",         "which",     "but",         "have",        "an",           "had",
+        "they",      "you",        "were",      "their",       "one",         "all",          "we",
+        "can",       "her",        "has",       "there",       "been",        "if",           "more",
+        "when",      "will",       "would",     "who",         "so",          "no",           "time",
+        "people",    "year",       "way",       "day",         "man",         "thing",        "woman",
+        "life",      "child",      "world",     "school",      "state",       "family",       "student",
+        "group",     "country",    "problem",   "hand",        "part",        "place",        "case",
+        "week",      "company",    "system",    "program",     "question",    "work",         "government",
+        "number",    "night",      "point",     "home",        "water",       "room",         "mother",
+        "area",      "money",      "story",     "fact",        "month",       "lot",          "right",
+        "study",     "book",       "eye",       "job",         "word",        "business",     "issue",
+        "side",      "kind",       "head",      "house",       "service",     "friend",       "father",
+        "power",     "hour",       "game",      "line",        "end",         "member",       "law",
+        "car",       "city",       "community", "name",        "president",   "team",         "minute",
+        "idea",      "kid",        "body",      "information", "back",        "parent",       "face",
+        "others",    "level",      "office",    "door",        "health",      "person",       "art",
+        "war",       "history",    "party",     "result",      "change",      "morning",      "reason",
+        "research",  "girl",       "guy",       "moment",      "air",         "teacher",      "force",
+        "education", "understand", "remember",  "development", "interesting", "particularly", "responsibility",
+        "said",      "made",       "found",     "thought",     "became",      "called",       "don't",
+        "it's",      "1999",       "42",        "3.5%",
     };
     const size_t nw = sizeof words / sizeof words[0];
     char *buf = malloc(want + 64);
@@ -219,8 +234,10 @@ int cmd_tokenize(int argc, char **argv) {
             size_t bl;
             const char *b = sl_tokenizer_token_bytes(t, ids[i], &bl);
             printf("[%d,", ids[i]);
-            if (valid_utf8((const unsigned char *)b, bl)) put_json_string(b, bl);
-            else put_json_string(sl_tokenizer_piece(t, ids[i]), strlen(sl_tokenizer_piece(t, ids[i])));
+            if (valid_utf8((const unsigned char *)b, bl))
+                put_json_string(b, bl);
+            else
+                put_json_string(sl_tokenizer_piece(t, ids[i]), strlen(sl_tokenizer_piece(t, ids[i])));
             putchar(']');
         } else {
             printf("%d", ids[i]);

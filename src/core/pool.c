@@ -121,7 +121,9 @@ void sl_pool_destroy(sl_pool *p) {
     free(p);
 }
 
-int sl_pool_size(const sl_pool *p) { return p ? p->n : 1; }
+int sl_pool_size(const sl_pool *p) {
+    return p ? p->n : 1;
+}
 
 void sl_pool_for(sl_pool *p, int64_t n, int64_t grain, sl_pool_fn fn, void *ctx) {
     if (n <= 0) return;

@@ -110,10 +110,22 @@ int sl_parse_size(const char *s, uint64_t *out) {
     double mul = 1;
     switch (toupper((unsigned char)*end)) {
     case 0: break;
-    case 'K': mul = 1024.0; end++; break;
-    case 'M': mul = 1024.0 * 1024; end++; break;
-    case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
-    case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    case 'K':
+        mul = 1024.0;
+        end++;
+        break;
+    case 'M':
+        mul = 1024.0 * 1024;
+        end++;
+        break;
+    case 'G':
+        mul = 1024.0 * 1024 * 1024;
+        end++;
+        break;
+    case 'T':
+        mul = 1024.0 * 1024 * 1024 * 1024;
+        end++;
+        break;
     default: return -1;
     }
     if (toupper((unsigned char)*end) == 'I') end++;

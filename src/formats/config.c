@@ -104,8 +104,8 @@ int sl_config_parse(json_t *root, const char *where, sl_config *c, sl_err *e) {
     if (json_is_false(usw) && strcmp(c->model_type, "mistral")) c->sliding_window = 0;
     if (c->sliding_window < 0) c->sliding_window = 0;
     if (c->n_kv_heads <= 0 || c->n_heads % c->n_kv_heads)
-        return sl_fail(e, "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", where,
-                       c->n_heads, c->n_kv_heads);
+        return sl_fail(e, "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", where, c->n_heads,
+                       c->n_kv_heads);
     if (parse_rope(tc, where, &c->rope, e)) return -1;
 
     c->n_experts = get_int(tc, "num_experts", get_int(tc, "num_local_experts", 0));

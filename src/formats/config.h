@@ -12,12 +12,12 @@ typedef enum { SL_ROPE_DEFAULT, SL_ROPE_LINEAR, SL_ROPE_LLAMA3, SL_ROPE_YARN } s
 typedef struct sl_rope_cfg {
     sl_rope_type type;
     double theta;
-    double partial_factor;  /* fraction of head_dim rotated */
-    double factor;          /* scaling factor (linear, llama3, yarn) */
-    double low_freq_factor, high_freq_factor; /* llama3 */
-    int original_max_pos;   /* llama3, yarn */
+    double partial_factor;                                                 /* fraction of head_dim rotated */
+    double factor;                                                         /* scaling factor (linear, llama3, yarn) */
+    double low_freq_factor, high_freq_factor;                              /* llama3 */
+    int original_max_pos;                                                  /* llama3, yarn */
     double beta_fast, beta_slow, attention_factor, mscale, mscale_all_dim; /* yarn */
-    int truncate;           /* yarn */
+    int truncate;                                                          /* yarn */
 } sl_rope_cfg;
 
 typedef enum { SL_LAYER_ATTENTION, SL_LAYER_LINEAR } sl_layer_kind;

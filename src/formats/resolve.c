@@ -26,8 +26,10 @@ int sl_resolve_model(const char *arg, char **dir, sl_err *e) {
     }
     const char *slash = strchr(arg, '/');
     if (!slash || slash == arg || strchr(slash + 1, '/') || arg[0] == '.')
-        return sl_fail(e, "%s: no such model directory (expected a folder with config.json, or a Hub id like "
-                          "Qwen/Qwen3-0.6B in the local Hugging Face cache)", arg);
+        return sl_fail(e,
+                       "%s: no such model directory (expected a folder with config.json, or a Hub id like "
+                       "Qwen/Qwen3-0.6B in the local Hugging Face cache)",
+                       arg);
     char repo[512], rev[256] = "main";
     snprintf(repo, sizeof repo, "%s", arg);
     char *at = strchr(repo, '@');
@@ -53,8 +55,8 @@ int sl_resolve_model(const char *arg, char **dir, sl_err *e) {
     snprintf(path, sizeof path, "%s/snapshots/%s", base, commit);
     free(root);
     if (!commit[0] || !sl_is_dir(path))
-        return sl_fail(e, "%s: not found locally (looked for %s); download it first, e.g. with huggingface-cli",
-                       arg, path);
+        return sl_fail(e, "%s: not found locally (looked for %s); download it first, e.g. with huggingface-cli", arg,
+                       path);
     *dir = strdup(path);
     return *dir ? 0 : sl_fail(e, "out of memory");
 }

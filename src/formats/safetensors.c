@@ -21,9 +21,9 @@ static const struct {
     sl_st_dtype dt;
     size_t size;
 } dtypes[] = {
-    {"F32", SL_ST_F32, 4},   {"F16", SL_ST_F16, 2},   {"BF16", SL_ST_BF16, 2},          {"F64", SL_ST_F64, 8},
-    {"U32", SL_ST_U32, 4},   {"I32", SL_ST_I32, 4},   {"U16", SL_ST_U16, 2},            {"I16", SL_ST_I16, 2},
-    {"U8", SL_ST_U8, 1},     {"I8", SL_ST_I8, 1},     {"I64", SL_ST_I64, 8},            {"U64", SL_ST_U64, 8},
+    {"F32", SL_ST_F32, 4},   {"F16", SL_ST_F16, 2},         {"BF16", SL_ST_BF16, 2},       {"F64", SL_ST_F64, 8},
+    {"U32", SL_ST_U32, 4},   {"I32", SL_ST_I32, 4},         {"U16", SL_ST_U16, 2},         {"I16", SL_ST_I16, 2},
+    {"U8", SL_ST_U8, 1},     {"I8", SL_ST_I8, 1},           {"I64", SL_ST_I64, 8},         {"U64", SL_ST_U64, 8},
     {"BOOL", SL_ST_BOOL, 1}, {"F8_E4M3", SL_ST_F8_E4M3, 1}, {"F8_E5M2", SL_ST_F8_E5M2, 1},
 };
 
@@ -64,8 +64,8 @@ static int parse_entry(const char *path, const char *name, json_t *v, uint64_t d
     for (i = 0; i < n; i++)
         if (!strcmp(dtypes[i].name, json_string_value(jd))) break;
     if (i == n)
-        return sl_fail(e, "%s: tensor '%s': unknown dtype '%s' (expected one of F32, F16, BF16, U32, ...)", path,
-                       name, json_string_value(jd));
+        return sl_fail(e, "%s: tensor '%s': unknown dtype '%s' (expected one of F32, F16, BF16, U32, ...)", path, name,
+                       json_string_value(jd));
     t->dtype = dtypes[i].dt;
     if (!json_is_array(js) || json_array_size(js) > SL_ST_MAX_DIMS)
         return sl_fail(e, "%s: tensor '%s': 'shape' must be an array of at most %d integers", path, name,
@@ -86,8 +86,8 @@ static int parse_entry(const char *path, const char *name, json_t *v, uint64_t d
         return sl_fail(e, "%s: tensor '%s': 'data_offsets' must be [begin, end]", path, name);
     json_int_t b = json_integer_value(json_array_get(jo, 0)), en = json_integer_value(json_array_get(jo, 1));
     if (b < 0 || en < b || (uint64_t)en > data_size)
-        return sl_fail(e, "%s: tensor '%s': data_offsets [%lld, %lld] outside the %llu-byte data section", path,
-                       name, (long long)b, (long long)en, (unsigned long long)data_size);
+        return sl_fail(e, "%s: tensor '%s': data_offsets [%lld, %lld] outside the %llu-byte data section", path, name,
+                       (long long)b, (long long)en, (unsigned long long)data_size);
     if (numel > UINT64_MAX / dtypes[i].size)
         return sl_fail(e, "%s: tensor '%s': shape x %s overflows", path, name, dtypes[i].name);
     uint64_t want = numel * dtypes[i].size;
@@ -195,8 +195,8 @@ int sl_st_open_file(const char *path, sl_st_set **setp, sl_err *e) {
     const sl_st_tensor *far = nf ? byoff[0] : NULL; /* the tensor reaching furthest so far */
     for (int i = 1; i < nf; i++) {
         if (byoff[i]->nbytes && far->offset + far->nbytes > byoff[i]->offset) {
-            int r = sl_fail(e, "%s: tensors '%s' and '%s' overlap in the data section", path, far->name,
-                            byoff[i]->name);
+            int r =
+                sl_fail(e, "%s: tensors '%s' and '%s' overlap in the data section", path, far->name, byoff[i]->name);
             free(byoff);
             return r;
         }
@@ -211,7 +211,9 @@ int sl_st_open_file(const char *path, sl_st_set **setp, sl_err *e) {
     return 0;
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 /* File names listed by an index's weight_map, de-duplicated. */
 static int index_files(const char *dir, const char *index_path, char ***out, int *n, sl_err *e) {

@@ -10,8 +10,21 @@
 #include "core/err.h"
 
 typedef enum {
-    SL_ST_F32, SL_ST_F16, SL_ST_BF16, SL_ST_F64, SL_ST_U32, SL_ST_I32, SL_ST_U16, SL_ST_I16,
-    SL_ST_U8, SL_ST_I8, SL_ST_I64, SL_ST_U64, SL_ST_BOOL, SL_ST_F8_E4M3, SL_ST_F8_E5M2,
+    SL_ST_F32,
+    SL_ST_F16,
+    SL_ST_BF16,
+    SL_ST_F64,
+    SL_ST_U32,
+    SL_ST_I32,
+    SL_ST_U16,
+    SL_ST_I16,
+    SL_ST_U8,
+    SL_ST_I8,
+    SL_ST_I64,
+    SL_ST_U64,
+    SL_ST_BOOL,
+    SL_ST_F8_E4M3,
+    SL_ST_F8_E5M2,
 } sl_st_dtype;
 
 #define SL_ST_MAX_DIMS 8
@@ -23,8 +36,8 @@ typedef struct sl_st_tensor {
     int64_t shape[SL_ST_MAX_DIMS];
     const uint8_t *data; /* inside the file mapping */
     uint64_t nbytes;
-    uint64_t offset;     /* absolute byte offset in its file */
-    int file;            /* index into sl_st_set.paths */
+    uint64_t offset; /* absolute byte offset in its file */
+    int file;        /* index into sl_st_set.paths */
 } sl_st_tensor;
 
 typedef struct sl_st_set {

@@ -24,8 +24,8 @@ int blk_load_norms(sl_model *m, sl_loader *ld, int l, float norm_add, sl_err *e)
     int H = m->cfg.hidden;
     if (sl_ld_vector(ld, NAME(nb, "model.layers.%d.input_layernorm.weight", l), H, norm_add, &L->attn_norm, e))
         return -1;
-    return sl_ld_vector(ld, NAME(nb, "model.layers.%d.post_attention_layernorm.weight", l), H, norm_add,
-                        &L->ffn_norm, e);
+    return sl_ld_vector(ld, NAME(nb, "model.layers.%d.post_attention_layernorm.weight", l), H, norm_add, &L->ffn_norm,
+                        e);
 }
 
 int blk_load_attention(sl_model *m, sl_loader *ld, int l, int q_gated, float norm_add, sl_err *e) {
@@ -43,8 +43,8 @@ int blk_load_attention(sl_model *m, sl_loader *ld, int l, int q_gated, float nor
         return -1;
     if (sl_ld_has(ld, NAME(nb, "model.layers.%d.self_attn.q_norm.weight", l))) {
         if (sl_ld_vector(ld, nb, c->head_dim, norm_add, &L->q_norm, e) ||
-            sl_ld_vector(ld, NAME(nb, "model.layers.%d.self_attn.k_norm.weight", l), c->head_dim, norm_add,
-                         &L->k_norm, e))
+            sl_ld_vector(ld, NAME(nb, "model.layers.%d.self_attn.k_norm.weight", l), c->head_dim, norm_add, &L->k_norm,
+                         e))
             return -1;
     }
     return 0;
@@ -88,7 +88,8 @@ int blk_load_mlp(sl_model *m, sl_loader *ld, int l, sl_err *e) {
     const sl_config *c = &m->cfg;
     sl_layer *L = &m->layers[l];
     char nb[256];
-    if (c->intermediate <= 0) return sl_fail(e, "%s/config.json: intermediate_size missing for dense layer %d", m->path, l);
+    if (c->intermediate <= 0)
+        return sl_fail(e, "%s/config.json: intermediate_size missing for dense layer %d", m->path, l);
     return sl_ld_linear(ld, NAME(nb, "model.layers.%d.mlp.gate_proj", l), c->intermediate, c->hidden, &L->w_gate, e) ||
                    sl_ld_linear(ld, NAME(nb, "model.layers.%d.mlp.up_proj", l), c->intermediate, c->hidden, &L->w_up,
                                 e) ||

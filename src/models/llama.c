@@ -7,8 +7,7 @@
 static int llama_load(sl_model *m, sl_loader *ld, sl_err *e) {
     if (blk_load_outer(m, ld, 0.0f, e)) return -1;
     for (int l = 0; l < m->cfg.n_layers; l++) {
-        if (blk_load_norms(m, ld, l, 0.0f, e) || blk_load_attention(m, ld, l, 0, 0.0f, e) ||
-            blk_load_mlp(m, ld, l, e))
+        if (blk_load_norms(m, ld, l, 0.0f, e) || blk_load_attention(m, ld, l, 0, 0.0f, e) || blk_load_mlp(m, ld, l, e))
             return -1;
     }
     return 0;

@@ -5,12 +5,21 @@
 
 #include "core/half.h"
 
-static int starts(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
+static int starts(const char *s, const char *p) {
+    return strncmp(s, p, strlen(p)) == 0;
+}
 
 /* Parts of multimodal and multi-token-prediction checkpoints that a text decoder does not use. */
 static const char *const ignored_prefixes[] = {
-    "model.visual.", "visual.", "vision_tower.", "model.vision_tower.", "mtp.", "model.mtp.",
-    "multi_modal_projector.", "model.multi_modal_projector.", "language_model.model.visual.",
+    "model.visual.",
+    "visual.",
+    "vision_tower.",
+    "model.vision_tower.",
+    "mtp.",
+    "model.mtp.",
+    "multi_modal_projector.",
+    "model.multi_modal_projector.",
+    "language_model.model.visual.",
 };
 
 static char *normalise(const char *raw) {
@@ -89,9 +98,13 @@ const sl_st_tensor *sl_ld_find(sl_loader *l, const char *name) {
     return &l->m->st->tensors[i];
 }
 
-int sl_ld_has(sl_loader *l, const char *name) { return find_index(l, name) >= 0; }
+int sl_ld_has(sl_loader *l, const char *name) {
+    return find_index(l, name) >= 0;
+}
 
-static const char *file_of(sl_loader *l, const sl_st_tensor *t) { return l->m->st->paths[t->file]; }
+static const char *file_of(sl_loader *l, const sl_st_tensor *t) {
+    return l->m->st->paths[t->file];
+}
 
 static void shape_str(const sl_st_tensor *t, char *buf, size_t n) {
     size_t k = 0;
@@ -176,8 +189,7 @@ static char *cat(char *buf, size_t n, const char *a, const char *b) {
 /* Describes an MLX-packed (or plain) matrix stack: t is [E?, rows_total, packed_cols]. Fills w for the
  * slice starting at element row `first_row` (counting across the stack) of `rows` rows. */
 static int fill_weight(sl_loader *l, const char *module, const char *wname, const sl_st_tensor *t, int stacked,
-                       int n_experts, int rows_total, int rows, int cols, int64_t first_row, sl_weight *w,
-                       sl_err *e) {
+                       int n_experts, int rows_total, int rows, int cols, int64_t first_row, sl_weight *w, sl_err *e) {
     char nb[512], s[96];
     int bits = 0, group = 0; /* of an MLX-packed tensor, once known */
     memset(w, 0, sizeof *w);
@@ -201,8 +213,8 @@ static int fill_weight(sl_loader *l, const char *module, const char *wname, cons
         if (sl_config_quant_for(&l->m->cfg, raw, &bits, &group) != 0) {
             /* no quantization table: derive both from the shapes */
             if (sc->ndim != want_nd)
-                return sl_fail(e, "%s: tensor '%s' has %d dimensions, expected %d", file_of(l, sc), sc->name,
-                               sc->ndim, want_nd);
+                return sl_fail(e, "%s: tensor '%s' has %d dimensions, expected %d", file_of(l, sc), sc->name, sc->ndim,
+                               want_nd);
             int64_t ng = sc->shape[sc->ndim - 1];
             if (ng <= 0 || cols % ng) goto bad_q;
             group = (int)(cols / ng);
@@ -258,8 +270,7 @@ bad_q:
 int sl_ld_linear(sl_loader *l, const char *module, int rows, int cols, sl_weight *w, sl_err *e) {
     char nb[512];
     const sl_st_tensor *t = sl_ld_find(l, cat(nb, sizeof nb, module, ".weight"));
-    if (!t)
-        return sl_fail(e, "%s: missing tensor '%s.weight' (expected [%d, %d])", l->m->path, module, rows, cols);
+    if (!t) return sl_fail(e, "%s: missing tensor '%s.weight' (expected [%d, %d])", l->m->path, module, rows, cols);
     if (fill_weight(l, module, nb, t, 0, 0, rows, rows, cols, 0, w, e)) return -1;
     if (sl_ld_has(l, cat(nb, sizeof nb, module, ".bias"))) {
         float *b;
@@ -285,8 +296,8 @@ int sl_ld_check_all_used(sl_loader *l, sl_err *e) {
     for (int k = 0; k < l->n; k++) {
         int i = l->order[k];
         if (!l->used[i])
-            return sl_fail(e, "%s: unexpected tensor '%s' (not part of a %s model)", l->m->st->paths[l->m->st->tensors[i].file],
-                           l->m->st->tensors[i].name, l->m->cfg.model_type);
+            return sl_fail(e, "%s: unexpected tensor '%s' (not part of a %s model)",
+                           l->m->st->paths[l->m->st->tensors[i].file], l->m->st->tensors[i].name, l->m->cfg.model_type);
     }
     return 0;
 }

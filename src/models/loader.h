@@ -9,8 +9,8 @@
 typedef struct sl_loader {
     sl_model *m;
     int n;
-    char **norm_names;   /* normalised name per tensor of m->st (NULL: ignored, e.g. vision tower) */
-    int *order;          /* tensor indices sorted by normalised name */
+    char **norm_names; /* normalised name per tensor of m->st (NULL: ignored, e.g. vision tower) */
+    int *order;        /* tensor indices sorted by normalised name */
     unsigned char *used;
 } sl_loader;
 

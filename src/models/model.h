@@ -14,8 +14,8 @@ typedef struct sl_layer {
     float *attn_norm, *ffn_norm; /* effective multipliers: conventions like (1 + w) are resolved at load */
     /* full attention */
     sl_weight wq, wk, wv, wo;
-    float *q_norm, *k_norm;       /* per-head RMSNorm (Qwen3, Qwen3.5), NULL otherwise */
-    int q_gated;                  /* q_proj yields [query | gate] per head (Qwen3.5) */
+    float *q_norm, *k_norm; /* per-head RMSNorm (Qwen3, Qwen3.5), NULL otherwise */
+    int q_gated;            /* q_proj yields [query | gate] per head (Qwen3.5) */
     /* gated delta-net */
     sl_weight in_qkv, in_z, in_a, in_b, out_proj;
     float *conv_w, *A_log, *dt_bias, *lin_norm;

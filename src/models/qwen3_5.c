@@ -39,8 +39,8 @@ static int norms_folded(sl_model *m, sl_loader *ld, sl_err *e) {
         if (m->cfg.layer_kind[l] != SL_LAYER_LINEAR) continue;
         const sl_st_tensor *t = sl_ld_find(ld, NAME(nb, "model.layers.%d.linear_attn.conv1d.weight", l));
         if (!t) return sl_fail(e, "%s: missing tensor '%s'", m->path, nb);
-        if (t->ndim == 3 && t->shape[1] == 1) return 0;                          /* HF: [C, 1, K] */
-        if (t->ndim == 3 && t->shape[2] == 1 && t->shape[1] > 1) return 1;       /* MLX: [C, K, 1] */
+        if (t->ndim == 3 && t->shape[1] == 1) return 0;                    /* HF: [C, 1, K] */
+        if (t->ndim == 3 && t->shape[2] == 1 && t->shape[1] > 1) return 1; /* MLX: [C, K, 1] */
         return sl_fail(e, "%s: tensor '%s' should be [C, 1, K] or [C, K, 1]", m->path, t->name);
     }
     return 0;
@@ -50,8 +50,9 @@ static int q35_load(sl_model *m, sl_loader *ld, sl_err *e) {
     const sl_config *c = &m->cfg;
     if (c->n_experts <= 0 || c->lin_n_k_heads <= 0 || c->lin_n_v_heads % c->lin_n_k_heads || c->conv_kernel < 1 ||
         c->lin_k_head_dim <= 0 || c->lin_v_head_dim <= 0)
-        return sl_fail(e, "%s/config.json: incomplete %s config (num_experts, linear_num_key_heads, "
-                          "linear_num_value_heads multiple of key heads, linear_*_head_dim, linear_conv_kernel_dim)",
+        return sl_fail(e,
+                       "%s/config.json: incomplete %s config (num_experts, linear_num_key_heads, "
+                       "linear_num_value_heads multiple of key heads, linear_*_head_dim, linear_conv_kernel_dim)",
                        m->path, c->model_type);
     int folded = norms_folded(m, ld, e);
     if (folded < 0) return -1;

@@ -2,7 +2,9 @@
 
 #include <math.h>
 
-static double yarn_mscale(double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * log(scale) + 1.0; }
+static double yarn_mscale(double scale, double m) {
+    return scale <= 1 ? 1.0 : 0.1 * m * log(scale) + 1.0;
+}
 
 static double yarn_corr_dim(double rot, int dim, double base, int max_pos) {
     return (dim * log(max_pos / (rot * 2 * M_PI))) / (2 * log(base));

@@ -10,8 +10,8 @@
 
 typedef struct sl_gen_params {
     sl_sampler_params sampling;
-    int max_tokens;            /* <= 0: until end of generation or of the context */
-    const char *const *stops;  /* stop strings, never emitted */
+    int max_tokens;           /* <= 0: until end of generation or of the context */
+    const char *const *stops; /* stop strings, never emitted */
     int n_stops;
     int ignore_eos;
 } sl_gen_params;

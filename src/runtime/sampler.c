@@ -43,7 +43,9 @@ static uint64_t splitmix64(uint64_t *x) {
     return z ^ (z >> 31);
 }
 
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static uint64_t rotl(uint64_t x, int k) {
+    return (x << k) | (x >> (64 - k));
+}
 
 static uint64_t xoshiro_next(uint64_t s[4]) {
     uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
@@ -57,7 +59,9 @@ static uint64_t xoshiro_next(uint64_t s[4]) {
 }
 
 /* Uniform in [0, 1) with 53 random bits. */
-static double rng_uniform(uint64_t s[4]) { return (double)(xoshiro_next(s) >> 11) * 0x1.0p-53; }
+static double rng_uniform(uint64_t s[4]) {
+    return (double)(xoshiro_next(s) >> 11) * 0x1.0p-53;
+}
 
 sl_sampler *sl_sampler_create(const sl_sampler_params *p, int vocab_size) {
     if (!p || vocab_size <= 0) return NULL;

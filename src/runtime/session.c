@@ -16,7 +16,9 @@ static void *balloc(sl_session *s, size_t bytes) {
     return p;
 }
 
-static int imax(int a, int b) { return a > b ? a : b; }
+static int imax(int a, int b) {
+    return a > b ? a : b;
+}
 
 int sl_session_create(sl_model *m, int max_ctx, sl_session **out, sl_err *e) {
     const sl_config *c = &m->cfg;
@@ -55,9 +57,9 @@ int sl_session_create(sl_model *m, int max_ctx, sl_session **out, sl_err *e) {
     int ff = imax(imax(c->intermediate, c->shared_intermediate), c->moe_intermediate);
     int E = imax(c->n_experts, 1), K = imax(c->top_k, 1);
     sl_scratch *x = &s->s;
-    if (!(x->x = balloc(s, B * H * 4)) || !(x->xn = balloc(s, B * H * 4)) || !(x->qraw = balloc(s, B * qw * 2 * 4)) || !(x->q = balloc(s, B * qw * 4)) ||
-        !(x->gate = balloc(s, B * qw * 4)) || !(x->k = balloc(s, B * kv * 4)) || !(x->v = balloc(s, B * kv * 4)) ||
-        !(x->att = balloc(s, B * (size_t)imax((int)qw, lin_v) * 4)) ||
+    if (!(x->x = balloc(s, B * H * 4)) || !(x->xn = balloc(s, B * H * 4)) || !(x->qraw = balloc(s, B * qw * 2 * 4)) ||
+        !(x->q = balloc(s, B * qw * 4)) || !(x->gate = balloc(s, B * qw * 4)) || !(x->k = balloc(s, B * kv * 4)) ||
+        !(x->v = balloc(s, B * kv * 4)) || !(x->att = balloc(s, B * (size_t)imax((int)qw, lin_v) * 4)) ||
         !(x->qkv = balloc(s, B * (size_t)imax(conv_dim, 1) * 4)) ||
         !(x->conv = balloc(s, B * (size_t)imax(conv_dim, 1) * 4)) ||
         !(x->z = balloc(s, B * (size_t)imax(lin_v, 1) * 4)) ||

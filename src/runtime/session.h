@@ -10,9 +10,9 @@
 /* Activation buffers for up to max_batch tokens (backend memory). */
 typedef struct sl_scratch {
     float *x, *xn, *qraw, *q, *gate, *k, *v, *att; /* attention */
-    float *qkv, *conv, *z, *a, *b, *lin;       /* delta-net */
-    float *ff_g, *ff_u, *ff_o;                 /* dense / shared-expert MLP */
-    float *router, *moe_w, *moe_out, *sh_gate; /* MoE */
+    float *qkv, *conv, *z, *a, *b, *lin;           /* delta-net */
+    float *ff_g, *ff_u, *ff_o;                     /* dense / shared-expert MLP */
+    float *router, *moe_w, *moe_out, *sh_gate;     /* MoE */
     int32_t *moe_ids;
     float *logits;
 } sl_scratch;
@@ -21,12 +21,12 @@ struct sl_session {
     sl_model *m;
     int max_ctx, max_batch;
     int pos;
-    int32_t *hist;        /* the ids at positions [0, pos), for prefix reuse */
-    int recurrent;        /* has delta-net layers, whose state cannot be rewound */
-    float **kc, **vc;     /* per layer, NULL for delta-net layers */
-    float **conv, **ssm;  /* per layer, NULL for attention layers */
+    int32_t *hist;       /* the ids at positions [0, pos), for prefix reuse */
+    int recurrent;       /* has delta-net layers, whose state cannot be rewound */
+    float **kc, **vc;    /* per layer, NULL for delta-net layers */
+    float **conv, **ssm; /* per layer, NULL for attention layers */
     sl_scratch s;
-    void **bufs;          /* everything allocated from the backend, for freeing */
+    void **bufs; /* everything allocated from the backend, for freeing */
     int n_bufs;
 };
 

@@ -57,8 +57,12 @@ void sl_stop_reset(sl_stop *s) {
     s->which = -1;
 }
 
-int sl_stop_stopped(const sl_stop *s) { return s->stopped; }
-int sl_stop_which(const sl_stop *s) { return s->which; }
+int sl_stop_stopped(const sl_stop *s) {
+    return s->stopped;
+}
+int sl_stop_which(const sl_stop *s) {
+    return s->which;
+}
 
 /* Earliest start of a complete stop string in buf[0, len), or len when none; *which gets its index. */
 static size_t earliest_match(const sl_stop *s, int *which) {

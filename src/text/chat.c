@@ -46,7 +46,8 @@ int sl_chat_load_model(const char *model_dir, char **tmpl, char **bos, char **eo
     free(cfg_path);
     if (cfg) {
         json_t *ct = json_object_get(cfg, "chat_template");
-        if (json_is_string(ct)) *tmpl = strdup(json_string_value(ct));
+        if (json_is_string(ct))
+            *tmpl = strdup(json_string_value(ct));
         else if (json_is_array(ct)) {
             size_t i;
             json_t *item;
@@ -67,7 +68,9 @@ int sl_chat_load_model(const char *model_dir, char **tmpl, char **bos, char **eo
     if (!*tmpl) {
         char *p = sl_path_join(model_dir, "chat_template.jinja");
         size_t n;
-        int r = sl_file_exists(p) ? sl_read_file(p, tmpl, &n, e) : sl_fail(e, "%s: no chat_template in tokenizer_config.json and no chat_template.jinja", model_dir);
+        int r = sl_file_exists(p)
+                    ? sl_read_file(p, tmpl, &n, e)
+                    : sl_fail(e, "%s: no chat_template in tokenizer_config.json and no chat_template.jinja", model_dir);
         free(p);
         if (r) {
             free(*bos);

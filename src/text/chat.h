@@ -13,11 +13,11 @@
 
 typedef struct {
     json_t *messages;
-    json_t *tools;             /* NULL renders as None */
+    json_t *tools; /* NULL renders as None */
     int add_generation_prompt;
-    int enable_thinking;       /* -1 = not passed */
-    json_t *extra;             /* more top-level vars (override the others), may be NULL */
-    time_t now;                /* clock for strftime_now(); 0 = the current time */
+    int enable_thinking; /* -1 = not passed */
+    json_t *extra;       /* more top-level vars (override the others), may be NULL */
+    time_t now;          /* clock for strftime_now(); 0 = the current time */
 } sl_chat_input;
 
 /* bos_token / eos_token may be NULL (then the variable is not defined). *out is a heap string. */

@@ -14,14 +14,22 @@ int tok_utf8_step(const uint8_t *s, size_t n) {
     if (b < 0x80) return 1;
     int need;
     uint8_t lo = 0x80, hi = 0xBF;
-    if (b >= 0xC2 && b <= 0xDF) need = 2;
-    else if (b == 0xE0) need = 3, lo = 0xA0;
-    else if (b == 0xED) need = 3, hi = 0x9F;
-    else if (b >= 0xE1 && b <= 0xEF) need = 3;
-    else if (b == 0xF0) need = 4, lo = 0x90;
-    else if (b >= 0xF1 && b <= 0xF3) need = 4;
-    else if (b == 0xF4) need = 4, hi = 0x8F;
-    else return -1;
+    if (b >= 0xC2 && b <= 0xDF)
+        need = 2;
+    else if (b == 0xE0)
+        need = 3, lo = 0xA0;
+    else if (b == 0xED)
+        need = 3, hi = 0x9F;
+    else if (b >= 0xE1 && b <= 0xEF)
+        need = 3;
+    else if (b == 0xF0)
+        need = 4, lo = 0x90;
+    else if (b >= 0xF1 && b <= 0xF3)
+        need = 4;
+    else if (b == 0xF4)
+        need = 4, hi = 0x8F;
+    else
+        return -1;
     for (int i = 1; i < need; i++) {
         if ((size_t)i >= n) return 0;
         if (s[i] < (i == 1 ? lo : 0x80) || s[i] > (i == 1 ? hi : 0xBF)) return -i;
@@ -62,7 +70,8 @@ int sl_tokenizer_decode(const sl_tokenizer *t, const int32_t *ids, int n, int sk
     *out = NULL;
     size_t raw = 0;
     for (int i = 0; i < n; i++) {
-        if (ids[i] < 0 || ids[i] >= t->n_vocab) return sl_fail(e, "decode: token id %d out of range [0, %d)", ids[i], t->n_vocab);
+        if (ids[i] < 0 || ids[i] >= t->n_vocab)
+            return sl_fail(e, "decode: token id %d out of range [0, %d)", ids[i], t->n_vocab);
         if (!(skip_special && (t->flags[ids[i]] & TOK_F_SPECIAL))) raw += t->dec_len[ids[i]];
     }
     uint8_t *bytes = malloc(raw + 1);
@@ -98,7 +107,9 @@ void sl_detok_free(sl_detok *d) {
     d->cap = 0;
 }
 
-void sl_detok_reset(sl_detok *d) { d->n_pend = 0; }
+void sl_detok_reset(sl_detok *d) {
+    d->n_pend = 0;
+}
 
 static int reserve(sl_detok *d, size_t n, sl_err *e) {
     if (n <= d->cap) return 0;

@@ -8,17 +8,18 @@
 #include "text/jinja_int.h"
 
 static const char *const str_methods[] = {
-    "startswith", "endswith", "split", "rsplit", "strip", "lstrip", "rstrip", "upper", "lower", "title",
-    "capitalize", "replace", "find", "rfind", "index", "rindex", "count", "join", "format", "splitlines",
-    "isdigit", "isalpha", "isalnum", "isspace", "islower", "isupper", "isnumeric", "isdecimal", "removeprefix",
-    "removesuffix", "center", "ljust", "rjust", "zfill", "partition", "rpartition", "swapcase", "casefold", NULL};
-static const char *const dict_methods[] = {"items", "keys", "values", "get", "copy", "pop", "popitem", "update",
-                                           "setdefault", "clear", NULL};
-static const char *const list_methods[] = {"index", "count", "copy", "append", "extend", "insert", "pop", "remove",
-                                           "reverse", "sort", "clear", NULL};
+    "startswith", "endswith", "split",      "rsplit",     "strip",        "lstrip",       "rstrip",  "upper",
+    "lower",      "title",    "capitalize", "replace",    "find",         "rfind",        "index",   "rindex",
+    "count",      "join",     "format",     "splitlines", "isdigit",      "isalpha",      "isalnum", "isspace",
+    "islower",    "isupper",  "isnumeric",  "isdecimal",  "removeprefix", "removesuffix", "center",  "ljust",
+    "rjust",      "zfill",    "partition",  "rpartition", "swapcase",     "casefold",     NULL};
+static const char *const dict_methods[] = {"items",   "keys",   "values",     "get",   "copy", "pop",
+                                           "popitem", "update", "setdefault", "clear", NULL};
+static const char *const list_methods[] = {"index", "count",  "copy",    "append", "extend", "insert",
+                                           "pop",   "remove", "reverse", "sort",   "clear",  NULL};
 /* what ImmutableSandboxedEnvironment refuses */
-static const char *const unsafe_methods[] = {"pop", "popitem", "update", "setdefault", "clear", "append", "extend",
-                                             "insert", "remove", "reverse", "sort", NULL};
+static const char *const unsafe_methods[] = {"pop",    "popitem", "update", "setdefault", "clear", "append",
+                                             "extend", "insert",  "remove", "reverse",    "sort",  NULL};
 
 static int in_list(const char *const *l, const char *s) {
     for (int i = 0; l[i]; i++)
@@ -98,7 +99,8 @@ int jx_getitem(jctx *c, jv obj, jv key, jv *out) {
                 *out = jv_undef(obj.t == JV_STR ? "'str object' has no such index" : "'list object' has no such index");
                 return 0;
             }
-            if (obj.t == JV_LIST) *out = obj.u.l->v[i];
+            if (obj.t == JV_LIST)
+                *out = obj.u.l->v[i];
             else {
                 size_t o = ju_off(obj.u.s.p, obj.u.s.n, (size_t)i), e = ju_off(obj.u.s.p, obj.u.s.n, (size_t)i + 1);
                 *out = jv_str(obj.u.s.p + o, e - o);
@@ -148,18 +150,22 @@ static int call_global(jctx *c, const char *name, jv *args, size_t nargs, const 
     if (!strcmp(name, "range")) {
         long long start = 0, stop, step = 1;
         for (size_t i = 0; i < nargs; i++)
-            if (!jv_is_int(args[i])) return jx_fail(c, "TypeError: range() needs integers, not %s", jv_typename(args[i]));
-        if (nargs == 1) stop = jv_ival(args[0]);
+            if (!jv_is_int(args[i]))
+                return jx_fail(c, "TypeError: range() needs integers, not %s", jv_typename(args[i]));
+        if (nargs == 1)
+            stop = jv_ival(args[0]);
         else if (nargs == 2 || nargs == 3) {
             start = jv_ival(args[0]);
             stop = jv_ival(args[1]);
             if (nargs == 3) step = jv_ival(args[2]);
-        } else return jx_fail(c, "TypeError: range expected 1 to 3 arguments, got %zu", nargs);
+        } else
+            return jx_fail(c, "TypeError: range expected 1 to 3 arguments, got %zu", nargs);
         if (!step) return jx_fail(c, "ValueError: range() arg 3 must not be zero");
         long long n = step > 0 ? (stop > start ? (stop - start + step - 1) / step : 0)
                                : (start > stop ? (start - stop - step - 1) / -step : 0);
         if (n > 100000) /* the sandbox's MAX_RANGE */
-            return jx_fail(c, "OverflowError: Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+            return jx_fail(c,
+                           "OverflowError: Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
         jv l = jv_list(c->a, (size_t)n);
         for (long long i = start; step > 0 ? i < stop : i > stop; i += step) jl_push(c->a, l.u.l, jv_int(i));
         *out = l;
@@ -174,10 +180,12 @@ static int call_global(jctx *c, const char *name, jv *args, size_t nargs, const 
             else if (args[i].t == JV_LIST)
                 for (size_t k = 0; k < args[i].u.l->n; k++) {
                     jv pr = args[i].u.l->v[k];
-                    if (pr.t != JV_LIST || pr.u.l->n != 2) return jx_fail(c, "ValueError: dictionary update sequence element has wrong length");
+                    if (pr.t != JV_LIST || pr.u.l->n != 2)
+                        return jx_fail(c, "ValueError: dictionary update sequence element has wrong length");
                     jd_set(c->a, d.u.d, pr.u.l->v[0], pr.u.l->v[1]);
                 }
-            else return jx_fail(c, "TypeError: '%s' object is not iterable", jv_typename(args[i]));
+            else
+                return jx_fail(c, "TypeError: '%s' object is not iterable", jv_typename(args[i]));
         }
         for (size_t i = 0; i < nkw; i++) jd_setc(c->a, d.u.d, kwn[i], kwv[i]);
         *out = d;
@@ -246,10 +254,21 @@ static int format_spec(jctx *c, jbuf *b, jv v, const char *spec) {
         double f = v.t == JV_FLOAT ? v.u.f : (double)(v.t == JV_INT ? v.u.i : v.u.b);
         char fmt[16];
         if (type == 'd' || type == 'x' || type == 'X' || type == 'o') {
-            snprintf(fmt, sizeof fmt, "%%%s%s", sign == '+' ? "+" : sign == ' ' ? " " : "", type == 'd' ? "lld" : type == 'x' ? "llx" : type == 'X' ? "llX" : "llo");
+            snprintf(fmt, sizeof fmt, "%%%s%s",
+                     sign == '+'   ? "+"
+                     : sign == ' ' ? " "
+                                   : "",
+                     type == 'd'   ? "lld"
+                     : type == 'x' ? "llx"
+                     : type == 'X' ? "llX"
+                                   : "llo");
             jb_printf(&t, fmt, (long long)f);
         } else {
-            snprintf(fmt, sizeof fmt, "%%%s.%d%c", sign == '+' ? "+" : sign == ' ' ? " " : "", prec < 0 ? 6 : prec, type == '%' ? 'f' : type);
+            snprintf(fmt, sizeof fmt, "%%%s.%d%c",
+                     sign == '+'   ? "+"
+                     : sign == ' ' ? " "
+                                   : "",
+                     prec < 0 ? 6 : prec, type == '%' ? 'f' : type);
             jb_printf(&t, fmt, type == '%' ? f * 100 : f);
             if (type == '%') jb_putc(&t, '%');
         }
@@ -299,7 +318,8 @@ static int str_format(jctx *c, jv self, jv *args, size_t nargs, const char **kwn
             spec = colon + 1;
         }
         jv v;
-        if (!field[0]) v = auto_i < nargs ? args[auto_i++] : jv_undef(NULL);
+        if (!field[0])
+            v = auto_i < nargs ? args[auto_i++] : jv_undef(NULL);
         else if (field[0] >= '0' && field[0] <= '9') {
             size_t i = (size_t)atoi(field);
             v = i < nargs ? args[i] : jv_undef(NULL);
@@ -314,7 +334,8 @@ static int str_format(jctx *c, jv self, jv *args, size_t nargs, const char **kwn
                 jb_free(&b);
                 return -1;
             }
-        } else jv_str_to(&b, v);
+        } else
+            jv_str_to(&b, v);
         p = q + 1;
     }
     *out = jv_strdup(c->a, b.p ? b.p : "", b.n);
@@ -328,12 +349,24 @@ static int str_pred(jv s, int (*pred)(int)) {
         if (!pred((unsigned char)s.u.s.p[i])) return 0;
     return 1;
 }
-static int c_lower(int ch) { return ch >= 'a' && ch <= 'z'; }
-static int c_upper(int ch) { return ch >= 'A' && ch <= 'Z'; }
-static int c_digit(int ch) { return ch >= '0' && ch <= '9'; }
-static int c_alpha(int ch) { return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch >= 0x80; }
-static int c_alnum(int ch) { return c_digit(ch) || c_alpha(ch); }
-static int c_space(int ch) { return ch == ' ' || (ch >= 9 && ch <= 13); }
+static int c_lower(int ch) {
+    return ch >= 'a' && ch <= 'z';
+}
+static int c_upper(int ch) {
+    return ch >= 'A' && ch <= 'Z';
+}
+static int c_digit(int ch) {
+    return ch >= '0' && ch <= '9';
+}
+static int c_alpha(int ch) {
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch >= 0x80;
+}
+static int c_alnum(int ch) {
+    return c_digit(ch) || c_alpha(ch);
+}
+static int c_space(int ch) {
+    return ch == ' ' || (ch >= 9 && ch <= 13);
+}
 
 /* str.islower()/isupper(): at least one cased character and none of the other case (ASCII). */
 static int cased_all(jv s, int lower) {
@@ -383,10 +416,14 @@ static int call_str_method(jctx *c, jv self, const char *m, jv *args, size_t nar
         *out = js_strip(c->a, self, &a0, m[0] != 'r', m[0] != 'l');
         return 0;
     }
-    if (!strcmp(m, "upper")) *out = js_case(c->a, self, CASE_UPPER);
-    else if (!strcmp(m, "lower") || !strcmp(m, "casefold")) *out = js_case(c->a, self, CASE_LOWER);
-    else if (!strcmp(m, "title")) *out = js_case(c->a, self, CASE_TITLE);
-    else if (!strcmp(m, "capitalize")) *out = js_case(c->a, self, CASE_CAPITALIZE);
+    if (!strcmp(m, "upper"))
+        *out = js_case(c->a, self, CASE_UPPER);
+    else if (!strcmp(m, "lower") || !strcmp(m, "casefold"))
+        *out = js_case(c->a, self, CASE_LOWER);
+    else if (!strcmp(m, "title"))
+        *out = js_case(c->a, self, CASE_TITLE);
+    else if (!strcmp(m, "capitalize"))
+        *out = js_case(c->a, self, CASE_CAPITALIZE);
     else if (!strcmp(m, "replace")) {
         jv b = arg(args, nargs, kwn, kwv, nkw, 1, NULL, jv_none());
         jv cnt = arg(args, nargs, kwn, kwv, nkw, 2, "count", jv_int(-1));
@@ -405,25 +442,37 @@ static int call_str_method(jctx *c, jv self, const char *m, jv *args, size_t nar
         if (jx_iter(c, a0, &l)) return -1;
         for (size_t i = 0; i < l->n; i++)
             if (l->v[i].t != JV_STR)
-                return jx_fail(c, "TypeError: sequence item %zu: expected str instance, %s found", i, jv_typename(l->v[i]));
+                return jx_fail(c, "TypeError: sequence item %zu: expected str instance, %s found", i,
+                               jv_typename(l->v[i]));
         *out = js_join(c, self, l);
-    } else if (!strcmp(m, "format")) return str_format(c, self, args, nargs, kwn, kwv, nkw, out);
-    else if (!strcmp(m, "splitlines")) *out = js_splitlines(c->a, self, jv_truthy(arg(args, nargs, kwn, kwv, nkw, 0, "keepends", jv_bool(0))));
-    else if (!strcmp(m, "isdigit") || !strcmp(m, "isnumeric") || !strcmp(m, "isdecimal")) *out = jv_bool(str_pred(self, c_digit));
-    else if (!strcmp(m, "isalpha")) *out = jv_bool(str_pred(self, c_alpha));
-    else if (!strcmp(m, "isalnum")) *out = jv_bool(str_pred(self, c_alnum));
-    else if (!strcmp(m, "isspace")) *out = jv_bool(str_pred(self, c_space));
-    else if (!strcmp(m, "islower") || !strcmp(m, "isupper")) *out = jv_bool(cased_all(self, m[2] == 'l'));
+    } else if (!strcmp(m, "format"))
+        return str_format(c, self, args, nargs, kwn, kwv, nkw, out);
+    else if (!strcmp(m, "splitlines"))
+        *out = js_splitlines(c->a, self, jv_truthy(arg(args, nargs, kwn, kwv, nkw, 0, "keepends", jv_bool(0))));
+    else if (!strcmp(m, "isdigit") || !strcmp(m, "isnumeric") || !strcmp(m, "isdecimal"))
+        *out = jv_bool(str_pred(self, c_digit));
+    else if (!strcmp(m, "isalpha"))
+        *out = jv_bool(str_pred(self, c_alpha));
+    else if (!strcmp(m, "isalnum"))
+        *out = jv_bool(str_pred(self, c_alnum));
+    else if (!strcmp(m, "isspace"))
+        *out = jv_bool(str_pred(self, c_space));
+    else if (!strcmp(m, "islower") || !strcmp(m, "isupper"))
+        *out = jv_bool(cased_all(self, m[2] == 'l'));
     else if (!strcmp(m, "removeprefix") || !strcmp(m, "removesuffix")) {
         if (need_str(c, a0, m)) return -1;
         int suf = m[6] == 's';
         if (js_startswith(self, a0, suf))
-            *out = suf ? jv_str(self.u.s.p, self.u.s.n - a0.u.s.n) : jv_str(self.u.s.p + a0.u.s.n, self.u.s.n - a0.u.s.n);
-        else *out = self;
+            *out =
+                suf ? jv_str(self.u.s.p, self.u.s.n - a0.u.s.n) : jv_str(self.u.s.p + a0.u.s.n, self.u.s.n - a0.u.s.n);
+        else
+            *out = self;
     } else if (!strcmp(m, "center") || !strcmp(m, "ljust") || !strcmp(m, "rjust")) {
         if (!jv_is_int(a0)) return jx_fail(c, "TypeError: %s() needs an integer width", m);
         *out = pad(c, self, jv_ival(a0), arg(args, nargs, kwn, kwv, nkw, 1, NULL, jv_cstr(" ")),
-                   m[0] == 'c' ? 0 : m[0] == 'l' ? 1 : 2);
+                   m[0] == 'c'   ? 0
+                   : m[0] == 'l' ? 1
+                                 : 2);
     } else if (!strcmp(m, "zfill")) {
         if (!jv_is_int(a0)) return jx_fail(c, "TypeError: zfill() needs an integer width");
         *out = pad(c, self, jv_ival(a0), jv_cstr("0"), 2);
@@ -451,7 +500,8 @@ static int call_str_method(jctx *c, jv self, const char *m, jv *args, size_t nar
         }
         *out = jv_strdup(c->a, b.p ? b.p : "", b.n);
         jb_free(&b);
-    } else return jx_fail(c, "AttributeError: 'str' object has no attribute '%s'", m);
+    } else
+        return jx_fail(c, "AttributeError: 'str' object has no attribute '%s'", m);
     return 0;
 }
 
@@ -466,8 +516,10 @@ static int call_method(jctx *c, jfunc *f, jv *args, size_t nargs, const char **k
         if (!strcmp(m, "items") || !strcmp(m, "keys") || !strcmp(m, "values")) {
             jv l = jv_list(c->a, d->n);
             for (size_t i = 0; i < d->n; i++) {
-                if (m[0] == 'k') jl_push(c->a, l.u.l, d->k[i]);
-                else if (m[0] == 'v') jl_push(c->a, l.u.l, d->v[i]);
+                if (m[0] == 'k')
+                    jl_push(c->a, l.u.l, d->k[i]);
+                else if (m[0] == 'v')
+                    jl_push(c->a, l.u.l, d->v[i]);
                 else {
                     jv t = jv_list(c->a, 2);
                     t.u.l->tuple = 1;

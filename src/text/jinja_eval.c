@@ -36,7 +36,9 @@ static jv lookup(jctx *c, jscope *s, const char *name) {
     return jv_undef(name);
 }
 
-static void assign(jctx *c, jscope *s, const char *name, jv v) { jd_setc(c->a, &s->vars, name, v); }
+static void assign(jctx *c, jscope *s, const char *name, jv v) {
+    jd_setc(c->a, &s->vars, name, v);
+}
 
 static int eval(evalctx *x, jscope *s, const jnode *n, jv *out);
 static int exec(evalctx *x, jscope *s, jnode *const *body, size_t nb, jbuf *out);
@@ -58,8 +60,8 @@ static int eval_args(evalctx *x, jscope *s, const jnode *n, jv **args, jv **kwv)
     return 0;
 }
 
-static int call_macro(evalctx *x, jfunc *fn, jv *args, size_t nargs, const char **kwn, jv *kwv, size_t nkw,
-                      jv caller, jv *out) {
+static int call_macro(evalctx *x, jfunc *fn, jv *args, size_t nargs, const char **kwn, jv *kwv, size_t nkw, jv caller,
+                      jv *out) {
     jctx *c = &x->c;
     const jnode *def = fn->def;
     if (c->depth > 200) return jx_fail(c, "RecursionError: maximum macro recursion depth exceeded");
@@ -70,18 +72,22 @@ static int call_macro(evalctx *x, jfunc *fn, jv *args, size_t nargs, const char 
     if (nargs > np && def->k == N_MACRO && !(def->op & MACRO_VARARGS))
         return jx_fail(c, "TypeError: macro '%s' takes not more than %zu argument(s)", fn->name, np);
     for (size_t i = 0; i < nargs; i++) {
-        if (i < np) assign(c, ms, def->names[i], args[i]);
-        else jl_push(c->a, varargs.u.l, args[i]);
+        if (i < np)
+            assign(c, ms, def->names[i], args[i]);
+        else
+            jl_push(c->a, varargs.u.l, args[i]);
     }
     for (size_t k = 0; k < nkw; k++) {
         size_t i = 0;
         while (i < np && strcmp(def->names[i], kwn[k])) i++;
         if (i < np) {
-            if (i < nargs) return jx_fail(c, "TypeError: macro '%s' got multiple values for argument '%s'", fn->name, kwn[k]);
+            if (i < nargs)
+                return jx_fail(c, "TypeError: macro '%s' got multiple values for argument '%s'", fn->name, kwn[k]);
             assign(c, ms, def->names[i], kwv[k]);
         } else if (def->k == N_MACRO && !(def->op & MACRO_KWARGS))
             return jx_fail(c, "TypeError: macro '%s' takes no keyword argument '%s'", fn->name, kwn[k]);
-        else jd_setc(c->a, kwargs.u.d, kwn[k], kwv[k]);
+        else
+            jd_setc(c->a, kwargs.u.d, kwn[k], kwv[k]);
     }
     int line = c->line;
     for (size_t i = nargs; i < np; i++) {
@@ -89,7 +95,8 @@ static int call_macro(evalctx *x, jfunc *fn, jv *args, size_t nargs, const char 
         if (jd_getc(&ms->vars, def->names[i], &tmp)) continue;
         if (i < def->nw && def->w[i]) {
             if (eval(x, ms, def->w[i], &tmp)) return -1;
-        } else tmp = jv_undef(def->names[i]);
+        } else
+            tmp = jv_undef(def->names[i]);
         assign(c, ms, def->names[i], tmp);
     }
     assign(c, ms, "varargs", varargs);
@@ -135,9 +142,12 @@ static int eval_slice(evalctx *x, jscope *s, const jnode *n, jv *out) {
         if (pn[i] && eval(x, s, pn[i], &parts[i])) return -1;
     if (obj.t == JV_UNDEF) return jx_undef_fail(c, obj);
     long long len;
-    if (obj.t == JV_STR) len = (long long)ju_len(obj.u.s.p, obj.u.s.n);
-    else if (obj.t == JV_LIST && !obj.u.l->gen) len = (long long)obj.u.l->n;
-    else len = -1;
+    if (obj.t == JV_STR)
+        len = (long long)ju_len(obj.u.s.p, obj.u.s.n);
+    else if (obj.t == JV_LIST && !obj.u.l->gen)
+        len = (long long)obj.u.l->n;
+    else
+        len = -1;
     for (int i = 0; i < 3; i++)
         if (parts[i].t != JV_NONE && parts[i].t != JV_INT && parts[i].t != JV_BOOL) len = -1;
     if (len < 0) { /* Jinja2's getitem turns a failed subscript into an undefined value */
@@ -149,17 +159,23 @@ static int eval_slice(evalctx *x, jscope *s, const jnode *n, jv *out) {
     long long step = parts[2].t == JV_NONE ? 1 : parts[2].t == JV_INT ? parts[2].u.i : parts[2].u.b;
     long long lo, hi;
     /* Python's PySlice_AdjustIndices */
-    if (parts[0].t == JV_NONE) lo = step < 0 ? len - 1 : 0;
+    if (parts[0].t == JV_NONE)
+        lo = step < 0 ? len - 1 : 0;
     else {
         lo = parts[0].t == JV_INT ? parts[0].u.i : parts[0].u.b;
-        if (lo < 0) lo = lo + len < 0 ? (step < 0 ? -1 : 0) : lo + len;
-        else if (lo >= len) lo = step < 0 ? len - 1 : len;
+        if (lo < 0)
+            lo = lo + len < 0 ? (step < 0 ? -1 : 0) : lo + len;
+        else if (lo >= len)
+            lo = step < 0 ? len - 1 : len;
     }
-    if (parts[1].t == JV_NONE) hi = step < 0 ? -1 : len;
+    if (parts[1].t == JV_NONE)
+        hi = step < 0 ? -1 : len;
     else {
         hi = parts[1].t == JV_INT ? parts[1].u.i : parts[1].u.b;
-        if (hi < 0) hi = hi + len < 0 ? (step < 0 ? -1 : 0) : hi + len;
-        else if (hi >= len) hi = step < 0 ? len - 1 : len;
+        if (hi < 0)
+            hi = hi + len < 0 ? (step < 0 ? -1 : 0) : hi + len;
+        else if (hi >= len)
+            hi = step < 0 ? len - 1 : len;
     }
     if (obj.t == JV_STR) {
         jbuf b = {0};
@@ -226,7 +242,8 @@ static int eval(evalctx *x, jscope *s, const jnode *n, jv *out) {
         jv in, *args, *kwv;
         if (n->a) {
             if (eval(x, s, n->a, &in)) return -1;
-        } else in = x->hole;
+        } else
+            in = x->hole;
         if (eval_args(x, s, n, &args, &kwv)) return -1;
         c->line = n->line;
         return jx_filter(c, n->name, in, args, n->nv, n->names, kwv, n->nw, out);
@@ -252,10 +269,15 @@ static int eval(evalctx *x, jscope *s, const jnode *n, jv *out) {
         if (eval(x, s, n->a, &v)) return -1;
         c->line = n->line;
         if (v.t == JV_BOOL) v = jv_int(v.u.b);
-        if (v.t == JV_INT) *out = jv_int(n->k == E_NEG ? -v.u.i : v.u.i);
-        else if (v.t == JV_FLOAT) *out = jv_float(n->k == E_NEG ? -v.u.f : v.u.f);
-        else if (v.t == JV_UNDEF) return jx_undef_fail(c, v);
-        else return jx_fail(c, "TypeError: bad operand type for unary %c: '%s'", n->k == E_NEG ? '-' : '+', jv_typename(v));
+        if (v.t == JV_INT)
+            *out = jv_int(n->k == E_NEG ? -v.u.i : v.u.i);
+        else if (v.t == JV_FLOAT)
+            *out = jv_float(n->k == E_NEG ? -v.u.f : v.u.f);
+        else if (v.t == JV_UNDEF)
+            return jx_undef_fail(c, v);
+        else
+            return jx_fail(c, "TypeError: bad operand type for unary %c: '%s'", n->k == E_NEG ? '-' : '+',
+                           jv_typename(v));
         return 0;
     }
     case E_BIN: {
@@ -306,7 +328,8 @@ static int exec_for(evalctx *x, jscope *s, const jnode *n, jbuf *out) {
     if (eval(x, s, n->a, &it)) return -1;
     c->line = n->line;
     jlist *items;
-    if (it.t == JV_UNDEF) items = jv_list(c->a, 0).u.l;
+    if (it.t == JV_UNDEF)
+        items = jv_list(c->a, 0).u.l;
     else if (jx_iter(c, it, &items))
         return -1;
     if (n->b) { /* {% for x in y if cond %}: filtered before loop.* is computed */

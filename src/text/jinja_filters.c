@@ -22,8 +22,9 @@ static jv A(const fargs *a, size_t i, const char *name, jv dflt) {
     return dflt;
 }
 
-
-static jv str_of(jctx *c, jv v) { return jv_to_str(c->a, v); }
+static jv str_of(jctx *c, jv v) {
+    return jv_to_str(c->a, v);
+}
 
 static jv gen_of(jv l) {
     l.u.l->gen = 1;
@@ -301,16 +302,25 @@ static int select_common(jctx *c, jv in, const fargs *a, int use_attr, int want,
         int ok;
         if (tname) {
             if (jx_test(c, tname, v, a->v + off + 1, a->n - off - 1, &ok)) return -1;
-        } else ok = jv_truthy(v);
+        } else
+            ok = jv_truthy(v);
         if (ok == want) jl_push(c->a, r.u.l, l->v[i]);
     }
     *out = gen_of(r);
     return 0;
 }
-static int f_select(jctx *c, jv in, const fargs *a, jv *out) { return select_common(c, in, a, 0, 1, out); }
-static int f_reject(jctx *c, jv in, const fargs *a, jv *out) { return select_common(c, in, a, 0, 0, out); }
-static int f_selectattr(jctx *c, jv in, const fargs *a, jv *out) { return select_common(c, in, a, 1, 1, out); }
-static int f_rejectattr(jctx *c, jv in, const fargs *a, jv *out) { return select_common(c, in, a, 1, 0, out); }
+static int f_select(jctx *c, jv in, const fargs *a, jv *out) {
+    return select_common(c, in, a, 0, 1, out);
+}
+static int f_reject(jctx *c, jv in, const fargs *a, jv *out) {
+    return select_common(c, in, a, 0, 0, out);
+}
+static int f_selectattr(jctx *c, jv in, const fargs *a, jv *out) {
+    return select_common(c, in, a, 1, 1, out);
+}
+static int f_rejectattr(jctx *c, jv in, const fargs *a, jv *out) {
+    return select_common(c, in, a, 1, 0, out);
+}
 
 static jv pairs(jctx *c, jdict *d) {
     jv l = jv_list(c->a, d->n);
@@ -431,27 +441,37 @@ static int parse_num(jv s, int want_int, jv *out) {
 static int f_int(jctx *c, jv in, const fargs *a, jv *out) {
     if (in.t == JV_UNDEF) return jx_undef_fail(c, in);
     jv d = A(a, 0, "default", jv_int(0));
-    if (in.t == JV_INT) *out = in;
-    else if (in.t == JV_BOOL) *out = jv_int(in.u.b);
-    else if (in.t == JV_FLOAT) *out = isfinite(in.u.f) ? jv_int((long long)in.u.f) : d;
-    else if (in.t != JV_STR || parse_num(in, 1, out)) *out = d;
+    if (in.t == JV_INT)
+        *out = in;
+    else if (in.t == JV_BOOL)
+        *out = jv_int(in.u.b);
+    else if (in.t == JV_FLOAT)
+        *out = isfinite(in.u.f) ? jv_int((long long)in.u.f) : d;
+    else if (in.t != JV_STR || parse_num(in, 1, out))
+        *out = d;
     return 0;
 }
 
 static int f_float(jctx *c, jv in, const fargs *a, jv *out) {
     if (in.t == JV_UNDEF) return jx_undef_fail(c, in);
     jv d = A(a, 0, "default", jv_float(0.0));
-    if (in.t == JV_FLOAT) *out = in;
-    else if (jv_is_int(in)) *out = jv_float((double)jv_ival(in));
-    else if (in.t != JV_STR || parse_num(in, 0, out)) *out = d;
+    if (in.t == JV_FLOAT)
+        *out = in;
+    else if (jv_is_int(in))
+        *out = jv_float((double)jv_ival(in));
+    else if (in.t != JV_STR || parse_num(in, 0, out))
+        *out = d;
     return 0;
 }
 
 static int f_abs(jctx *c, jv in, const fargs *a, jv *out) {
     (void)a;
-    if (jv_is_int(in)) *out = jv_int(llabs(jv_ival(in)));
-    else if (in.t == JV_FLOAT) *out = jv_float(fabs(in.u.f));
-    else return jx_fail(c, "TypeError: bad operand type for abs(): '%s'", jv_typename(in));
+    if (jv_is_int(in))
+        *out = jv_int(llabs(jv_ival(in)));
+    else if (in.t == JV_FLOAT)
+        *out = jv_float(fabs(in.u.f));
+    else
+        return jx_fail(c, "TypeError: bad operand type for abs(): '%s'", jv_typename(in));
     return 0;
 }
 
@@ -465,10 +485,14 @@ static int f_round(jctx *c, jv in, const fargs *a, jv *out) {
         *out = jv_int(jv_ival(in)); /* round(int, n) stays an int */
         return 0;
     }
-    if (meth.u.s.n == 4 && !memcmp(meth.u.s.p, "ceil", 4)) r = ceil(v * m) / m;
-    else if (meth.u.s.n == 5 && !memcmp(meth.u.s.p, "floor", 5)) r = floor(v * m) / m;
-    else if (meth.u.s.n == 6 && !memcmp(meth.u.s.p, "common", 6)) r = nearbyint(v * m) / m; /* half to even */
-    else return jx_fail(c, "FilterArgumentError: method must be common, ceil or floor");
+    if (meth.u.s.n == 4 && !memcmp(meth.u.s.p, "ceil", 4))
+        r = ceil(v * m) / m;
+    else if (meth.u.s.n == 5 && !memcmp(meth.u.s.p, "floor", 5))
+        r = floor(v * m) / m;
+    else if (meth.u.s.n == 6 && !memcmp(meth.u.s.p, "common", 6))
+        r = nearbyint(v * m) / m; /* half to even */
+    else
+        return jx_fail(c, "FilterArgumentError: method must be common, ceil or floor");
     *out = jv_float(r);
     return 0;
 }
@@ -491,11 +515,13 @@ static int f_indent(jctx *c, jv in, const fargs *a, jv *out) {
     int first = jv_truthy(A(a, 1, "first", jv_bool(0)));
     int blank = jv_truthy(A(a, 2, "blank", jv_bool(0)));
     jbuf ind = {0};
-    if (w.t == JV_STR) jb_put(&ind, w.u.s.p, w.u.s.n);
+    if (w.t == JV_STR)
+        jb_put(&ind, w.u.s.p, w.u.s.n);
     else
         for (long long i = 0; i < jv_ival(w); i++) jb_putc(&ind, ' ');
     if (in.t == JV_UNDEF) return jx_undef_fail(c, in);
-    if (in.t != JV_STR) return jx_fail(c, "TypeError: unsupported operand type(s) for +=: '%s' and 'str'", jv_typename(in));
+    if (in.t != JV_STR)
+        return jx_fail(c, "TypeError: unsupported operand type(s) for +=: '%s' and 'str'", jv_typename(in));
     jv s = in;
     /* Jinja appends a newline before splitlines(), so a trailing newline is dropped */
     jbuf tmp = {0};
@@ -592,8 +618,12 @@ static int minmax(jctx *c, jv in, const fargs *a, int want_max, jv *out) {
     *out = best;
     return 0;
 }
-static int f_min(jctx *c, jv in, const fargs *a, jv *out) { return minmax(c, in, a, 0, out); }
-static int f_max(jctx *c, jv in, const fargs *a, jv *out) { return minmax(c, in, a, 1, out); }
+static int f_min(jctx *c, jv in, const fargs *a, jv *out) {
+    return minmax(c, in, a, 0, out);
+}
+static int f_max(jctx *c, jv in, const fargs *a, jv *out) {
+    return minmax(c, in, a, 1, out);
+}
 
 static int f_batch(jctx *c, jv in, const fargs *a, jv *out) {
     long long n = jv_ival(A(a, 0, "linecount", jv_int(1)));
@@ -682,17 +712,50 @@ static const struct {
     const char *name;
     filter_fn fn;
 } filters[] = {
-    {"tojson", f_tojson},       {"length", f_length},     {"count", f_length},         {"trim", f_trim},
-    {"upper", f_upper},         {"lower", f_lower},       {"title", f_title},          {"capitalize", f_capitalize},
-    {"default", f_default},     {"d", f_default},         {"first", f_first},          {"last", f_last},
-    {"join", f_join},           {"list", f_list},         {"map", f_map},              {"select", f_select},
-    {"reject", f_reject},       {"selectattr", f_selectattr}, {"rejectattr", f_rejectattr}, {"items", f_items},
-    {"dictsort", f_dictsort},   {"sort", f_sort},         {"unique", f_unique},        {"replace", f_replace},
-    {"string", f_string},       {"int", f_int},           {"float", f_float},          {"abs", f_abs},
-    {"round", f_round},         {"safe", f_safe},         {"escape", f_escape},        {"e", f_escape},
-    {"forceescape", f_escape},  {"indent", f_indent},     {"center", f_center},        {"wordcount", f_wordcount},
-    {"sum", f_sum},             {"min", f_min},           {"max", f_max},              {"batch", f_batch},
-    {"format", f_format},       {"reverse", f_reverse},   {"attr", f_attr},            {"truncate", f_truncate},
+    {"tojson", f_tojson},
+    {"length", f_length},
+    {"count", f_length},
+    {"trim", f_trim},
+    {"upper", f_upper},
+    {"lower", f_lower},
+    {"title", f_title},
+    {"capitalize", f_capitalize},
+    {"default", f_default},
+    {"d", f_default},
+    {"first", f_first},
+    {"last", f_last},
+    {"join", f_join},
+    {"list", f_list},
+    {"map", f_map},
+    {"select", f_select},
+    {"reject", f_reject},
+    {"selectattr", f_selectattr},
+    {"rejectattr", f_rejectattr},
+    {"items", f_items},
+    {"dictsort", f_dictsort},
+    {"sort", f_sort},
+    {"unique", f_unique},
+    {"replace", f_replace},
+    {"string", f_string},
+    {"int", f_int},
+    {"float", f_float},
+    {"abs", f_abs},
+    {"round", f_round},
+    {"safe", f_safe},
+    {"escape", f_escape},
+    {"e", f_escape},
+    {"forceescape", f_escape},
+    {"indent", f_indent},
+    {"center", f_center},
+    {"wordcount", f_wordcount},
+    {"sum", f_sum},
+    {"min", f_min},
+    {"max", f_max},
+    {"batch", f_batch},
+    {"format", f_format},
+    {"reverse", f_reverse},
+    {"attr", f_attr},
+    {"truncate", f_truncate},
 };
 
 int jx_has_filter(const char *name) {
@@ -724,38 +787,58 @@ static int cmp_test(jctx *c, jv a, jv b, int *r) {
 
 int jx_test(jctx *c, const char *t, jv v, jv *args, size_t nargs, int *res) {
     jv a0 = nargs ? args[0] : jv_undef(NULL);
-    if (!strcmp(t, "defined")) *res = v.t != JV_UNDEF;
-    else if (!strcmp(t, "undefined")) *res = v.t == JV_UNDEF;
-    else if (!strcmp(t, "none")) *res = v.t == JV_NONE;
-    else if (!strcmp(t, "boolean")) *res = v.t == JV_BOOL;
-    else if (!strcmp(t, "true")) *res = v.t == JV_BOOL && v.u.b;
-    else if (!strcmp(t, "false")) *res = v.t == JV_BOOL && !v.u.b;
-    else if (!strcmp(t, "integer")) *res = v.t == JV_INT;
-    else if (!strcmp(t, "float")) *res = v.t == JV_FLOAT;
-    else if (!strcmp(t, "number")) *res = v.t == JV_INT || v.t == JV_FLOAT || v.t == JV_BOOL;
-    else if (!strcmp(t, "string")) *res = v.t == JV_STR;
-    else if (!strcmp(t, "mapping")) *res = v.t == JV_DICT && !v.u.d->ns;
-    else if (!strcmp(t, "iterable")) *res = v.t == JV_STR || v.t == JV_LIST || (v.t == JV_DICT && !v.u.d->ns) || v.t == JV_UNDEF;
-    else if (!strcmp(t, "sequence")) *res = v.t == JV_STR || (v.t == JV_LIST && !v.u.l->gen) || (v.t == JV_DICT && !v.u.d->ns) || v.t == JV_UNDEF;
-    else if (!strcmp(t, "callable")) *res = v.t == JV_FUNC;
+    if (!strcmp(t, "defined"))
+        *res = v.t != JV_UNDEF;
+    else if (!strcmp(t, "undefined"))
+        *res = v.t == JV_UNDEF;
+    else if (!strcmp(t, "none"))
+        *res = v.t == JV_NONE;
+    else if (!strcmp(t, "boolean"))
+        *res = v.t == JV_BOOL;
+    else if (!strcmp(t, "true"))
+        *res = v.t == JV_BOOL && v.u.b;
+    else if (!strcmp(t, "false"))
+        *res = v.t == JV_BOOL && !v.u.b;
+    else if (!strcmp(t, "integer"))
+        *res = v.t == JV_INT;
+    else if (!strcmp(t, "float"))
+        *res = v.t == JV_FLOAT;
+    else if (!strcmp(t, "number"))
+        *res = v.t == JV_INT || v.t == JV_FLOAT || v.t == JV_BOOL;
+    else if (!strcmp(t, "string"))
+        *res = v.t == JV_STR;
+    else if (!strcmp(t, "mapping"))
+        *res = v.t == JV_DICT && !v.u.d->ns;
+    else if (!strcmp(t, "iterable"))
+        *res = v.t == JV_STR || v.t == JV_LIST || (v.t == JV_DICT && !v.u.d->ns) || v.t == JV_UNDEF;
+    else if (!strcmp(t, "sequence"))
+        *res = v.t == JV_STR || (v.t == JV_LIST && !v.u.l->gen) || (v.t == JV_DICT && !v.u.d->ns) || v.t == JV_UNDEF;
+    else if (!strcmp(t, "callable"))
+        *res = v.t == JV_FUNC;
     else if (!strcmp(t, "sameas")) {
-        if (v.t == JV_LIST || v.t == JV_DICT) *res = a0.t == v.t && (v.t == JV_LIST ? a0.u.l == v.u.l : a0.u.d == v.u.d);
-        else *res = v.t == a0.t && jv_eq(v, a0);
-    } else if (!strcmp(t, "escaped")) *res = 0;
+        if (v.t == JV_LIST || v.t == JV_DICT)
+            *res = a0.t == v.t && (v.t == JV_LIST ? a0.u.l == v.u.l : a0.u.d == v.u.d);
+        else
+            *res = v.t == a0.t && jv_eq(v, a0);
+    } else if (!strcmp(t, "escaped"))
+        *res = 0;
     else if (!strcmp(t, "odd") || !strcmp(t, "even") || !strcmp(t, "divisibleby")) {
         /* value % 2 == 1, value % 2 == 0, value % num == 0 with Python's modulo */
         jv m;
         if (jx_binop(c, OP_MOD, v, t[0] == 'd' ? a0 : jv_int(2), &m)) return -1;
         *res = jv_eq(m, jv_int(t[0] == 'o' ? 1 : 0));
-    } else if (!strcmp(t, "eq") || !strcmp(t, "equalto") || !strcmp(t, "==")) *res = jv_eq(v, a0);
-    else if (!strcmp(t, "ne") || !strcmp(t, "!=")) *res = !jv_eq(v, a0);
+    } else if (!strcmp(t, "eq") || !strcmp(t, "equalto") || !strcmp(t, "=="))
+        *res = jv_eq(v, a0);
+    else if (!strcmp(t, "ne") || !strcmp(t, "!="))
+        *res = !jv_eq(v, a0);
     else if (!strcmp(t, "lt") || !strcmp(t, "lessthan") || !strcmp(t, "<") || !strcmp(t, "le") || !strcmp(t, "<=") ||
-             !strcmp(t, "gt") || !strcmp(t, "greaterthan") || !strcmp(t, ">") || !strcmp(t, "ge") ||
-             !strcmp(t, ">=")) {
+             !strcmp(t, "gt") || !strcmp(t, "greaterthan") || !strcmp(t, ">") || !strcmp(t, "ge") || !strcmp(t, ">=")) {
         int r;
         if (cmp_test(c, v, a0, &r)) return -1;
-        if (t[0] == 'l' || t[0] == '<') *res = (t[1] == 'e' || t[1] == '=') ? r <= 0 : r < 0;
-        else *res = (t[1] == 'e' || t[1] == '=') ? r >= 0 : r > 0;
+        if (t[0] == 'l' || t[0] == '<')
+            *res = (t[1] == 'e' || t[1] == '=') ? r <= 0 : r < 0;
+        else
+            *res = (t[1] == 'e' || t[1] == '=') ? r >= 0 : r > 0;
     } else if (!strcmp(t, "in")) {
         jv r;
         if (jx_binop(c, OP_IN, v, a0, &r)) return -1;
@@ -766,17 +849,20 @@ int jx_test(jctx *c, const char *t, jv v, jv *args, size_t nargs, int *res) {
     } else if (!strcmp(t, "filter")) {
         *res = a0.t == JV_STR && jx_has_filter(ja_strndup(c->a, a0.u.s.p, a0.u.s.n));
         if (v.t == JV_STR) *res = jx_has_filter(ja_strndup(c->a, v.u.s.p, v.u.s.n));
-    } else if (!strcmp(t, "test")) *res = v.t == JV_STR && jx_has_test(ja_strndup(c->a, v.u.s.p, v.u.s.n));
-    else return jx_fail(c, "TemplateRuntimeError: No test named '%s' found.", t);
+    } else if (!strcmp(t, "test"))
+        *res = v.t == JV_STR && jx_has_test(ja_strndup(c->a, v.u.s.p, v.u.s.n));
+    else
+        return jx_fail(c, "TemplateRuntimeError: No test named '%s' found.", t);
     return 0;
 }
 
 int jx_has_test(const char *t) {
     static const char *const tests[] = {
-        "defined", "undefined", "none", "boolean", "true", "false", "integer", "float", "number", "string", "mapping",
-        "iterable", "sequence", "callable", "sameas", "escaped", "odd", "even", "divisibleby", "eq", "equalto", "==",
-        "ne", "!=", "lt", "lessthan", "<", "le", "<=", "gt", "greaterthan", ">", "ge", ">=", "in", "lower", "upper",
-        "filter", "test", NULL};
+        "defined", "undefined", "none",        "boolean",  "true",     "false",    "integer",     "float",
+        "number",  "string",    "mapping",     "iterable", "sequence", "callable", "sameas",      "escaped",
+        "odd",     "even",      "divisibleby", "eq",       "equalto",  "==",       "ne",          "!=",
+        "lt",      "lessthan",  "<",           "le",       "<=",       "gt",       "greaterthan", ">",
+        "ge",      ">=",        "in",          "lower",    "upper",    "filter",   "test",        NULL};
     for (int i = 0; tests[i]; i++)
         if (!strcmp(tests[i], t)) return 1;
     return 0;

@@ -98,8 +98,12 @@ int jd_get(const jdict *d, jv k, jv *out); /* 1 when found */
 int jd_getc(const jdict *d, const char *k, jv *out);
 
 /* bool counts as an int, as in Python */
-static inline int jv_is_int(jv v) { return v.t == JV_INT || v.t == JV_BOOL; }
-static inline long long jv_ival(jv v) { return v.t == JV_INT ? v.u.i : v.t == JV_BOOL ? v.u.b : (long long)v.u.f; }
+static inline int jv_is_int(jv v) {
+    return v.t == JV_INT || v.t == JV_BOOL;
+}
+static inline long long jv_ival(jv v) {
+    return v.t == JV_INT ? v.u.i : v.t == JV_BOOL ? v.u.b : (long long)v.u.f;
+}
 
 jv jv_from_json(jarena *a, json_t *j);
 int jv_truthy(jv v);
@@ -108,7 +112,7 @@ const char *jv_typename(jv v);
 /* Python str() / repr() appended to b; returns -1 only for values that have no text form. */
 void jv_str_to(jbuf *b, jv v);
 void jv_repr_to(jbuf *b, jv v);
-jv jv_to_str(jarena *a, jv v); /* str(v) as a value */
+jv jv_to_str(jarena *a, jv v);      /* str(v) as a value */
 jv jv_html_escape(jarena *a, jv s); /* markupsafe.escape(): a safe string */
 void jv_float_repr(jbuf *b, double f);
 /* json.dumps(v, ensure_ascii, indent, separators=None, sort_keys); indent < 0 = None, istr overrides. */
@@ -121,24 +125,68 @@ size_t ju_off(const char *s, size_t n, size_t i);
 
 /* ---- tokens and AST ---- */
 typedef enum {
-    N_TEXT, N_OUT, N_IF, N_FOR, N_SET, N_SETBLOCK, N_MACRO, N_CALLBLOCK, N_FILTERBLOCK, N_BREAK, N_CONTINUE, N_DO, N_WITH,
-    E_LIT, E_NAME, E_LIST, E_TUPLE, E_DICT, E_ATTR, E_ITEM, E_SLICE, E_CALL, E_FILTER, E_TEST, E_NOT, E_NEG, E_POS,
-    E_BIN, E_AND, E_OR, E_COND
+    N_TEXT,
+    N_OUT,
+    N_IF,
+    N_FOR,
+    N_SET,
+    N_SETBLOCK,
+    N_MACRO,
+    N_CALLBLOCK,
+    N_FILTERBLOCK,
+    N_BREAK,
+    N_CONTINUE,
+    N_DO,
+    N_WITH,
+    E_LIT,
+    E_NAME,
+    E_LIST,
+    E_TUPLE,
+    E_DICT,
+    E_ATTR,
+    E_ITEM,
+    E_SLICE,
+    E_CALL,
+    E_FILTER,
+    E_TEST,
+    E_NOT,
+    E_NEG,
+    E_POS,
+    E_BIN,
+    E_AND,
+    E_OR,
+    E_COND
 } jn_kind;
 
-typedef enum { OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_FDIV, OP_MOD, OP_POW, OP_CAT, OP_EQ, OP_NE, OP_LT, OP_GT, OP_LE,
-               OP_GE, OP_IN, OP_NOTIN } jop;
+typedef enum {
+    OP_ADD,
+    OP_SUB,
+    OP_MUL,
+    OP_DIV,
+    OP_FDIV,
+    OP_MOD,
+    OP_POW,
+    OP_CAT,
+    OP_EQ,
+    OP_NE,
+    OP_LT,
+    OP_GT,
+    OP_LE,
+    OP_GE,
+    OP_IN,
+    OP_NOTIN
+} jop;
 
 typedef struct jnode {
     jn_kind k;
     int line;
-    int op;  /* E_BIN operator; E_TEST negation; N_MACRO: MACRO_* flags */
-    jv lit;  /* E_LIT; N_TEXT */
+    int op;                   /* E_BIN operator; E_TEST negation; N_MACRO: MACRO_* flags */
+    jv lit;                   /* E_LIT; N_TEXT */
     const char *name, *name2; /* names; N_SET on ns.attr uses both */
     struct jnode *a, *b, *c, *d;
-    struct jnode **v, **w;  /* items/args/body, else-body/kw values/dict values/defaults */
+    struct jnode **v, **w; /* items/args/body, else-body/kw values/dict values/defaults */
     size_t nv, nw;
-    const char **names;     /* kw names / targets / params */
+    const char **names; /* kw names / targets / params */
     size_t nnames;
 } jnode;
 
@@ -164,8 +212,7 @@ int jx_fail(jctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)))
 int jx_undef_fail(jctx *c, jv v); /* UndefinedError for using an undefined value */
 
 /* builtins (jinja_builtins.c: access, globals, methods; jinja_ops.c: operators; jinja_filters.c) */
-int jx_filter(jctx *c, const char *name, jv in, jv *args, size_t nargs, const char **kwn, jv *kwv, size_t nkw,
-              jv *out);
+int jx_filter(jctx *c, const char *name, jv in, jv *args, size_t nargs, const char **kwn, jv *kwv, size_t nkw, jv *out);
 int jx_has_filter(const char *name);
 int jx_test(jctx *c, const char *name, jv in, jv *args, size_t nargs, int *res);
 int jx_has_test(const char *name);
@@ -173,7 +220,7 @@ int jx_call_builtin(jctx *c, jv fn, jv *args, size_t nargs, const char **kwn, jv
 int jx_getattr(jctx *c, jv obj, const char *name, jv *out);
 int jx_getitem(jctx *c, jv obj, jv key, jv *out);
 int jx_getattr_only(jctx *c, jv obj, const char *name, jv *out); /* attributes (methods) only, never dict keys */
-int jx_iter(jctx *c, jv v, jlist **out); /* materialises anything iterable */
+int jx_iter(jctx *c, jv v, jlist **out);                         /* materialises anything iterable */
 int jx_binop(jctx *c, int op, jv a, jv b, jv *out);
 jv jx_global(jarena *a, const char *name); /* range, dict, namespace...; JV_UNDEF when none */
 int jx_percent_format(jctx *c, jv fmt, jv args, jv *out);

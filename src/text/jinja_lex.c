@@ -31,7 +31,9 @@ static void emit_text(lexer *L, const char *p, size_t n, int line) {
     if (n) emit(L, (jtok){.t = T_TEXT, .line = line, .p = p, .n = n});
 }
 
-static int is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+static int is_ws(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 
 static int count_nl(const char *p, size_t n) {
     int c = 0;
@@ -109,11 +111,13 @@ static int lex_string(lexer *L) {
             int nd = d == 'x' ? 2 : d == 'u' ? 4 : 8;
             unsigned cp = 0;
             for (int k = 0; k < nd && i < L->n && isxdigit((unsigned char)L->s[i]); k++, i++)
-                cp = cp * 16 + (unsigned)(isdigit((unsigned char)L->s[i]) ? L->s[i] - '0'
-                                                                         : (tolower((unsigned char)L->s[i]) - 'a' + 10));
+                cp = cp * 16 + (unsigned)(isdigit((unsigned char)L->s[i])
+                                              ? L->s[i] - '0'
+                                              : (tolower((unsigned char)L->s[i]) - 'a' + 10));
             char u[4];
             int k = 0;
-            if (cp < 0x80) u[k++] = (char)cp;
+            if (cp < 0x80)
+                u[k++] = (char)cp;
             else if (cp < 0x800) {
                 u[k++] = (char)(0xC0 | (cp >> 6));
                 u[k++] = (char)(0x80 | (cp & 0x3F));
@@ -130,9 +134,7 @@ static int lex_string(lexer *L) {
             jb_put(&b, u, (size_t)k);
             break;
         }
-        default: /* unknown escapes stay as written, like Python */
-            jb_putc(&b, '\\');
-            jb_putc(&b, d);
+        default: /* unknown escapes stay as written, like Python */ jb_putc(&b, '\\'); jb_putc(&b, d);
         }
     }
     if (i >= L->n) {
@@ -145,8 +147,8 @@ static int lex_string(lexer *L) {
     return 0;
 }
 
-static const char *const ops[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<", ">",
-                                  "=",  ".",  ",",  ":",  "|",  "(",  ")", "[", "]", "{", "}", NULL};
+static const char *const ops[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<",
+                                  ">",  "=",  ".",  ",",  ":",  "|",  "(", ")", "[", "]", "{", "}", NULL};
 
 /* Tokens inside {{ }} or {% %} up to the closing delimiter. */
 static int lex_tag(lexer *L, char close, int *minus) {
@@ -156,7 +158,8 @@ static int lex_tag(lexer *L, char close, int *minus) {
             if (L->s[L->pos] == '\n') L->line++;
             L->pos++;
         }
-        if (L->pos >= L->n) return sl_fail(L->e, "template syntax error at line %d: unexpected end of template, tag not closed", line0);
+        if (L->pos >= L->n)
+            return sl_fail(L->e, "template syntax error at line %d: unexpected end of template, tag not closed", line0);
         const char *p = L->s + L->pos;
         size_t left = L->n - L->pos;
         if (depth == 0) {
@@ -212,8 +215,10 @@ static int lex_tag(lexer *L, char close, int *minus) {
                 if (p[j] != '_') tmp[m++] = p[j];
             tmp[m] = 0;
             jtok t = {.t = isf ? T_FLOAT : T_INT, .line = L->line, .p = p, .n = k};
-            if (isf) t.f = strtod(tmp, NULL);
-            else t.i = strtoll(tmp, NULL, 10);
+            if (isf)
+                t.f = strtod(tmp, NULL);
+            else
+                t.i = strtoll(tmp, NULL, 10);
             emit(L, t);
             L->pos += k;
             continue;
@@ -285,7 +290,8 @@ int jlex(jarena *a, const char *src, size_t len, jtok **out, size_t *n, sl_err *
         if (src[i] == '\r') {
             s[m++] = '\n';
             if (i + 1 < len && src[i + 1] == '\n') i++;
-        } else s[m++] = src[i];
+        } else
+            s[m++] = src[i];
     }
     if (m && s[m - 1] == '\n') m--;
     s[m] = 0;

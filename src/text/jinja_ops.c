@@ -33,12 +33,16 @@ int jx_iter(jctx *c, jv v, jlist **out) {
     return jx_fail(c, "TypeError: '%s' object is not iterable", jv_typename(v));
 }
 
-static int is_num(jv v) { return jv_is_int(v) || v.t == JV_FLOAT; }
-static double fval(jv v) { return v.t == JV_FLOAT ? v.u.f : (double)jv_ival(v); }
+static int is_num(jv v) {
+    return jv_is_int(v) || v.t == JV_FLOAT;
+}
+static double fval(jv v) {
+    return v.t == JV_FLOAT ? v.u.f : (double)jv_ival(v);
+}
 
 static const char *opname(int op) {
-    static const char *const names[] = {"+", "-", "*", "/", "//", "%", "**", "~", "==", "!=", "<", ">", "<=", ">=",
-                                        "in", "not in"};
+    static const char *const names[] = {"+",  "-",  "*", "/", "//", "%",  "**", "~",
+                                        "==", "!=", "<", ">", "<=", ">=", "in", "not in"};
     return names[op];
 }
 
@@ -154,7 +158,8 @@ int jx_binop(jctx *c, int op, jv a, jv b, jv *out) {
                 long long r = 1;
                 for (long long i = 0; i < y; i++) r *= x;
                 *out = jv_int(r);
-            } else *out = jv_float(pow(fx, fy));
+            } else
+                *out = jv_float(pow(fx, fy));
             return 0;
         }
     }
@@ -238,8 +243,10 @@ int jx_percent_format(jctx *c, jv fmt, jv args, jv *out) {
         case 's':
         case 'r': {
             jbuf t = {0};
-            if (conv == 's') jv_str_to(&t, v);
-            else jv_repr_to(&t, v);
+            if (conv == 's')
+                jv_str_to(&t, v);
+            else
+                jv_repr_to(&t, v);
             spec[k++] = 's';
             spec[k] = 0;
             jb_printf(&b, spec, t.p ? t.p : "");
@@ -276,8 +283,10 @@ int jx_percent_format(jctx *c, jv fmt, jv args, jv *out) {
             jb_printf(&b, spec, fval(v));
             break;
         case 'c':
-            if (v.t == JV_STR) jb_put(&b, v.u.s.p, v.u.s.n);
-            else jb_putc(&b, (char)jv_ival(v));
+            if (v.t == JV_STR)
+                jb_put(&b, v.u.s.p, v.u.s.n);
+            else
+                jb_putc(&b, (char)jv_ival(v));
             break;
         default: jb_free(&b); return jx_fail(c, "ValueError: unsupported format character '%c'", conv);
         }
@@ -292,4 +301,3 @@ int jx_percent_format(jctx *c, jv fmt, jv args, jv *out) {
     jb_free(&b);
     return 0;
 }
-

@@ -42,10 +42,16 @@ static jnode **nv_done(parser *P, nvec *v, size_t *n) {
     return r;
 }
 
-static jtok *cur(parser *P) { return &P->t[P->i]; }
-static jtok *peek(parser *P, size_t k) { return &P->t[P->i + k < P->n ? P->i + k : P->n - 1]; }
+static jtok *cur(parser *P) {
+    return &P->t[P->i];
+}
+static jtok *peek(parser *P, size_t k) {
+    return &P->t[P->i + k < P->n ? P->i + k : P->n - 1];
+}
 
-static int is_op(jtok *t, const char *op) { return t->t == T_OP && strlen(op) == t->n && !memcmp(t->p, op, t->n); }
+static int is_op(jtok *t, const char *op) {
+    return t->t == T_OP && strlen(op) == t->n && !memcmp(t->p, op, t->n);
+}
 static int is_name(jtok *t, const char *nm) {
     return t->t == T_NAME && strlen(nm) == t->n && !memcmp(t->p, nm, t->n);
 }
@@ -62,7 +68,8 @@ static const char *tokdesc(jtok *t, char *buf, size_t n) {
 
 static int unexpected(parser *P) {
     char buf[64];
-    return sl_fail(P->e, "template syntax error at line %d: unexpected %s", cur(P)->line, tokdesc(cur(P), buf, sizeof buf));
+    return sl_fail(P->e, "template syntax error at line %d: unexpected %s", cur(P)->line,
+                   tokdesc(cur(P), buf, sizeof buf));
 }
 
 static int expect_op(parser *P, const char *op) {
@@ -172,9 +179,12 @@ static jnode *p_primary(parser *P) {
     case T_NAME:
         P->i++;
         n = mk(P, E_LIT, t->line);
-        if (is_name(t, "true") || is_name(t, "True")) n->lit = jv_bool(1);
-        else if (is_name(t, "false") || is_name(t, "False")) n->lit = jv_bool(0);
-        else if (is_name(t, "none") || is_name(t, "None")) n->lit = jv_none();
+        if (is_name(t, "true") || is_name(t, "True"))
+            n->lit = jv_bool(1);
+        else if (is_name(t, "false") || is_name(t, "False"))
+            n->lit = jv_bool(0);
+        else if (is_name(t, "none") || is_name(t, "None"))
+            n->lit = jv_none();
         else {
             n->k = E_NAME;
             n->name = ja_strndup(P->a, t->p, t->n);
@@ -323,13 +333,15 @@ static jnode *p_subscript(parser *P, jnode *obj) {
 static jnode *p_postfix(parser *P, jnode *n) {
     for (;;) {
         jtok *t = cur(P);
-        if (is_op(t, ".") || is_op(t, "[")) n = p_subscript(P, n);
+        if (is_op(t, ".") || is_op(t, "["))
+            n = p_subscript(P, n);
         else if (is_op(t, "(")) {
             jnode *c = mk(P, E_CALL, t->line);
             c->a = n;
             if (p_args(P, c)) return NULL;
             n = c;
-        } else return n;
+        } else
+            return n;
         if (!n) return NULL;
     }
 }
@@ -402,7 +414,8 @@ static jnode *p_filter_expr(parser *P, jnode *n) {
             c->a = n;
             if (p_args(P, c)) return NULL;
             n = c;
-        } else return n;
+        } else
+            return n;
     }
 }
 
@@ -448,7 +461,11 @@ static jnode *p_math2(parser *P) {
     for (;;) {
         if (!a) return NULL;
         jtok *t = cur(P);
-        int op = is_op(t, "*") ? OP_MUL : is_op(t, "/") ? OP_DIV : is_op(t, "//") ? OP_FDIV : is_op(t, "%") ? OP_MOD : -1;
+        int op = is_op(t, "*")    ? OP_MUL
+                 : is_op(t, "/")  ? OP_DIV
+                 : is_op(t, "//") ? OP_FDIV
+                 : is_op(t, "%")  ? OP_MOD
+                                  : -1;
         if (op < 0) return a;
         P->i++;
         jnode *b = p_pow(P);
@@ -490,13 +507,20 @@ static jnode *p_compare(parser *P) {
         if (!a) return NULL;
         jtok *t = cur(P);
         int op = -1;
-        if (is_op(t, "==")) op = OP_EQ;
-        else if (is_op(t, "!=")) op = OP_NE;
-        else if (is_op(t, "<")) op = OP_LT;
-        else if (is_op(t, ">")) op = OP_GT;
-        else if (is_op(t, "<=")) op = OP_LE;
-        else if (is_op(t, ">=")) op = OP_GE;
-        else if (is_name(t, "in")) op = OP_IN;
+        if (is_op(t, "=="))
+            op = OP_EQ;
+        else if (is_op(t, "!="))
+            op = OP_NE;
+        else if (is_op(t, "<"))
+            op = OP_LT;
+        else if (is_op(t, ">"))
+            op = OP_GT;
+        else if (is_op(t, "<="))
+            op = OP_LE;
+        else if (is_op(t, ">="))
+            op = OP_GE;
+        else if (is_name(t, "in"))
+            op = OP_IN;
         else if (is_name(t, "not") && is_name(peek(P, 1), "in")) {
             op = OP_NOTIN;
             P->i++;
@@ -511,7 +535,8 @@ static jnode *p_compare(parser *P) {
             and->a = a;
             and->b = bin(P, op, last, b, t->line);
             a = and;
-        } else a = bin(P, op, a, b, t->line);
+        } else
+            a = bin(P, op, a, b, t->line);
         last = b;
     }
 }
@@ -620,7 +645,9 @@ static int p_targets(parser *P, jnode *n) {
     return 0;
 }
 
-static jnode **body_done(parser *P, nvec *v, size_t *n) { return nv_done(P, v, n); }
+static jnode **body_done(parser *P, nvec *v, size_t *n) {
+    return nv_done(P, v, n);
+}
 
 static jnode *s_if(parser *P, int line) {
     jnode *n = mk(P, N_IF, line);

@@ -161,7 +161,8 @@ int js_split(jctx *c, jv s, jv sep, long long maxsplit, int from_right, jv *out)
             const char *q = p, *end = p + n;
             long long k = 0;
             for (;;) {
-                const char *f = (maxsplit < 0 || k < maxsplit) ? memfind(q, (size_t)(end - q), sep.u.s.p, sep.u.s.n) : NULL;
+                const char *f =
+                    (maxsplit < 0 || k < maxsplit) ? memfind(q, (size_t)(end - q), sep.u.s.p, sep.u.s.n) : NULL;
                 if (!f) break;
                 jl_push(c->a, l.u.l, jv_str(q, (size_t)(f - q)));
                 q = f + sep.u.s.n;
@@ -255,8 +256,8 @@ jv js_splitlines(jarena *a, jv s, int keepends) {
 }
 
 long long js_find(jv s, jv sub, int from_right) {
-    const char *f = from_right ? memrfind(s.u.s.p, s.u.s.n, sub.u.s.p, sub.u.s.n)
-                               : memfind(s.u.s.p, s.u.s.n, sub.u.s.p, sub.u.s.n);
+    const char *f =
+        from_right ? memrfind(s.u.s.p, s.u.s.n, sub.u.s.p, sub.u.s.n) : memfind(s.u.s.p, s.u.s.n, sub.u.s.p, sub.u.s.n);
     if (!f) return -1;
     return (long long)ju_len(s.u.s.p, (size_t)(f - s.u.s.p));
 }

@@ -71,8 +71,12 @@ void jb_put(jbuf *b, const char *s, size_t n) {
     b->n += n;
     b->p[b->n] = 0;
 }
-void jb_puts(jbuf *b, const char *s) { jb_put(b, s, strlen(s)); }
-void jb_putc(jbuf *b, char c) { jb_put(b, &c, 1); }
+void jb_puts(jbuf *b, const char *s) {
+    jb_put(b, s, strlen(s));
+}
+void jb_putc(jbuf *b, char c) {
+    jb_put(b, &c, 1);
+}
 void jb_printf(jbuf *b, const char *fmt, ...) {
     char tmp[512];
     va_list ap;
@@ -98,14 +102,30 @@ void jb_free(jbuf *b) {
     b->n = b->cap = 0;
 }
 
-jv jv_undef(const char *hint) { return (jv){.t = JV_UNDEF, .u.s = {hint, 0}}; }
-jv jv_none(void) { return (jv){.t = JV_NONE}; }
-jv jv_bool(int b) { return (jv){.t = JV_BOOL, .u.b = !!b}; }
-jv jv_int(long long i) { return (jv){.t = JV_INT, .u.i = i}; }
-jv jv_float(double f) { return (jv){.t = JV_FLOAT, .u.f = f}; }
-jv jv_str(const char *p, size_t n) { return (jv){.t = JV_STR, .u.s = {p, n}}; }
-jv jv_cstr(const char *p) { return jv_str(p, strlen(p)); }
-jv jv_strdup(jarena *a, const char *p, size_t n) { return jv_str(ja_strndup(a, p, n), n); }
+jv jv_undef(const char *hint) {
+    return (jv){.t = JV_UNDEF, .u.s = {hint, 0}};
+}
+jv jv_none(void) {
+    return (jv){.t = JV_NONE};
+}
+jv jv_bool(int b) {
+    return (jv){.t = JV_BOOL, .u.b = !!b};
+}
+jv jv_int(long long i) {
+    return (jv){.t = JV_INT, .u.i = i};
+}
+jv jv_float(double f) {
+    return (jv){.t = JV_FLOAT, .u.f = f};
+}
+jv jv_str(const char *p, size_t n) {
+    return (jv){.t = JV_STR, .u.s = {p, n}};
+}
+jv jv_cstr(const char *p) {
+    return jv_str(p, strlen(p));
+}
+jv jv_strdup(jarena *a, const char *p, size_t n) {
+    return jv_str(ja_strndup(a, p, n), n);
+}
 
 jv jv_list(jarena *a, size_t cap) {
     jlist *l = ja_alloc(a, sizeof *l);
@@ -116,7 +136,9 @@ jv jv_list(jarena *a, size_t cap) {
     return (jv){.t = JV_LIST, .u.l = l};
 }
 
-jv jv_dict(jarena *a) { return (jv){.t = JV_DICT, .u.d = ja_alloc(a, sizeof(jdict))}; }
+jv jv_dict(jarena *a) {
+    return (jv){.t = JV_DICT, .u.d = ja_alloc(a, sizeof(jdict))};
+}
 
 void jl_push(jarena *a, jlist *l, jv v) {
     if (l->n == l->cap) {
@@ -156,7 +178,9 @@ void jd_set(jarena *a, jdict *d, jv k, jv v) {
     d->v[d->n++] = v;
 }
 
-void jd_setc(jarena *a, jdict *d, const char *k, jv v) { jd_set(a, d, jv_cstr(k), v); }
+void jd_setc(jarena *a, jdict *d, const char *k, jv v) {
+    jd_set(a, d, jv_cstr(k), v);
+}
 
 int jd_get(const jdict *d, jv k, jv *out) {
     long i = jd_find(d, k);
@@ -214,12 +238,17 @@ int jv_truthy(jv v) {
     }
 }
 
-static int is_num(jv v) { return v.t == JV_INT || v.t == JV_FLOAT || v.t == JV_BOOL; }
-static double num(jv v) { return v.t == JV_FLOAT ? v.u.f : v.t == JV_INT ? (double)v.u.i : v.u.b; }
+static int is_num(jv v) {
+    return v.t == JV_INT || v.t == JV_FLOAT || v.t == JV_BOOL;
+}
+static double num(jv v) {
+    return v.t == JV_FLOAT ? v.u.f : v.t == JV_INT ? (double)v.u.i : v.u.b;
+}
 
 int jv_eq(jv a, jv b) {
     if (is_num(a) && is_num(b)) {
-        if (a.t != JV_FLOAT && b.t != JV_FLOAT) return (a.t == JV_INT ? a.u.i : a.u.b) == (b.t == JV_INT ? b.u.i : b.u.b);
+        if (a.t != JV_FLOAT && b.t != JV_FLOAT)
+            return (a.t == JV_INT ? a.u.i : a.u.b) == (b.t == JV_INT ? b.u.i : b.u.b);
         return num(a) == num(b);
     }
     if (a.t != b.t) return 0;
@@ -299,8 +328,10 @@ void jv_float_repr(jbuf *b, double f) {
     } else {
         for (int i = 0; i < decpt; i++) jb_putc(b, i < nd ? digits[i] : '0');
         jb_putc(b, '.');
-        if (nd > decpt) jb_put(b, digits + decpt, (size_t)(nd - decpt));
-        else jb_putc(b, '0');
+        if (nd > decpt)
+            jb_put(b, digits + decpt, (size_t)(nd - decpt));
+        else
+            jb_putc(b, '0');
     }
 }
 
@@ -323,18 +354,25 @@ static void repr_str(jbuf *b, const char *s, size_t n) {
         if (c == (unsigned char)quote || c == '\\') {
             jb_putc(b, '\\');
             jb_putc(b, (char)c);
-        } else if (c == '\n') jb_puts(b, "\\n");
-        else if (c == '\r') jb_puts(b, "\\r");
-        else if (c == '\t') jb_puts(b, "\\t");
-        else if (c < 0x20 || c == 0x7f) jb_printf(b, "\\x%02x", c);
+        } else if (c == '\n')
+            jb_puts(b, "\\n");
+        else if (c == '\r')
+            jb_puts(b, "\\r");
+        else if (c == '\t')
+            jb_puts(b, "\\t");
+        else if (c < 0x20 || c == 0x7f)
+            jb_printf(b, "\\x%02x", c);
         else if (c >= 0x80) {
             size_t k;
             unsigned cp = utf8_decode((const unsigned char *)s + i, n - i, &k);
-            if (cp < 0xA0) jb_printf(b, "\\x%02x", cp);
-            else jb_put(b, s + i, k);
+            if (cp < 0xA0)
+                jb_printf(b, "\\x%02x", cp);
+            else
+                jb_put(b, s + i, k);
             i += k;
             continue;
-        } else jb_putc(b, (char)c);
+        } else
+            jb_putc(b, (char)c);
         i++;
     }
     jb_putc(b, quote);
@@ -382,8 +420,10 @@ void jv_str_to(jbuf *b, jv v) {
 }
 
 void jv_repr_to(jbuf *b, jv v) {
-    if (v.t == JV_STR) repr_str(b, v.u.s.p, v.u.s.n);
-    else jv_str_to(b, v);
+    if (v.t == JV_STR)
+        repr_str(b, v.u.s.p, v.u.s.n);
+    else
+        jv_str_to(b, v);
 }
 
 jv jv_to_str(jarena *a, jv v) {
@@ -401,12 +441,18 @@ jv jv_html_escape(jarena *a, jv v) {
     jbuf b = {0};
     for (size_t i = 0; i < s.u.s.n; i++) {
         char ch = s.u.s.p[i];
-        if (ch == '&') jb_puts(&b, "&amp;");
-        else if (ch == '<') jb_puts(&b, "&lt;");
-        else if (ch == '>') jb_puts(&b, "&gt;");
-        else if (ch == '"') jb_puts(&b, "&#34;");
-        else if (ch == '\'') jb_puts(&b, "&#39;");
-        else jb_putc(&b, ch);
+        if (ch == '&')
+            jb_puts(&b, "&amp;");
+        else if (ch == '<')
+            jb_puts(&b, "&lt;");
+        else if (ch == '>')
+            jb_puts(&b, "&gt;");
+        else if (ch == '"')
+            jb_puts(&b, "&#34;");
+        else if (ch == '\'')
+            jb_puts(&b, "&#39;");
+        else
+            jb_putc(&b, ch);
     }
     jv r = jv_strdup(a, b.p ? b.p : "", b.n);
     jb_free(&b);
@@ -427,17 +473,20 @@ static void json_str(jbuf *b, const char *s, size_t n, int ensure_ascii) {
         case '\b': jb_puts(b, "\\b"); break;
         case '\f': jb_puts(b, "\\f"); break;
         default:
-            if (c < 0x20) jb_printf(b, "\\u%04x", c);
+            if (c < 0x20)
+                jb_printf(b, "\\u%04x", c);
             else if (c >= 0x80 && ensure_ascii) {
                 size_t k;
                 unsigned cp = utf8_decode((const unsigned char *)s + i, n - i, &k);
                 if (cp >= 0x10000) {
                     cp -= 0x10000;
                     jb_printf(b, "\\u%04x\\u%04x", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
-                } else jb_printf(b, "\\u%04x", cp);
+                } else
+                    jb_printf(b, "\\u%04x", cp);
                 i += k;
                 continue;
-            } else jb_putc(b, (char)c);
+            } else
+                jb_putc(b, (char)c);
         }
         i++;
     }
@@ -447,7 +496,8 @@ static void json_str(jbuf *b, const char *s, size_t n, int ensure_ascii) {
 static void json_nl(jbuf *b, int indent, const char *istr, int level) {
     jb_putc(b, '\n');
     for (int i = 0; i < level; i++) {
-        if (istr) jb_puts(b, istr);
+        if (istr)
+            jb_puts(b, istr);
         else
             for (int k = 0; k < indent; k++) jb_putc(b, ' ');
     }
@@ -461,9 +511,12 @@ static int json_key(jbuf *b, jv k, int ensure_ascii, sl_err *e) {
     case JV_BOOL:
     case JV_NONE:
         jb_putc(b, '"');
-        if (k.t == JV_BOOL) jb_puts(b, k.u.b ? "true" : "false");
-        else if (k.t == JV_NONE) jb_puts(b, "null");
-        else jv_str_to(b, k);
+        if (k.t == JV_BOOL)
+            jb_puts(b, k.u.b ? "true" : "false");
+        else if (k.t == JV_NONE)
+            jb_puts(b, "null");
+        else
+            jv_str_to(b, k);
         jb_putc(b, '"');
         return 0;
     default: return sl_fail(e, "TypeError: keys must be str, int, float, bool or None, not %s", jv_typename(k));
@@ -478,9 +531,12 @@ static int json_rec(jbuf *b, jv v, int indent, const char *istr, int sort_keys, 
     case JV_BOOL: jb_puts(b, v.u.b ? "true" : "false"); return 0;
     case JV_INT: jb_printf(b, "%lld", v.u.i); return 0;
     case JV_FLOAT:
-        if (isnan(v.u.f)) jb_puts(b, "NaN");
-        else if (isinf(v.u.f)) jb_puts(b, v.u.f < 0 ? "-Infinity" : "Infinity");
-        else jv_float_repr(b, v.u.f);
+        if (isnan(v.u.f))
+            jb_puts(b, "NaN");
+        else if (isinf(v.u.f))
+            jb_puts(b, v.u.f < 0 ? "-Infinity" : "Infinity");
+        else
+            jv_float_repr(b, v.u.f);
         return 0;
     case JV_STR: json_str(b, v.u.s.p, v.u.s.n, ensure_ascii); return 0;
     case JV_LIST: {

@@ -48,7 +48,9 @@ typedef struct enc_ctx {
     size_t cids_len, cids_cap;
 } enc_ctx;
 
-static int oom(enc_ctx *c) { return sl_fail(c->e, "tokenizer: out of memory"); }
+static int oom(enc_ctx *c) {
+    return sl_fail(c->e, "tokenizer: out of memory");
+}
 
 static int push(enc_ctx *c, int32_t id) {
     if (c->n == c->cap) {
@@ -381,7 +383,9 @@ static int word_after(const uint8_t *s, size_t pos, size_t n) {
     return pos < n && utf8proc_iterate(s + pos, (utf8proc_ssize_t)(n - pos), &cp) > 0 && is_word_cp(cp);
 }
 
-static int is_space(uint8_t ch) { return ch == ' ' || (ch >= '\t' && ch <= '\r'); }
+static int is_space(uint8_t ch) {
+    return ch == ' ' || (ch >= '\t' && ch <= '\r');
+}
 
 static int normalize_run(enc_ctx *c, const char *s, size_t n);
 

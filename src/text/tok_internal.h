@@ -48,28 +48,28 @@ typedef struct tok_pairmap {
 } tok_pairmap;
 
 struct sl_tokenizer {
-    int n_vocab;            /* highest id + 1 */
-    char *strs;             /* arena of NUL-terminated vocab strings */
+    int n_vocab; /* highest id + 1 */
+    char *strs;  /* arena of NUL-terminated vocab strings */
     size_t strs_len, strs_cap;
-    uint32_t *piece_off;    /* per id: offset into strs or TOK_NONE */
+    uint32_t *piece_off; /* per id: offset into strs or TOK_NONE */
     uint32_t *piece_len;
-    char *dec;              /* arena of decoded bytes per id */
+    char *dec; /* arena of decoded bytes per id */
     uint32_t *dec_off, *dec_len;
-    uint8_t *flags;         /* TOK_F_* per id */
+    uint8_t *flags; /* TOK_F_* per id */
 
     tok_strmap vocab;
     tok_pairmap merges;
     int ignore_merges;
     int32_t unk_id;
 
-    int32_t byte_id[256];       /* id of the single-character token for each byte, -1 if missing */
-    char byte_chr[256][3];      /* GPT-2 byte -> UTF-8 of its printable stand-in */
+    int32_t byte_id[256];  /* id of the single-character token for each byte, -1 if missing */
+    char byte_chr[256][3]; /* GPT-2 byte -> UTF-8 of its printable stand-in */
     uint8_t byte_chr_len[256];
-    int16_t chr_byte[324];      /* stand-in code point -> byte, -1 if not a stand-in */
+    int16_t chr_byte[324]; /* stand-in code point -> byte, -1 if not a stand-in */
 
-    tok_added *added;            /* sorted by first byte, then longest first */
+    tok_added *added; /* sorted by first byte, then longest first */
     int n_added;
-    int added_start[257];        /* added[added_start[b] .. added_start[b+1]) start with byte b */
+    int added_start[257]; /* added[added_start[b] .. added_start[b+1]) start with byte b */
     int any_added_normalized, any_added_raw;
 
     int norm[8], n_norm;

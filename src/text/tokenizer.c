@@ -8,8 +8,7 @@
 #include "core/util.h"
 
 /* GPT-2's pre-tokenizer pattern, used by ByteLevel when use_regex is true. */
-static const char GPT2_PATTERN[] =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+static const char GPT2_PATTERN[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
 static uint32_t pow2_at_least(size_t n) {
     uint32_t p = 16;
@@ -131,8 +130,10 @@ static int build_decoded(sl_tokenizer *t) {
                 ok = 0;
                 break;
             }
-            if (cp >= 324 || t->chr_byte[cp] < 0) ok = 0;
-            else t->dec[k++] = (char)t->chr_byte[cp];
+            if (cp >= 324 || t->chr_byte[cp] < 0)
+                ok = 0;
+            else
+                t->dec[k++] = (char)t->chr_byte[cp];
         }
         if (!ok) {
             memcpy(t->dec + at, s, n);
@@ -182,8 +183,7 @@ static int parse_normalizer(sl_tokenizer *t, json_t *n, const char *path, sl_err
     if (!kind)
         return sl_fail(e, "%s: unsupported normalizer type \"%s\" (expected NFC, NFD, NFKC, NFKD, Lowercase, Sequence)",
                        path, type);
-    if (t->n_norm == (int)(sizeof t->norm / sizeof t->norm[0]))
-        return sl_fail(e, "%s: too many normalizers", path);
+    if (t->n_norm == (int)(sizeof t->norm / sizeof t->norm[0])) return sl_fail(e, "%s: too many normalizers", path);
     t->norm[t->n_norm++] = kind;
     return 0;
 }
@@ -196,7 +196,8 @@ static int parse_pretok(sl_tokenizer *t, json_t *n, const char *path, sl_err *e)
         json_t *list = json_object_get(n, "pretokenizers");
         size_t i;
         json_t *it;
-        if (!json_is_array(list)) return sl_fail(e, "%s: Sequence pre_tokenizer without a \"pretokenizers\" list", path);
+        if (!json_is_array(list))
+            return sl_fail(e, "%s: Sequence pre_tokenizer without a \"pretokenizers\" list", path);
         json_array_foreach(list, i, it) if (parse_pretok(t, it, path, e)) return -1;
         return 0;
     }
@@ -222,20 +223,21 @@ static int parse_pretok(sl_tokenizer *t, json_t *n, const char *path, sl_err *e)
             return sl_fail(e, "%s: Split pre_tokenizer pattern (expected {\"Regex\": ...} or {\"String\": ...})", path);
         }
         const char *b = json_string_value(json_object_get(n, "behavior"));
-        p->behavior = !b                                ? SPLIT_ISOLATED
-                      : !strcmp(b, "Removed")           ? SPLIT_REMOVED
-                      : !strcmp(b, "Isolated")          ? SPLIT_ISOLATED
+        p->behavior = !b                                 ? SPLIT_ISOLATED
+                      : !strcmp(b, "Removed")            ? SPLIT_REMOVED
+                      : !strcmp(b, "Isolated")           ? SPLIT_ISOLATED
                       : !strcmp(b, "MergedWithPrevious") ? SPLIT_MERGED_PREV
-                      : !strcmp(b, "MergedWithNext")    ? SPLIT_MERGED_NEXT
-                      : !strcmp(b, "Contiguous")        ? SPLIT_CONTIGUOUS
-                                                        : 0;
+                      : !strcmp(b, "MergedWithNext")     ? SPLIT_MERGED_NEXT
+                      : !strcmp(b, "Contiguous")         ? SPLIT_CONTIGUOUS
+                                                         : 0;
         if (!p->behavior) {
             t->n_pretok++; /* so the compiled pattern is freed */
             return sl_fail(e, "%s: unsupported Split behavior \"%s\"", path, b);
         }
         p->invert = json_is_true(json_object_get(n, "invert"));
     } else {
-        return sl_fail(e, "%s: unsupported pre_tokenizer type \"%s\" (expected Split, ByteLevel, Sequence)", path, type);
+        return sl_fail(e, "%s: unsupported pre_tokenizer type \"%s\" (expected Split, ByteLevel, Sequence)", path,
+                       type);
     }
     t->n_pretok++;
     return 0;
@@ -287,8 +289,7 @@ static int parse_post(sl_tokenizer *t, json_t *n, const char *path, sl_err *e) {
     }
     if (!strcmp(type, "BertProcessing") || !strcmp(type, "RobertaProcessing")) {
         json_t *cls = json_array_get(json_object_get(n, "cls"), 1), *sep = json_array_get(json_object_get(n, "sep"), 1);
-        if (!json_is_integer(cls) || !json_is_integer(sep))
-            return sl_fail(e, "%s: %s without cls/sep ids", path, type);
+        if (!json_is_integer(cls) || !json_is_integer(sep)) return sl_fail(e, "%s: %s without cls/sep ids", path, type);
         if (push_id(&t->prefix_ids, &t->n_prefix, (int32_t)json_integer_value(cls)) ||
             push_id(&t->suffix_ids, &t->n_suffix, (int32_t)json_integer_value(sep)))
             return sl_fail(e, "out of memory");
@@ -333,8 +334,10 @@ static int parse_added(sl_tokenizer *t, json_t *list, const char *path, sl_err *
         a->rstrip = json_is_true(json_object_get(it, "rstrip"));
         a->normalized = json_is_true(json_object_get(it, "normalized"));
         a->single_word = json_is_true(json_object_get(it, "single_word"));
-        if (a->normalized) t->any_added_normalized = 1;
-        else t->any_added_raw = 1;
+        if (a->normalized)
+            t->any_added_normalized = 1;
+        else
+            t->any_added_raw = 1;
     }
     return 0;
 }
@@ -370,7 +373,8 @@ static int parse_merges(sl_tokenizer *t, json_t *merges, const char *path, sl_er
         size_t la, lb;
         if (json_is_string(it)) {
             const char *s = json_string_value(it), *sp = strchr(s, ' ');
-            if (!sp || strchr(sp + 1, ' ')) return sl_fail(e, "%s: merges[%zu] \"%s\": expected \"left right\"", path, i, s);
+            if (!sp || strchr(sp + 1, ' '))
+                return sl_fail(e, "%s: merges[%zu] \"%s\": expected \"left right\"", path, i, s);
             a = s, la = (size_t)(sp - s), b = sp + 1, lb = strlen(sp + 1);
         } else if (json_is_array(it) && json_array_size(it) == 2 && json_is_string(json_array_get(it, 0)) &&
                    json_is_string(json_array_get(it, 1))) {
@@ -455,7 +459,8 @@ static int load_configs(sl_tokenizer *t, const char *dir, sl_err *e) {
         if (json_is_number(v)) add_eos(t, (json_int_t)json_number_value(v));
         size_t i;
         json_t *it;
-        if (json_is_array(v)) json_array_foreach(v, i, it) if (json_is_number(it)) add_eos(t, (json_int_t)json_number_value(it));
+        if (json_is_array(v))
+            json_array_foreach(v, i, it) if (json_is_number(it)) add_eos(t, (json_int_t)json_number_value(it));
         json_decref(g);
     }
     free(path);
@@ -588,7 +593,9 @@ void sl_tokenizer_free(sl_tokenizer *t) {
 
 /* ---- accessors ---- */
 
-int sl_tokenizer_vocab_size(const sl_tokenizer *t) { return t->n_vocab; }
+int sl_tokenizer_vocab_size(const sl_tokenizer *t) {
+    return t->n_vocab;
+}
 
 const char *sl_tokenizer_piece(const sl_tokenizer *t, int32_t id) {
     if (id < 0 || id >= t->n_vocab || t->piece_off[id] == TOK_NONE) return NULL;
@@ -609,12 +616,18 @@ const char *sl_tokenizer_token_bytes(const sl_tokenizer *t, int32_t id, size_t *
     return t->dec + t->dec_off[id];
 }
 
-const char *sl_tokenizer_bos(const sl_tokenizer *t) { return t->bos; }
-const char *sl_tokenizer_eos(const sl_tokenizer *t) { return t->eos; }
+const char *sl_tokenizer_bos(const sl_tokenizer *t) {
+    return t->bos;
+}
+const char *sl_tokenizer_eos(const sl_tokenizer *t) {
+    return t->eos;
+}
 
 int sl_tokenizer_eos_ids(const sl_tokenizer *t, const int32_t **ids) {
     *ids = t->eos_ids;
     return t->n_eos;
 }
 
-const char *sl_tokenizer_chat_template(const sl_tokenizer *t) { return t->chat_template; }
+const char *sl_tokenizer_chat_template(const sl_tokenizer *t) {
+    return t->chat_template;
+}

@@ -24,8 +24,8 @@ int sl_tokenizer_encode(const sl_tokenizer *t, const char *text, size_t len, int
 int sl_tokenizer_decode(const sl_tokenizer *t, const int32_t *ids, int n, int skip_special, char **out, size_t *len,
                         sl_err *e);
 
-int sl_tokenizer_vocab_size(const sl_tokenizer *t);                /* highest id + 1 */
-const char *sl_tokenizer_piece(const sl_tokenizer *t, int32_t id);  /* raw vocab string, NULL if none */
+int sl_tokenizer_vocab_size(const sl_tokenizer *t);                  /* highest id + 1 */
+const char *sl_tokenizer_piece(const sl_tokenizer *t, int32_t id);   /* raw vocab string, NULL if none */
 int sl_tokenizer_token_id(const sl_tokenizer *t, const char *piece); /* -1 if absent */
 int sl_tokenizer_is_special(const sl_tokenizer *t, int32_t id);
 /* The bytes one token decodes to (not NUL-terminated); NULL for ids out of range. */

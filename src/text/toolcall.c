@@ -58,7 +58,9 @@ void sl_tc_parser_free(sl_tc_parser *p) {
     free(p);
 }
 
-int sl_tc_parser_malformed(const sl_tc_parser *p) { return p->malformed; }
+int sl_tc_parser_malformed(const sl_tc_parser *p) {
+    return p->malformed;
+}
 
 static void emit(sl_tc_parser *p, sl_tc_kind kind, int index, const char *s, size_t n) {
     if (n == 0 && (kind == SL_TC_TEXT || kind == SL_TC_REASONING)) return;
@@ -72,7 +74,9 @@ static void emit_text(sl_tc_parser *p, const char *s, size_t n) {
 
 /* ---- tool call bodies ---- */
 
-static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+static int is_space(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
 
 static void trim(const char **s, size_t *n) {
     while (*n && is_space(**s)) (*s)++, (*n)--;
@@ -383,21 +387,15 @@ typedef struct {
 static void collect_cb(void *ud, const sl_tc_event *ev) {
     collect *c = ud;
     switch (ev->kind) {
-    case SL_TC_TEXT:
-        c->oom |= sbuf_add(&c->content, ev->text, ev->len) != 0;
-        break;
-    case SL_TC_REASONING:
-        c->oom |= sbuf_add(&c->reasoning, ev->text, ev->len) != 0;
-        break;
+    case SL_TC_TEXT: c->oom |= sbuf_add(&c->content, ev->text, ev->len) != 0; break;
+    case SL_TC_REASONING: c->oom |= sbuf_add(&c->reasoning, ev->text, ev->len) != 0; break;
     case SL_TC_TOOL_START:
         free(c->name);
         c->name = strndup(ev->text, ev->len);
         c->args.len = 0;
         c->oom |= !c->name || sbuf_add(&c->args, "", 0) != 0;
         break;
-    case SL_TC_TOOL_ARGS:
-        c->oom |= sbuf_add(&c->args, ev->text, ev->len) != 0;
-        break;
+    case SL_TC_TOOL_ARGS: c->oom |= sbuf_add(&c->args, ev->text, ev->len) != 0; break;
     case SL_TC_TOOL_END:
         if (c->name && c->args.s) {
             json_t *o = json_pack("{s:s, s:s}", "name", c->name, "arguments", c->args.s);
@@ -418,8 +416,7 @@ int sl_tc_parse_all(const char *s, size_t n, int starts_in_reasoning, const json
         sl_fail(e, "tool-call parser: out of memory");
         goto done;
     }
-    if (sl_tc_parser_feed(p, s, n, collect_cb, &c, e) != 0 || sl_tc_parser_finish(p, collect_cb, &c, e) != 0)
-        goto done;
+    if (sl_tc_parser_feed(p, s, n, collect_cb, &c, e) != 0 || sl_tc_parser_finish(p, collect_cb, &c, e) != 0) goto done;
     if (c.oom || sbuf_add(&c.content, "", 0) != 0 || sbuf_add(&c.reasoning, "", 0) != 0) {
         sl_fail(e, "tool-call parser: out of memory");
         goto done;

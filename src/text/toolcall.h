@@ -46,7 +46,7 @@ typedef enum {
 
 typedef struct {
     sl_tc_kind kind;
-    int tool_index; /* 0, 1, ... per parsed tool call; -1 for text and reasoning */
+    int tool_index;   /* 0, 1, ... per parsed tool call; -1 for text and reasoning */
     const char *text; /* valid only during the callback; not NUL-terminated */
     size_t len;
 } sl_tc_event;

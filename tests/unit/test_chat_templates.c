@@ -28,8 +28,9 @@ static void show_diff(const char *what, const char *got, size_t gn, const char *
     size_t i = 0, wn = strlen(want);
     while (i < gn && i < wn && got[i] == want[i]) i++;
     size_t from = i > 60 ? i - 60 : 0;
-    fprintf(stderr, "MISMATCH %s at byte %zu\n  want: %.*s\n  got:  %.*s\n", what, i, (int)(wn - from > 120 ? 120 : wn - from),
-            want + from, (int)(gn - from > 120 ? 120 : gn - from), got + from);
+    fprintf(stderr, "MISMATCH %s at byte %zu\n  want: %.*s\n  got:  %.*s\n", what, i,
+            (int)(wn - from > 120 ? 120 : wn - from), want + from, (int)(gn - from > 120 ? 120 : gn - from),
+            got + from);
 }
 
 Test(chat_templates, fixture_corpus) {
@@ -73,15 +74,20 @@ Test(chat_templates, fixture_corpus) {
             char what[600];
             snprintf(what, sizeof what, "%s/%s", name, id);
             if (rendered) {
-                if (!r && len == strlen(rendered) && !memcmp(out, rendered, len)) pass++;
-                else if (r) fprintf(stderr, "ERROR %s: %s\n", what, e.msg);
-                else show_diff(what, out, len, rendered);
+                if (!r && len == strlen(rendered) && !memcmp(out, rendered, len))
+                    pass++;
+                else if (r)
+                    fprintf(stderr, "ERROR %s: %s\n", what, e.msg);
+                else
+                    show_diff(what, out, len, rendered);
             } else {
                 /* the same failure as Jinja2: our message carries its "Type: text" form */
                 const char *want_err = json_string_value(json_object_get(want, "error"));
-                if (r && strstr(e.msg, want_err)) pass++;
-                else fprintf(stderr, "%s %s: want error %s, got %s\n", r ? "WRONGERROR" : "NOERROR", what, want_err,
-                             r ? e.msg : "a render");
+                if (r && strstr(e.msg, want_err))
+                    pass++;
+                else
+                    fprintf(stderr, "%s %s: want error %s, got %s\n", r ? "WRONGERROR" : "NOERROR", what, want_err,
+                            r ? e.msg : "a render");
             }
             free(out);
             json_decref(extra);
@@ -124,9 +130,12 @@ static void run_tokenizer_chats(const char *model) {
         const char *want = json_string_value(json_object_get(ch, "rendered"));
         char what[64];
         snprintf(what, sizeof what, "%s chat %zu", model, i);
-        if (r) fprintf(stderr, "ERROR %s: %s\n", what, e.msg);
-        else if (len != strlen(want) || memcmp(out, want, len)) show_diff(what, out, len, want);
-        else pass++;
+        if (r)
+            fprintf(stderr, "ERROR %s: %s\n", what, e.msg);
+        else if (len != strlen(want) || memcmp(out, want, len))
+            show_diff(what, out, len, want);
+        else
+            pass++;
         free(out);
     }
     printf("%s chats: %d/%zu\n", model, pass, json_array_size(chats));
@@ -140,5 +149,9 @@ static void run_tokenizer_chats(const char *model) {
     json_decref(root);
 }
 
-Test(chat_templates, qwen3_chats) { run_tokenizer_chats("qwen3"); }
-Test(chat_templates, llama3_chats) { run_tokenizer_chats("llama3"); }
+Test(chat_templates, qwen3_chats) {
+    run_tokenizer_chats("qwen3");
+}
+Test(chat_templates, llama3_chats) {
+    run_tokenizer_chats("llama3");
+}

@@ -31,7 +31,11 @@ static void check_shape(sl_wfmt fmt, int rows, int cols, int n, int with_bias) {
     }
     for (int i = 0; i < rows; i++) bias[i] = frand(&st);
     for (size_t i = 0; i < (size_t)n * (size_t)cols; i++) x[i] = frand(&st);
-    sl_weight w = {.fmt = fmt, .rows = rows, .cols = cols, .data = data, .row_bytes = (size_t)cols * es,
+    sl_weight w = {.fmt = fmt,
+                   .rows = rows,
+                   .cols = cols,
+                   .data = data,
+                   .row_bytes = (size_t)cols * es,
                    .bias = with_bias ? bias : NULL};
     be->ops->matmul(be, &w, x, n, y);
     for (int t = 0; t < n; t++) {

@@ -27,8 +27,8 @@ static void check(sl_backend *be, const sl_weight *w, unsigned seed) {
             mag += fabs((double)row[i] * x[i]);
         }
         if (w->bias) ref += w->bias[r];
-        cr_assert(fabs(y[r] - ref) <= 1e-5 * (mag + 1), "fmt %d bits %d cols %d row %d: %.7g vs %.7g", w->fmt,
-                  w->bits, w->cols, r, (double)y[r], ref);
+        cr_assert(fabs(y[r] - ref) <= 1e-5 * (mag + 1), "fmt %d bits %d cols %d row %d: %.7g vs %.7g", w->fmt, w->bits,
+                  w->cols, r, (double)y[r], ref);
     }
     free(x);
     free(y);
@@ -49,13 +49,20 @@ Test(gemv, plain_formats_with_tails) {
             unsigned s = 99u + (unsigned)(f * 10 + k);
             for (int i = 0; i < rows * cols; i++) {
                 float v = frand(&s);
-                if (fmts[f] == SL_WF_F32) ((float *)d)[i] = v;
-                else if (fmts[f] == SL_WF_BF16) ((uint16_t *)d)[i] = sl_f32_to_bf16(v);
-                else ((uint16_t *)d)[i] = sl_f32_to_f16(v);
+                if (fmts[f] == SL_WF_F32)
+                    ((float *)d)[i] = v;
+                else if (fmts[f] == SL_WF_BF16)
+                    ((uint16_t *)d)[i] = sl_f32_to_bf16(v);
+                else
+                    ((uint16_t *)d)[i] = sl_f32_to_f16(v);
             }
             float bias[45];
             for (int i = 0; i < rows; i++) bias[i] = frand(&s);
-            sl_weight w = {.fmt = fmts[f], .rows = rows, .cols = cols, .data = d, .row_bytes = (size_t)cols * es,
+            sl_weight w = {.fmt = fmts[f],
+                           .rows = rows,
+                           .cols = cols,
+                           .data = d,
+                           .row_bytes = (size_t)cols * es,
                            .bias = k % 2 ? bias : NULL};
             check(be, &w, s);
             free(d);
@@ -80,8 +87,16 @@ Test(gemv, mlx_every_bit_width_and_group) {
                 sc[i] = sl_f32_to_bf16(0.01f + 0.02f * frand(&s));
                 bi[i] = sl_f32_to_bf16(0.1f * frand(&s));
             }
-            sl_weight w = {.fmt = SL_WF_MLX, .rows = rows, .cols = cols, .data = d, .row_bytes = rb, .bits = bits,
-                           .group = group, .sb_fmt = SL_WF_BF16, .scales = (uint8_t *)sc, .biases = (uint8_t *)bi};
+            sl_weight w = {.fmt = SL_WF_MLX,
+                           .rows = rows,
+                           .cols = cols,
+                           .data = d,
+                           .row_bytes = rb,
+                           .bits = bits,
+                           .group = group,
+                           .sb_fmt = SL_WF_BF16,
+                           .scales = (uint8_t *)sc,
+                           .biases = (uint8_t *)bi};
             check(be, &w, s);
             free(d);
             free(sc);

@@ -61,7 +61,9 @@ static void write_raw(const char *dir, const char *name, const void *data, size_
     free(p);
 }
 
-static void write_text(const char *dir, const char *name, const char *s) { write_raw(dir, name, s, strlen(s)); }
+static void write_text(const char *dir, const char *name, const char *s) {
+    write_raw(dir, name, s, strlen(s));
+}
 
 /* Writes header + the first data_len bytes of the data section to dir/name. */
 static void st_write_n(const char *dir, const char *name, const st_file *f, size_t data_len) {
@@ -77,7 +79,9 @@ static void st_write_n(const char *dir, const char *name, const st_file *f, size
     free(h);
 }
 
-static void st_write(const char *dir, const st_file *f) { st_write_n(dir, "model.safetensors", f, f->len); }
+static void st_write(const char *dir, const st_file *f) {
+    st_write_n(dir, "model.safetensors", f, f->len);
+}
 
 static json_t *entry(const st_file *f, const char *name) {
     json_t *v = json_object_get(f->hdr, name);
@@ -194,7 +198,9 @@ static const char *load_fail(const char *dir) {
 
 #define HAS(msg, needle) cr_assert(strstr((msg), (needle)), "expected '%s' in: %s", (needle), (msg))
 
-static char *st_path(const char *dir) { return sl_path_join(dir, "model.safetensors"); }
+static char *st_path(const char *dir) {
+    return sl_path_join(dir, "model.safetensors");
+}
 
 /* Expects the message to name dir/model.safetensors. */
 static void has_st_path(const char *msg, const char *dir) {

@@ -87,7 +87,8 @@ static void check_fixture(const char *name) {
         memcpy(ref, sp, (size_t)np * V * 4);
         memcpy(ref + (size_t)np * V, sd, (size_t)nd * V * 4);
     }
-    double rp = rel_l2(got, ref, (size_t)np * V), rd = rel_l2(got + (size_t)np * V, ref + (size_t)np * V, (size_t)nd * V);
+    double rp = rel_l2(got, ref, (size_t)np * V),
+           rd = rel_l2(got + (size_t)np * V, ref + (size_t)np * V, (size_t)nd * V);
     int same = 0;
     for (size_t r = 0; r < rows; r++) same += argmax(got + r * V, V) == argmax(ref + r * V, V);
     cr_log_info("%s: prefill rel-L2 %.2e, decode rel-L2 %.2e, argmax %d/%zu", name, rp, rd, same, rows);
@@ -112,8 +113,10 @@ static void check_fixture(const char *name) {
     sl_model_free(m);
 }
 
-#define FIXTURE(n) \
-    Test(fixtures, n) { check_fixture(#n); }
+#define FIXTURE(n)                                                                                                     \
+    Test(fixtures, n) {                                                                                                \
+        check_fixture(#n);                                                                                             \
+    }
 FIXTURE(llama)
 FIXTURE(llama31)
 FIXTURE(mistral)

@@ -22,8 +22,13 @@ Test(rope, linear_divides_by_factor) {
 }
 
 Test(rope, yarn_ramps_between_correction_dims) {
-    sl_rope_cfg r = {.type = SL_ROPE_YARN, .theta = 10000, .factor = 4, .original_max_pos = 2048,
-                     .beta_fast = 32, .beta_slow = 1, .truncate = 1};
+    sl_rope_cfg r = {.type = SL_ROPE_YARN,
+                     .theta = 10000,
+                     .factor = 4,
+                     .original_max_pos = 2048,
+                     .beta_fast = 32,
+                     .beta_slow = 1,
+                     .truncate = 1};
     const double want[4] = {1.0, 0.23713737056616555, 0.0036052606217906536, 3.33380358040831e-05};
     expect_table(&r, idx, want, 4);
     float inv[32], af;
@@ -32,8 +37,12 @@ Test(rope, yarn_ramps_between_correction_dims) {
 }
 
 Test(rope, llama3_smooths_medium_frequencies) {
-    sl_rope_cfg r = {.type = SL_ROPE_LLAMA3, .theta = 500000, .factor = 8, .low_freq_factor = 1,
-                     .high_freq_factor = 4, .original_max_pos = 64};
+    sl_rope_cfg r = {.type = SL_ROPE_LLAMA3,
+                     .theta = 500000,
+                     .factor = 8,
+                     .low_freq_factor = 1,
+                     .high_freq_factor = 4,
+                     .original_max_pos = 64};
     const double want[4] = {1.0, 0.027751387869683307, 0.00011730923379467252, 3.7673226901739635e-07};
     expect_table(&r, idx, want, 4);
 }

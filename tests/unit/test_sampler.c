@@ -202,7 +202,7 @@ Test(sampler, penalty_values) {
     sl_sampler_accept(s, -3);
     float l[4] = {2.0f, -1.0f, 0.5f, 3.0f};
     sl_sampler_apply_penalties(s, l);
-    cr_assert_float_eq(l[0], 2.0f / 2 - 0.1f - 0.5f, 1e-6); /* positive logit: divided */
+    cr_assert_float_eq(l[0], 2.0f / 2 - 0.1f - 0.5f, 1e-6);  /* positive logit: divided */
     cr_assert_float_eq(l[1], -1.0f * 2 - 0.2f - 0.5f, 1e-6); /* negative logit: multiplied */
     cr_assert_eq(l[2], 0.5f);
     cr_assert_eq(l[3], 3.0f);

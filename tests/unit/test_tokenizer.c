@@ -14,8 +14,9 @@ static char *fixture_dir(const char *name) {
     char *dir = tu_tmpdir(), rel[256], cmd[4096];
     snprintf(rel, sizeof rel, "tokenizers/%s", name);
     char *src = tu_fixture(rel);
-    snprintf(cmd, sizeof cmd, "xz -dc '%s/tokenizer.json.xz' > '%s/tokenizer.json' && cp '%s/tokenizer_config.json' '%s/'",
-             src, dir, src, dir);
+    snprintf(cmd, sizeof cmd,
+             "xz -dc '%s/tokenizer.json.xz' > '%s/tokenizer.json' && cp '%s/tokenizer_config.json' '%s/'", src, dir,
+             src, dir);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     free(src);
     return dir;
@@ -52,8 +53,9 @@ static void assert_ids(const int32_t *ids, int n, json_t *want, const char *what
     cr_assert_eq((size_t)n, json_array_size(want), "%s of \"%s\": %d ids, want %zu", what, text, n,
                  json_array_size(want));
     for (int i = 0; i < n; i++)
-        cr_assert_eq(ids[i], json_integer_value(json_array_get(want, (size_t)i)), "%s of \"%s\": id %d is %d, want %lld",
-                     what, text, i, ids[i], (long long)json_integer_value(json_array_get(want, (size_t)i)));
+        cr_assert_eq(ids[i], json_integer_value(json_array_get(want, (size_t)i)),
+                     "%s of \"%s\": id %d is %d, want %lld", what, text, i, ids[i],
+                     (long long)json_integer_value(json_array_get(want, (size_t)i)));
 }
 
 static int valid_utf8(const char *s, size_t n) {
@@ -120,8 +122,12 @@ static void check_all(const char *name) {
     remove_dir(dir);
 }
 
-Test(tokenizer, qwen3_expected) { check_all("qwen3"); }
-Test(tokenizer, llama3_expected) { check_all("llama3"); }
+Test(tokenizer, qwen3_expected) {
+    check_all("qwen3");
+}
+Test(tokenizer, llama3_expected) {
+    check_all("llama3");
+}
 
 Test(tokenizer, qwen3_metadata) {
     char *dir = fixture_dir("qwen3");
@@ -276,12 +282,12 @@ static json_t *load_json_file(const char *dir, const char *name) {
 Test(tokenizer, template_processing_and_added_flags) {
     char *dir = fixture_dir("llama3");
     json_t *j = load_json_file(dir, "tokenizer.json");
-    json_t *post = json_pack("{s:s, s:[{s:{s:s,s:i}},{s:{s:s,s:i}},{s:{s:s,s:i}}], s:{s:{s:s,s:[i],s:[s]},s:{s:s,s:[i],s:[s]}}}",
-                             "type", "TemplateProcessing", "single", "SpecialToken", "id", "<|begin_of_text|>", "type_id", 0,
-                             "Sequence", "id", "A", "type_id", 0, "SpecialToken", "id", "<|end_of_text|>", "type_id", 0,
-                             "special_tokens", "<|begin_of_text|>", "id", "<|begin_of_text|>", "ids", 128000, "tokens",
-                             "<|begin_of_text|>", "<|end_of_text|>", "id", "<|end_of_text|>", "ids", 128001, "tokens",
-                             "<|end_of_text|>");
+    json_t *post = json_pack(
+        "{s:s, s:[{s:{s:s,s:i}},{s:{s:s,s:i}},{s:{s:s,s:i}}], s:{s:{s:s,s:[i],s:[s]},s:{s:s,s:[i],s:[s]}}}", "type",
+        "TemplateProcessing", "single", "SpecialToken", "id", "<|begin_of_text|>", "type_id", 0, "Sequence", "id", "A",
+        "type_id", 0, "SpecialToken", "id", "<|end_of_text|>", "type_id", 0, "special_tokens", "<|begin_of_text|>",
+        "id", "<|begin_of_text|>", "ids", 128000, "tokens", "<|begin_of_text|>", "<|end_of_text|>", "id",
+        "<|end_of_text|>", "ids", 128001, "tokens", "<|end_of_text|>");
     cr_assert(post);
     json_object_set_new(j, "post_processor", post);
     json_t *added = json_object_get(j, "added_tokens");
@@ -290,7 +296,8 @@ Test(tokenizer, template_processing_and_added_flags) {
     write_json(dir, "tokenizer.json", j);
     json_decref(j);
     write_text(dir, "tokenizer_config.json",
-               "{\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"T\"}, {\"name\": \"default\", \"template\": \"D\"}],"
+               "{\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"T\"}, {\"name\": \"default\", "
+               "\"template\": \"D\"}],"
                " \"eos_token\": {\"content\": \"<|eot_id|>\"}}");
     sl_tokenizer *t = load_dir(dir);
     int32_t *ids;
@@ -356,13 +363,15 @@ Test(tokenizer, load_errors) {
     write_text(dir, "tokenizer.json",
                "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [\"a b\"]}}");
     expect_load_error(dir, "not in the vocab");
-    write_text(dir, "tokenizer.json",
-               "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [[\"a\", \"b\"]]},"
-               " \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"(\"}, \"behavior\": \"Isolated\"}}");
+    write_text(
+        dir, "tokenizer.json",
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [[\"a\", \"b\"]]},"
+        " \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"(\"}, \"behavior\": \"Isolated\"}}");
     expect_load_error(dir, "pattern");
-    write_text(dir, "tokenizer.json",
-               "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [[\"a\", \"b\"]]},"
-               " \"pre_tokenizer\": {\"type\": \"Whitespace\"}}");
+    write_text(
+        dir, "tokenizer.json",
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [[\"a\", \"b\"]]},"
+        " \"pre_tokenizer\": {\"type\": \"Whitespace\"}}");
     expect_load_error(dir, "Whitespace");
     write_text(dir, "tokenizer.json",
                "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [\"a b\"]},"
@@ -374,13 +383,14 @@ Test(tokenizer, load_errors) {
 /* A tiny tokenizer exercising ByteLevel's own regex, add_prefix_space, Lowercase and NFKC. */
 Test(tokenizer, tiny_bytelevel) {
     char *dir = tu_tmpdir();
-    write_text(dir, "tokenizer.json",
-               "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"Ġ\": 0, \"a\": 1, \"b\": 2, \"Ġa\": 3, \"Ġab\": 4, \"fi\": 5,"
-               " \"f\": 6, \"i\": 7, \"Ġf\": 8, \"Ġfi\": 9},"
-               "  \"merges\": [\"Ġ a\", \"Ġa b\", \"Ġ f\", \"Ġf i\", \"f i\"]},"
-               " \"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFKC\"}, {\"type\": \"Lowercase\"}]},"
-               " \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"use_regex\": true},"
-               " \"decoder\": {\"type\": \"ByteLevel\"}}");
+    write_text(
+        dir, "tokenizer.json",
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"Ġ\": 0, \"a\": 1, \"b\": 2, \"Ġa\": 3, \"Ġab\": 4, \"fi\": 5,"
+        " \"f\": 6, \"i\": 7, \"Ġf\": 8, \"Ġfi\": 9},"
+        "  \"merges\": [\"Ġ a\", \"Ġa b\", \"Ġ f\", \"Ġf i\", \"f i\"]},"
+        " \"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFKC\"}, {\"type\": \"Lowercase\"}]},"
+        " \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"use_regex\": true},"
+        " \"decoder\": {\"type\": \"ByteLevel\"}}");
     sl_tokenizer *t = load_dir(dir);
     int32_t *ids;
     int n;
@@ -403,8 +413,9 @@ Test(tokenizer, tiny_bytelevel) {
 Test(tokenizer, llama3_random_round_trip) {
     char *dir = fixture_dir("llama3");
     sl_tokenizer *t = load_dir(dir);
-    static const int32_t pool[] = {' ', ' ', 'e', 't', 'a', '\n', '\'', '.', '1', 0xe9, 0x301, 0x4f60, 0x597d,
-                                   0x200d, 0x1f468, 0x1f600, 0x3042, 0x0627, 0xac00, '\t', '\r', 0xa0, 0x2028};
+    static const int32_t pool[] = {' ',    ' ',    'e',    't',    'a',    '\n',   '\'',    '.',
+                                   '1',    0xe9,   0x301,  0x4f60, 0x597d, 0x200d, 0x1f468, 0x1f600,
+                                   0x3042, 0x0627, 0xac00, '\t',   '\r',   0xa0,   0x2028};
     uint32_t x = 7;
     for (int rep = 0; rep < 20; rep++) {
         char text[4096];
@@ -413,8 +424,10 @@ Test(tokenizer, llama3_random_round_trip) {
             x = x * 1664525u + 1013904223u;
             uint32_t cp = (uint32_t)pool[(x >> 8) % (sizeof pool / sizeof pool[0])];
             if ((x >> 20) % 5 == 0) cp = 'a' + (x >> 24) % 26;
-            if (cp < 0x80) text[n++] = (char)cp;
-            else if (cp < 0x800) text[n++] = (char)(0xC0 | cp >> 6), text[n++] = (char)(0x80 | (cp & 63));
+            if (cp < 0x80)
+                text[n++] = (char)cp;
+            else if (cp < 0x800)
+                text[n++] = (char)(0xC0 | cp >> 6), text[n++] = (char)(0x80 | (cp & 63));
             else if (cp < 0x10000)
                 text[n++] = (char)(0xE0 | cp >> 12), text[n++] = (char)(0x80 | (cp >> 6 & 63)),
                 text[n++] = (char)(0x80 | (cp & 63));

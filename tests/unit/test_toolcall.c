@@ -180,8 +180,8 @@ Test(toolcall, reasoning) {
 }
 
 Test(toolcall, hermes_single) {
-    record *r = check("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", 0,
-                      NULL);
+    record *r =
+        check("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", 0, NULL);
     cr_assert_eq(r->n_calls, 1);
     cr_assert_str_eq(r->names[0], "get_weather");
     cr_assert_str_eq(r->args[0], "{\"city\":\"Paris\"}");
@@ -235,19 +235,20 @@ Test(toolcall, xml_form) {
 
     /* With a schema, declared strings stay strings; other declared types are parsed. */
     json_error_t jerr;
-    json_t *tools = json_loads(
-        "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
-        "\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"},"
-        "\"zip\":{\"type\":\"string\"},\"flag\":{\"type\":[\"string\",\"boolean\"]},"
-        "\"opts\":{\"type\":\"object\"},\"note\":{\"type\":\"string\"}}}}}]",
-        0, &jerr);
+    json_t *tools =
+        json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
+                   "\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"},"
+                   "\"zip\":{\"type\":\"string\"},\"flag\":{\"type\":[\"string\",\"boolean\"]},"
+                   "\"opts\":{\"type\":\"object\"},\"note\":{\"type\":\"string\"}}}}}]",
+                   0, &jerr);
     cr_assert(tools, "%s", jerr.text);
     r = check(text, 0, tools);
     cr_assert_str_eq(r->args[0], "{\"city\":\"Paris\",\"days\":3,\"zip\":\"75001\",\"opts\":{\"units\":\"metric\"},"
                                  "\"note\":\"line one\\nline two\",\"quoted\":\"\\\"hi\\\"\",\"flag\":true}");
     free(r);
     /* A schema for another function changes nothing. */
-    const char *other = "<tool_call>\n<function=lookup>\n<parameter=zip>\n75001\n</parameter>\n</function>\n</tool_call>";
+    const char *other =
+        "<tool_call>\n<function=lookup>\n<parameter=zip>\n75001\n</parameter>\n</function>\n</tool_call>";
     r = check(other, 0, tools);
     cr_assert_str_eq(r->args[0], "{\"zip\":75001}");
     free(r);
@@ -371,9 +372,28 @@ Test(toolcall, holds_partial_tags) {
 
 Test(toolcall, random_markup_chunk_invariance) {
     static const char *const pieces[] = {
-        "<think>", "</think>", "<tool_call>", "</tool_call>", "<", "\n", "\n\n", "a", "b c", "é", "日本",
-        "{\"name\":\"f\",\"arguments\":{\"x\":1}}", "<function=g>", "<parameter=k>", "\nv\n", "</parameter>",
-        "</function>", "<tool", "</thi", "{", "}", "<tool_call>\n{\"name\": \"h\"}\n</tool_call>",
+        "<think>",
+        "</think>",
+        "<tool_call>",
+        "</tool_call>",
+        "<",
+        "\n",
+        "\n\n",
+        "a",
+        "b c",
+        "é",
+        "日本",
+        "{\"name\":\"f\",\"arguments\":{\"x\":1}}",
+        "<function=g>",
+        "<parameter=k>",
+        "\nv\n",
+        "</parameter>",
+        "</function>",
+        "<tool",
+        "</thi",
+        "{",
+        "}",
+        "<tool_call>\n{\"name\": \"h\"}\n</tool_call>",
     };
     const int n_pieces = (int)(sizeof pieces / sizeof pieces[0]);
     char text[1024];

@@ -14,18 +14,20 @@
 typedef struct cpu_impl {
     sl_pool *pool;
     int n_threads;
-    float **scratch;      /* one buffer per thread */
-    size_t *scratch_len;  /* in floats */
-    int avx512, avx2;     /* instruction sets in use (SLUICE_CPU_ISA=generic|avx2 narrows them) */
-    float *xprep;         /* one-token matmul: the input rearranged for packed kernels, and group sums */
+    float **scratch;     /* one buffer per thread */
+    size_t *scratch_len; /* in floats */
+    int avx512, avx2;    /* instruction sets in use (SLUICE_CPU_ISA=generic|avx2 narrows them) */
+    float *xprep;        /* one-token matmul: the input rearranged for packed kernels, and group sums */
     size_t xprep_len;
-    void *moe_buf;        /* MoE gather/intermediate buffers, grown to the largest batch seen */
+    void *moe_buf; /* MoE gather/intermediate buffers, grown to the largest batch seen */
     size_t moe_len;
-    sl_err failure;       /* first op failure since the last check() */
+    sl_err failure; /* first op failure since the last check() */
     int failed;
 } cpu_impl;
 
-static inline cpu_impl *cpu_of(sl_backend *b) { return (cpu_impl *)b->impl; }
+static inline cpu_impl *cpu_of(sl_backend *b) {
+    return (cpu_impl *)b->impl;
+}
 
 /* Grows every thread's scratch to at least `floats`; returns -1 (and records the failure) when out of
  * memory. */

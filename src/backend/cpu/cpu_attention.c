@@ -48,7 +48,8 @@ __attribute__((target_clones("avx2", "default"))) static void att_task(void *ctx
         for (int t = 0; t < len; t++) {
             const float *k = j->kc + (size_t)(lo + t) * kv_stride + (size_t)kvh * (size_t)hd;
             if (t + ROWS_AHEAD < len) prefetch_row(k + ROWS_AHEAD * kv_stride, hd);
-            for (int g = 0; g < G; g++) sc[(size_t)g * (size_t)len + (size_t)t] = dot(q0 + (size_t)g * hd, k, hd) * j->scale;
+            for (int g = 0; g < G; g++)
+                sc[(size_t)g * (size_t)len + (size_t)t] = dot(q0 + (size_t)g * hd, k, hd) * j->scale;
         }
         for (int g = 0; g < G; g++) {
             float *s = sc + (size_t)g * (size_t)len, mx = -INFINITY, sum = 0;

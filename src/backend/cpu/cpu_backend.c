@@ -95,7 +95,9 @@ static void cpu_add(sl_backend *b, float *y, const float *x, size_t len) {
     for (size_t i = 0; i < len; i++) y[i] += x[i];
 }
 
-static inline float sigmoidf(float v) { return 1.0f / (1.0f + expf(-v)); }
+static inline float sigmoidf(float v) {
+    return 1.0f / (1.0f + expf(-v));
+}
 
 static void cpu_swiglu(sl_backend *b, const float *g, const float *u, size_t len, float *out) {
     (void)b;

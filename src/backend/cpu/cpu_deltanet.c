@@ -46,7 +46,9 @@ typedef struct {
     float *out;
 } dn_job;
 
-static float softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+static float softplusf(float x) {
+    return x > 20.0f ? x : log1pf(expf(x));
+}
 
 static void l2norm(const float *x, int n, float *y) {
     float ss = 0;

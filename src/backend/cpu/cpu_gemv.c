@@ -52,8 +52,8 @@ static float tail_dot(const sl_weight *w, int r, const float *x, int from) {
 
 /* ---- AVX-512 ---- */
 
-__attribute__((target("avx512f"))) static float dot512_f32(const sl_weight *w, int r, const float *x,
-                                                           const float *xp, const float *xs) {
+__attribute__((target("avx512f"))) static float dot512_f32(const sl_weight *w, int r, const float *x, const float *xp,
+                                                           const float *xs) {
     (void)xp, (void)xs;
     const float *p = (const float *)(w->data + (size_t)r * w->row_bytes);
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
@@ -72,8 +72,8 @@ __attribute__((target("avx512f"))) static inline __m512 bf16x16(const uint16_t *
     return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
 }
 
-__attribute__((target("avx512f"))) static float dot512_bf16(const sl_weight *w, int r, const float *x,
-                                                            const float *xp, const float *xs) {
+__attribute__((target("avx512f"))) static float dot512_bf16(const sl_weight *w, int r, const float *x, const float *xp,
+                                                            const float *xs) {
     (void)xp, (void)xs;
     const uint16_t *p = (const uint16_t *)(w->data + (size_t)r * w->row_bytes);
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
@@ -87,19 +87,19 @@ __attribute__((target("avx512f"))) static float dot512_bf16(const sl_weight *w, 
         a3 = _mm512_fmadd_ps(bf16x16(p + i + 48), _mm512_loadu_ps(x + i + 48), a3);
     }
     for (; i + 16 <= w->cols; i += 16) a0 = _mm512_fmadd_ps(bf16x16(p + i), _mm512_loadu_ps(x + i), a0);
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3))) + (i < w->cols ? tail_dot(w, r, x, i) : 0.0f);
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3))) +
+           (i < w->cols ? tail_dot(w, r, x, i) : 0.0f);
 }
 
-__attribute__((target("avx512f"))) static float dot512_f16(const sl_weight *w, int r, const float *x,
-                                                           const float *xp, const float *xs) {
+__attribute__((target("avx512f"))) static float dot512_f16(const sl_weight *w, int r, const float *x, const float *xp,
+                                                           const float *xs) {
     (void)xp, (void)xs;
     const uint16_t *p = (const uint16_t *)(w->data + (size_t)r * w->row_bytes);
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
     int i = 0;
     for (; i + 32 <= w->cols; i += 32) {
         _mm_prefetch((const char *)(p + i) + PF_AHEAD, _MM_HINT_T0);
-        a0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + i))), _mm512_loadu_ps(x + i),
-                             a0);
+        a0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + i))), _mm512_loadu_ps(x + i), a0);
         a1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + i + 16))),
                              _mm512_loadu_ps(x + i + 16), a1);
     }
@@ -107,8 +107,8 @@ __attribute__((target("avx512f"))) static float dot512_f16(const sl_weight *w, i
 }
 
 /* 4-bit: 16 bytes hold 32 values; low nibbles are the even inputs (xp[0..15]), high the odd (xp[16..31]) */
-__attribute__((target("avx512f"))) static float dot512_q4(const sl_weight *w, int r, const float *x,
-                                                          const float *xp, const float *xs) {
+__attribute__((target("avx512f"))) static float dot512_q4(const sl_weight *w, int r, const float *x, const float *xp,
+                                                          const float *xs) {
     (void)x;
     const uint8_t *p = w->data + (size_t)r * w->row_bytes;
     int groups = w->cols / w->group, blocks = w->group / 32;
@@ -133,8 +133,8 @@ __attribute__((target("avx512f"))) static float dot512_q4(const sl_weight *w, in
     return _mm512_reduce_add_ps(tot) + bsum;
 }
 
-__attribute__((target("avx512f"))) static float dot512_q8(const sl_weight *w, int r, const float *x,
-                                                          const float *xp, const float *xs) {
+__attribute__((target("avx512f"))) static float dot512_q8(const sl_weight *w, int r, const float *x, const float *xp,
+                                                          const float *xs) {
     (void)xp;
     const uint8_t *p = w->data + (size_t)r * w->row_bytes;
     int groups = w->cols / w->group, chunks = w->group / 16;
@@ -164,8 +164,8 @@ __attribute__((target("avx2,fma"))) static inline float hsum256(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-__attribute__((target("avx2,fma"))) static float dot256_f32(const sl_weight *w, int r, const float *x,
-                                                           const float *xp, const float *xs) {
+__attribute__((target("avx2,fma"))) static float dot256_f32(const sl_weight *w, int r, const float *x, const float *xp,
+                                                            const float *xs) {
     (void)xp, (void)xs;
     const float *p = (const float *)(w->data + (size_t)r * w->row_bytes);
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
@@ -183,8 +183,8 @@ __attribute__((target("avx2,fma"))) static inline __m256 bf16x8(const uint16_t *
     return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
 }
 
-__attribute__((target("avx2,fma"))) static float dot256_bf16(const sl_weight *w, int r, const float *x,
-                                                            const float *xp, const float *xs) {
+__attribute__((target("avx2,fma"))) static float dot256_bf16(const sl_weight *w, int r, const float *x, const float *xp,
+                                                             const float *xs) {
     (void)xp, (void)xs;
     const uint16_t *p = (const uint16_t *)(w->data + (size_t)r * w->row_bytes);
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
@@ -198,7 +198,7 @@ __attribute__((target("avx2,fma"))) static float dot256_bf16(const sl_weight *w,
 }
 
 __attribute__((target("avx2,fma,f16c"))) static float dot256_f16(const sl_weight *w, int r, const float *x,
-                                                                const float *xp, const float *xs) {
+                                                                 const float *xp, const float *xs) {
     (void)xp, (void)xs;
     const uint16_t *p = (const uint16_t *)(w->data + (size_t)r * w->row_bytes);
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
@@ -206,14 +206,14 @@ __attribute__((target("avx2,fma,f16c"))) static float dot256_f16(const sl_weight
     for (; i + 16 <= w->cols; i += 16) {
         if (i % 32 == 0) _mm_prefetch((const char *)(p + i) + PF_AHEAD, _MM_HINT_T0);
         a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + i))), _mm256_loadu_ps(x + i), a0);
-        a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + i + 8))),
-                             _mm256_loadu_ps(x + i + 8), a1);
+        a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + i + 8))), _mm256_loadu_ps(x + i + 8),
+                             a1);
     }
     return hsum256(_mm256_add_ps(a0, a1)) + (i < w->cols ? tail_dot(w, r, x, i) : 0.0f);
 }
 
-__attribute__((target("avx2,fma"))) static float dot256_q4(const sl_weight *w, int r, const float *x,
-                                                          const float *xp, const float *xs) {
+__attribute__((target("avx2,fma"))) static float dot256_q4(const sl_weight *w, int r, const float *x, const float *xp,
+                                                           const float *xs) {
     (void)x;
     const uint8_t *p = w->data + (size_t)r * w->row_bytes;
     int groups = w->cols / w->group, blocks = w->group / 32;
@@ -230,10 +230,10 @@ __attribute__((target("avx2,fma"))) static float dot256_q4(const sl_weight *w, i
             const float *xb = xp + (size_t)blk * 32;
             for (int half = 0; half < 2; half++) { /* bytes 0-7 then 8-15 */
                 __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q + half * 8)));
-                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(v, m15)), _mm256_loadu_ps(xb + half * 8),
+                acc =
+                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(v, m15)), _mm256_loadu_ps(xb + half * 8), acc);
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4)), _mm256_loadu_ps(xb + 16 + half * 8),
                                       acc);
-                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4)),
-                                      _mm256_loadu_ps(xb + 16 + half * 8), acc);
             }
         }
         tot = _mm256_fmadd_ps(_mm256_set1_ps(load_sb(w->sb_fmt, w->scales, sb + (size_t)g)), acc, tot);
@@ -242,8 +242,8 @@ __attribute__((target("avx2,fma"))) static float dot256_q4(const sl_weight *w, i
     return hsum256(tot) + bsum;
 }
 
-__attribute__((target("avx2,fma"))) static float dot256_q8(const sl_weight *w, int r, const float *x,
-                                                          const float *xp, const float *xs) {
+__attribute__((target("avx2,fma"))) static float dot256_q8(const sl_weight *w, int r, const float *x, const float *xp,
+                                                           const float *xs) {
     (void)xp;
     const uint8_t *p = w->data + (size_t)r * w->row_bytes;
     int groups = w->cols / w->group, chunks = w->group / 8;

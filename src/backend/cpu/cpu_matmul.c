@@ -21,7 +21,6 @@ __attribute__((target_clones("avx2", "default"))) float cpu_dot(const float *a, 
     return s;
 }
 
-
 /* Value j of a little-endian bit stream of `bits`-wide values (bits <= 8). */
 static inline unsigned get_bits(const uint8_t *p, size_t j, int bits) {
     size_t pos = j * (size_t)bits;
@@ -146,8 +145,7 @@ static void mm_batch_task(void *ctx, int64_t b, int64_t e, int tid) {
                 j->tile(wp, xp, w->cols, out);
                 for (int t = 0; t < nt; t++) {
                     float *yt = j->y + (size_t)(t0 + t) * rows + (size_t)(r0 + k0);
-                    for (int k = 0; k < nk; k++)
-                        yt[k] = w->bias ? out[t][k] + w->bias[r0 + k0 + k] : out[t][k];
+                    for (int k = 0; k < nk; k++) yt[k] = w->bias ? out[t][k] + w->bias[r0 + k0 + k] : out[t][k];
                 }
             }
         }
@@ -212,7 +210,8 @@ __attribute__((target("avx512f"))) static void mm_packed_task(void *ctx, int64_t
         int nr = (int)(e - r0 < PK_ROWS ? e - r0 : PK_ROWS);
         for (int k = 0; k < nr; k++) cpu_row_f32(w, (int)r0 + k, tmp + (size_t)k * cols);
         for (size_t c = 0; c < cols; c++)
-            for (int k = 0; k < PK_ROWS; k++) panel[c * PK_ROWS + (size_t)k] = k < nr ? tmp[(size_t)k * cols + c] : 0.0f;
+            for (int k = 0; k < PK_ROWS; k++)
+                panel[c * PK_ROWS + (size_t)k] = k < nr ? tmp[(size_t)k * cols + c] : 0.0f;
         float bias[PK_ROWS] = {0};
         for (int k = 0; k < nr && w->bias; k++) bias[k] = w->bias[r0 + k];
         __mmask16 m0 = (__mmask16)(nr >= 16 ? 0xffffu : (1u << nr) - 1u);

@@ -44,8 +44,8 @@ void cpu_moe(sl_backend *b, const sl_expert_table *t, const float *x, int n, int
         if (t->experts[e] && t->experts[e]->gate.rows > inter) inter = t->experts[e]->gate.rows;
     size_t nk = (size_t)n * (size_t)k;
     /* one block, carved into: token list, weights, gathered inputs, gate, up, down outputs */
-    size_t need = nk * (sizeof(int) + sizeof(float)) +
-                  4 * ((size_t)n * (size_t)hidden * 2 + (size_t)n * (size_t)inter * 2) + 64;
+    size_t need =
+        nk * (sizeof(int) + sizeof(float)) + 4 * ((size_t)n * (size_t)hidden * 2 + (size_t)n * (size_t)inter * 2) + 64;
     if (need > c->moe_len) {
         void *p = realloc(c->moe_buf, need);
         if (!p) {
