@@ -183,3 +183,16 @@ void blk_ffn_residual(sl_model *m, sl_session *s, int l, float *x, int n) {
         blk_mlp(m, s, l, s->s.xn, n, s->s.moe_out);
     m->be->ops->add(m->be, x, s->s.moe_out, (size_t)n * (size_t)c->hidden);
 }
+
+int blk_decoder_layers(sl_model *m, sl_session *s, float *x, int n, sl_err *e) {
+    (void)e;
+    const sl_config *c = &m->cfg;
+    const sl_backend_ops *op = m->be->ops;
+    for (int l = 0; l < c->n_layers; l++) {
+        op->rmsnorm(m->be, x, m->layers[l].attn_norm, n, c->hidden, (float)c->rms_eps, s->s.xn);
+        blk_attention(m, s, l, s->s.xn, n, s->s.ff_o);
+        op->add(m->be, x, s->s.ff_o, (size_t)n * (size_t)c->hidden);
+        blk_ffn_residual(m, s, l, x, n);
+    }
+    return 0;
+}

@@ -28,4 +28,7 @@ void blk_moe(sl_model *m, sl_session *s, int l, const float *xn, int n, float *o
 /* x += f(norm(x)) for the feed-forward half of a layer (dense or MoE). */
 void blk_ffn_residual(sl_model *m, sl_session *s, int l, float *x, int n);
 
+/* The layer loop of attention-only decoders: pre-norm attention, then the feed-forward half. */
+int blk_decoder_layers(sl_model *m, sl_session *s, float *x, int n, sl_err *e);
+
 #endif
