@@ -47,6 +47,19 @@ static inline float load_sb(sl_wfmt f, const uint8_t *p, size_t i) {
 
 /* Row r of w as float32 into dst[w->cols]. */
 void cpu_row_f32(const sl_weight *w, int r, float *dst);
+/* Dot product with 16 partial sums, written so the compiler vectorises it inside whichever target the
+ * caller is compiled for. */
+static inline float cpu_dot_inline(const float *a, const float *b, int n) {
+    float acc[16] = {0};
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 16; k++) acc[k] += a[i + k] * b[i + k];
+    float s = 0;
+    for (int k = 0; k < 16; k++) s += acc[k];
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+/* The same, dispatched at run time to the best vector width. */
 float cpu_dot(const float *a, const float *b, int n);
 
 /* One-token matmul through fused dequantise-dot kernels; returns -1 when w's format has no fused kernel

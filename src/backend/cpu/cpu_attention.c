@@ -21,17 +21,6 @@ static inline void prefetch_row(const float *r, int hd) {
     for (int d = 0; d < hd; d += 16) __builtin_prefetch(r + d);
 }
 
-static inline float dot(const float *a, const float *b, int n) {
-    float acc[16] = {0};
-    int i = 0;
-    for (; i + 16 <= n; i += 16)
-        for (int k = 0; k < 16; k++) acc[k] += a[i + k] * b[i + k];
-    float s = 0;
-    for (int k = 0; k < 16; k++) s += acc[k];
-    for (; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
 __attribute__((target_clones("avx2", "default"))) static void att_task(void *ctx, int64_t b, int64_t e, int tid) {
     att_job *j = ctx;
     int G = j->n_heads / j->n_kv, hd = j->hd;
@@ -49,7 +38,7 @@ __attribute__((target_clones("avx2", "default"))) static void att_task(void *ctx
             const float *k = j->kc + (size_t)(lo + t) * kv_stride + (size_t)kvh * (size_t)hd;
             if (t + ROWS_AHEAD < len) prefetch_row(k + ROWS_AHEAD * kv_stride, hd);
             for (int g = 0; g < G; g++)
-                sc[(size_t)g * (size_t)len + (size_t)t] = dot(q0 + (size_t)g * hd, k, hd) * j->scale;
+                sc[(size_t)g * (size_t)len + (size_t)t] = cpu_dot_inline(q0 + (size_t)g * hd, k, hd) * j->scale;
         }
         for (int g = 0; g < G; g++) {
             float *s = sc + (size_t)g * (size_t)len, mx = -INFINITY, sum = 0;

@@ -11,14 +11,7 @@
 #define ROW_BLOCK 4
 
 __attribute__((target_clones("avx2", "default"))) float cpu_dot(const float *a, const float *b, int n) {
-    float acc[16] = {0};
-    int i = 0;
-    for (; i + 16 <= n; i += 16)
-        for (int k = 0; k < 16; k++) acc[k] += a[i + k] * b[i + k];
-    float s = 0;
-    for (int k = 0; k < 16; k++) s += acc[k];
-    for (; i < n; i++) s += a[i] * b[i];
-    return s;
+    return cpu_dot_inline(a, b, n);
 }
 
 /* Value j of a little-endian bit stream of `bits`-wide values (bits <= 8). */
@@ -122,7 +115,7 @@ typedef struct {
     const float *x;
     int n;
     float *y;
-    tile_fn tile;
+    tile_fn tile; /* batched paths only */
 } mm_batch_job;
 
 static void mm_batch_task(void *ctx, int64_t b, int64_t e, int tid) {
@@ -152,16 +145,8 @@ static void mm_batch_task(void *ctx, int64_t b, int64_t e, int tid) {
     }
 }
 
-typedef struct {
-    cpu_impl *c;
-    const sl_weight *w;
-    const float *x;
-    int n;
-    float *y;
-} mm_job;
-
 static void mm_task(void *ctx, int64_t b, int64_t e, int tid) {
-    mm_job *j = ctx;
+    mm_batch_job *j = ctx;
     const sl_weight *w = j->w;
     float *tmp = j->c->scratch[tid];
     size_t cols = (size_t)w->cols;
@@ -254,7 +239,7 @@ void cpu_matmul(sl_backend *b, const sl_weight *w, const float *x, int n, float 
     }
     if (cpu_gemv(c, w, x, y) == 0) return;
     if (cpu_scratch_reserve(c, (size_t)w->cols * ROW_BLOCK) != 0) return;
-    mm_job j = {c, w, x, n, y};
+    mm_batch_job j = {c, w, x, n, y, NULL};
     sl_pool_for(c->pool, w->rows, ROW_BLOCK * 4, mm_task, &j);
 }
 
