@@ -2,11 +2,13 @@
  * one prompt given as an argument or piped on stdin. */
 #include <editline/readline.h>
 #include <jansson.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/chat_view.h"
 #include "cli/commands.h"
 #include "core/util.h"
 #include "formats/resolve.h"
@@ -32,7 +34,18 @@ typedef struct run_ctx {
     json_t *messages;
     char *reply; /* text of the assistant turn being generated */
     size_t reply_len, reply_cap;
+    chat_view view;
+    int interactive;
 } run_ctx;
+
+/* Ctrl-C during a reply stops that reply, not the chat. A signal handler can only reach static storage,
+ * so this flag is the one piece of state outside run_ctx. */
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig) {
+    (void)sig;
+    interrupted = 1;
+}
 
 static void usage(FILE *f) {
     fprintf(f, "usage: sluice run MODEL [PROMPT] [options]\n\n"
@@ -55,8 +68,10 @@ static void usage(FILE *f) {
 
 static int emit(void *ud, const char *text, size_t len) {
     run_ctx *c = ud;
-    fwrite(text, 1, len, stdout);
-    fflush(stdout);
+    sl_err e;
+    if (interrupted) return 1;
+    if (!len) return 0;
+    if (chat_view_feed(&c->view, text, len, &e)) return 1;
     if (c->reply_len + len + 1 > c->reply_cap) {
         size_t cap = (c->reply_len + len + 1) * 2;
         char *p = realloc(c->reply, cap);
@@ -93,9 +108,18 @@ static int turn(run_ctx *c, const char *user, sl_err *e) {
     if (sl_tokenizer_encode(c->tok, prompt, plen, c->tmpl == NULL, &ids, &n, e)) goto done;
     c->reply_len = 0;
     if (c->reply) c->reply[0] = 0;
+    /* templates that open the reasoning block in the prompt make the reply start inside it */
+    int in_think = plen >= 7 && (strstr(prompt + plen - (plen < 9 ? plen : 9), "<think>") != NULL);
+    if (chat_view_begin(&c->view, stdout, isatty(STDOUT_FILENO), in_think, e)) goto done;
+    struct sigaction sa = {.sa_handler = on_sigint}, old;
+    interrupted = 0;
+    if (c->interactive) sigaction(SIGINT, &sa, &old);
     sl_gen_stats st;
-    if (sl_generate(c->s, c->tok, ids, n, &c->o->gen, emit, c, &st, e)) goto done;
-    printf("\n");
+    int grc = sl_generate(c->s, c->tok, ids, n, &c->o->gen, emit, c, &st, e);
+    if (c->interactive) sigaction(SIGINT, &old, NULL);
+    if (chat_view_end(&c->view, grc ? NULL : e) && !grc) goto done;
+    if (grc) goto done;
+    printf(interrupted ? "\n[interrupted]\n" : "\n");
     if (c->tmpl) json_array_append_new(c->messages, message("assistant", c->reply ? c->reply : ""));
     fprintf(stderr, "[prompt %d tokens (%d cached), %.1f tok/s | decode %d tokens, %.1f tok/s | %s]\n",
             st.prompt_tokens, st.cached_tokens,
@@ -245,6 +269,7 @@ int cmd_run(int argc, char **argv) {
         rc = turn(&c, o.prompt, &e) ? 1 : 0;
         goto done;
     }
+    c.interactive = 1;
     for (char *line; (line = readline(">>> ")) != NULL; free(line)) {
         if (!*line) continue;
         add_history(line);

@@ -96,7 +96,7 @@ int sl_generate(sl_session *s, const sl_tokenizer *tok, const int32_t *prompt, i
         }
         int stopped = sl_stop_feed(stop, out, len, &out, &len, e);
         if (stopped < 0) goto done;
-        if (len && emit(ud, out, len)) {
+        if (emit(ud, out, len)) {
             st->finish_reason = "cancelled";
             break;
         }

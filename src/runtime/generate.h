@@ -22,7 +22,8 @@ typedef struct sl_gen_stats {
     const char *finish_reason; /* "stop", "length" or "cancelled" */
 } sl_gen_stats;
 
-/* Receives text as it becomes safe to show; returns non-zero to cancel the generation. */
+/* Called once per generated token with the text that became safe to show (possibly none, len 0), so a
+ * caller can cancel between any two tokens by returning non-zero. */
 typedef int (*sl_gen_emit_fn)(void *ud, const char *text, size_t len);
 
 /* The checkpoint's own sampling defaults from generation_config.json (temperature, top_k, top_p, min_p,
