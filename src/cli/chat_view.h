@@ -10,10 +10,10 @@
 
 typedef struct chat_view {
     FILE *out;
-    int styled;     /* 0: raw passthrough */
+    int styled; /* 0: raw passthrough */
     sl_tc_parser *tc;
-    int dim;        /* inside dimmed reasoning */
-    int tool_args;  /* inside a tool call's arguments */
+    int dim;       /* inside dimmed reasoning */
+    int tool_args; /* inside a tool call's arguments */
 } chat_view;
 
 /* styled: parse and style (a terminal); starts_in_reasoning: the prompt already opened <think>. */

@@ -50,7 +50,8 @@ static void on_sigint(int sig) {
 static void usage(FILE *f) {
     fprintf(f, "usage: sluice run MODEL [PROMPT] [options]\n\n"
                "Chats with MODEL. With PROMPT, or with a prompt piped on stdin, answers once and exits;\n"
-               "otherwise reads lines interactively (/reset starts over, /exit or Ctrl-D quits).\n\n"
+               "otherwise reads lines interactively (/reset starts over, /exit or Ctrl-D quits, Ctrl-C stops a\n"
+               "reply). On a terminal, reasoning is shown dimmed and tool calls on lines of their own.\n\n"
                "options:\n"
                "  --system TEXT          system message\n"
                "  --raw                  no chat template: continue PROMPT as plain text\n"

@@ -26,8 +26,9 @@ static char *render(const char *text, int styled, int starts_in_reasoning, size_
 Test(chat_view, styles_reasoning_and_tool_calls) {
     const char *reply = "<think>\nLet me check.\n</think>\n\nThe weather:<tool_call>\n"
                         "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
-    const char *want = "\033[2mLet me check.\033[0m\n\nThe weather:\033[36m[tool call] get_weather({\"city\":\"Paris\"})"
-                       "\033[0m\n";
+    const char *want =
+        "\033[2mLet me check.\033[0m\n\nThe weather:\033[36m[tool call] get_weather({\"city\":\"Paris\"})"
+        "\033[0m\n";
     for (size_t chunk = 1; chunk <= strlen(reply); chunk += 7) {
         char *got = render(reply, 1, 0, chunk);
         cr_assert_str_eq(got, want, "chunk %zu", chunk);
