@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "core/util.h"
+#include "formats/resolve.h"
 #include "text/chat.h"
 
 static void usage(FILE *f) {
@@ -61,7 +62,8 @@ int cmd_template(int argc, char **argv) {
     json_t *chat = NULL, *extra = NULL;
     sl_jinja *t = NULL;
     int rc = 1;
-    if (model && sl_chat_load_model(model, &src, &bos, &eos, &e)) goto done;
+    char *dir = NULL;
+    if (model && (sl_resolve_model(model, &dir, &e) || sl_chat_load_model(dir, &src, &bos, &eos, &e))) goto done;
     if (tmpl_file) {
         free(src);
         src = NULL;
@@ -100,6 +102,7 @@ int cmd_template(int argc, char **argv) {
     }
     rc = 0;
 done:
+    free(dir);
     if (rc) fail(e.msg);
     free(out);
     sl_jinja_free(t);

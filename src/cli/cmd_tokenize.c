@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "core/util.h"
+#include "formats/resolve.h"
 #include "text/tokenizer.h"
 
 static void usage(FILE *f) {
@@ -200,7 +201,10 @@ int cmd_tokenize(int argc, char **argv) {
     }
     sl_tokenizer *t;
     sl_err e;
-    if (sl_tokenizer_load(model, &t, &e)) {
+    char *dir = NULL;
+    int lrc = sl_resolve_model(model, &dir, &e) || sl_tokenizer_load(dir, &t, &e);
+    free(dir);
+    if (lrc) {
         fprintf(stderr, "sluice tokenize: %s\n", e.msg);
         return 1;
     }

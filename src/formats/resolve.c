@@ -27,8 +27,8 @@ int sl_resolve_model(const char *arg, char **dir, sl_err *e) {
     const char *slash = strchr(arg, '/');
     if (!slash || slash == arg || strchr(slash + 1, '/') || arg[0] == '.')
         return sl_fail(e,
-                       "%s: no such model directory (expected a folder with config.json, or a Hub id like "
-                       "Qwen/Qwen3-0.6B in the local Hugging Face cache)",
+                       "%s: not a directory (expected a model folder, or a Hub id like Qwen/Qwen3-0.6B in the "
+                       "local Hugging Face cache)",
                        arg);
     char repo[512], rev[256] = "main";
     snprintf(repo, sizeof repo, "%s", arg);
