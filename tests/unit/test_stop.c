@@ -4,20 +4,8 @@
 #include <string.h>
 
 #include "runtime/stop.h"
+#include "testutil.h"
 #include "text/utf8_cut.h"
-
-/* Whether s[0, n) is complete, valid UTF-8 (the test's own strict decoder). */
-static int valid_utf8(const char *s, size_t n) {
-    const unsigned char *u = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        size_t l = u[i] < 0x80 ? 1 : (u[i] >> 5) == 6 ? 2 : (u[i] >> 4) == 14 ? 3 : (u[i] >> 3) == 30 ? 4 : 0;
-        if (!l || i + l > n) return 0;
-        for (size_t j = 1; j < l; j++)
-            if ((u[i + j] & 0xc0) != 0x80) return 0;
-        i += l;
-    }
-    return 1;
-}
 
 typedef struct {
     char out[4096];
@@ -39,7 +27,7 @@ static run_result run(const char *text, const char *const *stops, int n_stops, c
         size_t ol;
         int st = sl_stop_feed(s, text + at, step, &o, &ol, &e);
         cr_assert(st >= 0);
-        cr_assert(valid_utf8(o, ol), "emitted chunk splits a character");
+        cr_assert(tu_valid_utf8(o, ol), "emitted chunk splits a character");
         memcpy(r.out + r.len, o, ol);
         r.len += ol;
         r.stopped = st;

@@ -58,18 +58,6 @@ static void assert_ids(const int32_t *ids, int n, json_t *want, const char *what
                      (long long)json_integer_value(json_array_get(want, (size_t)i)));
 }
 
-static int valid_utf8(const char *s, size_t n) {
-    for (size_t i = 0; i < n;) {
-        unsigned c = (unsigned char)s[i];
-        size_t k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        if (!k || i + k > n) return 0;
-        for (size_t j = 1; j < k; j++)
-            if (((unsigned char)s[i + j] & 0xC0) != 0x80) return 0;
-        i += k;
-    }
-    return 1;
-}
-
 /* Every text of the fixture: ids, ids with specials, decoded text, and the streamed decode. */
 static void check_all(const char *name) {
     char *dir = fixture_dir(name);
@@ -106,7 +94,7 @@ static void check_all(const char *name) {
             size_t cl;
             int rc = k < n ? sl_detok_push(&d, ids[k], &chunk, &cl, &e) : sl_detok_flush(&d, &chunk, &cl, &e);
             cr_assert_eq(rc, 0, "%s", e.msg);
-            cr_assert(valid_utf8(chunk, cl), "chunk %d of \"%s\" is not whole UTF-8", k, text);
+            cr_assert(tu_valid_utf8(chunk, cl), "chunk %d of \"%s\" is not whole UTF-8", k, text);
             cr_assert_leq(acc_len + cl, out_len, "streamed too much for \"%s\"", text);
             memcpy(acc + acc_len, chunk, cl);
             acc_len += cl;
@@ -236,7 +224,7 @@ Test(tokenizer, detok_holds_partial_characters) {
         const char *c;
         size_t cl;
         cr_assert_eq(sl_detok_push(&d, ids[i], &c, &cl, &e), 0);
-        cr_assert(valid_utf8(c, cl));
+        cr_assert(tu_valid_utf8(c, cl));
         empty += cl == 0;
     }
     cr_assert_gt(empty, 0, "some token should have ended inside a character");
@@ -451,7 +439,7 @@ Test(tokenizer, llama3_random_round_trip) {
             const char *c;
             size_t cl;
             cr_assert_eq(i < k ? sl_detok_push(&d, ids[i], &c, &cl, &e) : sl_detok_flush(&d, &c, &cl, &e), 0);
-            cr_assert(valid_utf8(c, cl));
+            cr_assert(tu_valid_utf8(c, cl));
             cr_assert_leq(at + cl, n);
             cr_assert_eq(memcmp(c, text + at, cl), 0);
             at += cl;

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "testutil.h"
 #include "text/toolcall.h"
 
 /* Everything the events of one parse say, normalised so that different chunkings compare equal. */
@@ -15,18 +16,6 @@ typedef struct {
     int open_call; /* between TOOL_START and TOOL_END */
     int malformed;
 } record;
-
-static int valid_utf8(const char *s, size_t n) {
-    const unsigned char *u = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        size_t l = u[i] < 0x80 ? 1 : (u[i] >> 5) == 6 ? 2 : (u[i] >> 4) == 14 ? 3 : (u[i] >> 3) == 30 ? 4 : 0;
-        if (!l || i + l > n) return 0;
-        for (size_t j = 1; j < l; j++)
-            if ((u[i + j] & 0xc0) != 0x80) return 0;
-        i += l;
-    }
-    return 1;
-}
 
 static void append(char *dst, size_t cap, const char *s, size_t n) {
     size_t l = strlen(dst);
@@ -48,7 +37,7 @@ static void on_event(void *ud, const sl_tc_event *ev) {
         cr_assert_eq(ev->tool_index, -1);
         cr_assert(!r->open_call, "text inside a tool call");
         cr_assert(ev->len > 0, "empty text event");
-        cr_assert(valid_utf8(ev->text, ev->len), "event splits a character");
+        cr_assert(tu_valid_utf8(ev->text, ev->len), "event splits a character");
         append(ev->kind == SL_TC_TEXT ? r->content : r->reasoning, 4096, ev->text, ev->len);
         kind(r, ev->kind == SL_TC_TEXT ? 'C' : 'R');
         break;

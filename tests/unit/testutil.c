@@ -33,3 +33,15 @@ char *tu_tmpdir(void) {
     cr_assert(d, "mkdtemp failed");
     return strdup(d);
 }
+
+int tu_valid_utf8(const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        size_t l = u[i] < 0x80 ? 1 : (u[i] >> 5) == 6 ? 2 : (u[i] >> 4) == 14 ? 3 : (u[i] >> 3) == 30 ? 4 : 0;
+        if (!l || i + l > n) return 0;
+        for (size_t j = 1; j < l; j++)
+            if ((u[i + j] & 0xc0) != 0x80) return 0;
+        i += l;
+    }
+    return 1;
+}

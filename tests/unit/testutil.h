@@ -10,6 +10,8 @@ char *tu_fixture(const char *rel);
 char *tu_slurp(const char *path, size_t *len);
 /* Path of the sluice binary ($SLUICE_BIN). */
 const char *tu_sluice_bin(void);
+/* Whether s[0, n) is complete, valid UTF-8 (the tests' own strict decoder, independent of src/text). */
+int tu_valid_utf8(const char *s, size_t n);
 /* A fresh temporary directory (heap string). */
 char *tu_tmpdir(void);
 
