@@ -139,26 +139,6 @@ static void reset(run_ctx *c) {
     sl_session_reset(c->s);
 }
 
-static char *read_stdin(void) {
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    size_t r;
-    while (buf && (r = fread(buf + n, 1, cap - n - 1, stdin)) > 0) {
-        n += r;
-        if (n + 1 == cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                return NULL;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    if (buf) buf[n] = 0;
-    return buf;
-}
-
 /* Flags override the sampling defaults already in o (the checkpoint's, see cmd_run). */
 static int parse_args(int argc, char **argv, run_opts *o) {
     o->think = -1;
@@ -256,11 +236,7 @@ int cmd_run(int argc, char **argv) {
     c.messages = json_array();
     reset(&c);
     if (!o.prompt && !isatty(STDIN_FILENO)) {
-        piped = read_stdin();
-        if (!piped) {
-            sl_fail(&e, "out of memory reading stdin");
-            goto done;
-        }
+        if (sl_read_stream(stdin, "stdin", &piped, NULL, &e)) goto done;
         /* `echo ... | sluice run` ends the prompt with a newline that is not part of the question */
         size_t L = strlen(piped);
         while (L && (piped[L - 1] == '\n' || piped[L - 1] == '\r')) piped[--L] = 0;

@@ -19,32 +19,6 @@ static void usage(FILE *f) {
                "  --bench-file FILE  the same with the contents of FILE\n");
 }
 
-static int read_stdin(char **out, size_t *len) {
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    if (!buf) return -1;
-    for (;;) {
-        if (n == cap) {
-            char *p = realloc(buf, cap *= 2);
-            if (!p) {
-                free(buf);
-                return -1;
-            }
-            buf = p;
-        }
-        size_t r = fread(buf + n, 1, cap - n, stdin);
-        n += r;
-        if (!r) break;
-    }
-    if (ferror(stdin)) {
-        free(buf);
-        return -1;
-    }
-    *out = buf;
-    *len = n;
-    return 0;
-}
-
 static int valid_utf8(const unsigned char *s, size_t n) {
     for (size_t i = 0; i < n;) {
         unsigned c = s[i];
@@ -217,8 +191,8 @@ int cmd_tokenize(int argc, char **argv) {
     size_t len;
     if (text) {
         len = strlen(text);
-    } else if (read_stdin(&buf, &len)) {
-        fprintf(stderr, "sluice tokenize: cannot read stdin\n");
+    } else if (sl_read_stream(stdin, "stdin", &buf, &len, &e)) {
+        fprintf(stderr, "sluice tokenize: %s\n", e.msg);
         sl_tokenizer_free(t);
         return 1;
     }

@@ -9,22 +9,16 @@
 #include <sys/stat.h>
 #include <time.h>
 
-int sl_read_file(const char *path, char **out, size_t *len, sl_err *e) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return sl_fail(e, "%s: cannot open: %s", path, strerror(errno));
+int sl_read_stream(FILE *f, const char *name, char **out, size_t *len, sl_err *e) {
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap + 1);
-    if (!buf) {
-        fclose(f);
-        return sl_fail(e, "%s: out of memory", path);
-    }
+    if (!buf) return sl_fail(e, "%s: out of memory", name);
     for (;;) {
         if (n == cap) {
             char *nb = realloc(buf, cap * 2 + 1);
             if (!nb) {
                 free(buf);
-                fclose(f);
-                return sl_fail(e, "%s: out of memory", path);
+                return sl_fail(e, "%s: out of memory", name);
             }
             buf = nb;
             cap *= 2;
@@ -33,16 +27,22 @@ int sl_read_file(const char *path, char **out, size_t *len, sl_err *e) {
         n += r;
         if (r == 0) break;
     }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
+    if (ferror(f)) {
         free(buf);
-        return sl_fail(e, "%s: read error", path);
+        return sl_fail(e, "%s: read error", name);
     }
     buf[n] = 0;
     *out = buf;
     if (len) *len = n;
     return 0;
+}
+
+int sl_read_file(const char *path, char **out, size_t *len, sl_err *e) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return sl_fail(e, "%s: cannot open: %s", path, strerror(errno));
+    int rc = sl_read_stream(f, path, out, len, e);
+    fclose(f);
+    return rc;
 }
 
 int sl_write_file(const char *path, const void *data, size_t len, sl_err *e) {

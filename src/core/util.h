@@ -4,9 +4,12 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "core/err.h"
 
+/* Reads a stream to its end into a NUL-terminated heap buffer; `name` labels errors. */
+int sl_read_stream(FILE *f, const char *name, char **out, size_t *len, sl_err *e);
 /* Reads a whole file into a NUL-terminated heap buffer. */
 int sl_read_file(const char *path, char **out, size_t *len, sl_err *e);
 /* Writes len bytes to path (created or truncated). */
