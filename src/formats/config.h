@@ -40,6 +40,15 @@ typedef struct sl_config {
     int quant_bits, quant_group;
 } sl_config;
 
+/* Width of a delta-net layer's q|k|v projection and conv: 2 * key heads * key dim + value heads * value dim. */
+static inline int sl_config_conv_dim(const sl_config *c) {
+    return 2 * c->lin_n_k_heads * c->lin_k_head_dim + c->lin_n_v_heads * c->lin_v_head_dim;
+}
+/* Floats of one delta-net layer's recurrent state: value heads x key dim x value dim. */
+static inline size_t sl_config_ssm_floats(const sl_config *c) {
+    return (size_t)c->lin_n_v_heads * (size_t)c->lin_k_head_dim * (size_t)c->lin_v_head_dim;
+}
+
 /* Parses dir/config.json. */
 int sl_config_load(const char *dir, sl_config *c, sl_err *e);
 /* Parses an already-loaded config object; `where` names it in errors. */

@@ -4,8 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define NAME(buf, ...) (snprintf(buf, sizeof buf, __VA_ARGS__), buf)
-
 int blk_load_outer(sl_model *m, sl_loader *ld, float norm_add, sl_err *e) {
     const sl_config *c = &m->cfg;
     if (sl_ld_linear(ld, "model.embed_tokens", c->vocab_size, c->hidden, &m->embed, e)) return -1;

@@ -4,8 +4,13 @@
 #ifndef SLUICE_MODELS_BLOCKS_H
 #define SLUICE_MODELS_BLOCKS_H
 
+#include <stdio.h>
+
 #include "models/loader.h"
 #include "runtime/session.h"
+
+/* Formats a tensor name into a char array and yields it: NAME(nb, "model.layers.%d.%s", l, part). */
+#define NAME(buf, ...) (snprintf(buf, sizeof buf, __VA_ARGS__), buf)
 
 /* Embedding, final norm (+norm_add) and output head (tied to the embedding when the config says so). */
 int blk_load_outer(sl_model *m, sl_loader *ld, float norm_add, sl_err *e);

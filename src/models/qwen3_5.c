@@ -9,14 +9,12 @@
 #include "models/blocks.h"
 #include "models/registry.h"
 
-#define NAME(buf, ...) (snprintf(buf, sizeof buf, __VA_ARGS__), buf)
-
 static int load_linear_attn(sl_model *m, sl_loader *ld, int l, sl_err *e) {
     const sl_config *c = &m->cfg;
     sl_layer *L = &m->layers[l];
     char nb[256];
-    int nk = c->lin_n_k_heads, nv = c->lin_n_v_heads, kd = c->lin_k_head_dim, vd = c->lin_v_head_dim;
-    int conv_dim = 2 * nk * kd + nv * vd, H = c->hidden;
+    int nv = c->lin_n_v_heads, vd = c->lin_v_head_dim;
+    int conv_dim = sl_config_conv_dim(c), H = c->hidden;
     L->kind = SL_LAYER_LINEAR;
     const char *p = "model.layers.%d.linear_attn.%s";
     if (sl_ld_linear(ld, NAME(nb, p, l, "in_proj_qkv"), conv_dim, H, &L->in_qkv, e) ||
@@ -74,7 +72,7 @@ static void linear_attn(sl_model *m, sl_session *s, int l, const float *xn, int 
     sl_layer *L = &m->layers[l];
     sl_scratch *x = &s->s;
     sl_deltanet_dims d = {c->lin_n_k_heads, c->lin_n_v_heads, c->lin_k_head_dim, c->lin_v_head_dim, c->conv_kernel};
-    int conv_dim = 2 * d.n_k_heads * d.k_dim + d.n_v_heads * d.v_dim;
+    int conv_dim = sl_config_conv_dim(c);
     op->matmul(be, &L->in_qkv, xn, n, x->qkv);
     op->matmul(be, &L->in_z, xn, n, x->z);
     op->matmul(be, &L->in_a, xn, n, x->a);

@@ -38,7 +38,7 @@ int sl_session_create(sl_model *m, int max_ctx, sl_session **out, sl_err *e) {
     s->hist = calloc((size_t)max_ctx, sizeof *s->hist);
     if (!s->hist || !s->kc || !s->vc || !s->conv || !s->ssm || !s->bufs) goto oom;
 
-    int conv_dim = 2 * c->lin_n_k_heads * c->lin_k_head_dim + c->lin_n_v_heads * c->lin_v_head_dim;
+    int conv_dim = sl_config_conv_dim(c);
     int lin_v = c->lin_n_v_heads * c->lin_v_head_dim;
     for (int l = 0; l < L; l++) {
         if (m->layers[l].kind == SL_LAYER_ATTENTION) {
@@ -46,7 +46,7 @@ int sl_session_create(sl_model *m, int max_ctx, sl_session **out, sl_err *e) {
                 goto oom;
         } else {
             s->recurrent = 1;
-            size_t st = (size_t)c->lin_n_v_heads * (size_t)c->lin_k_head_dim * (size_t)c->lin_v_head_dim;
+            size_t st = sl_config_ssm_floats(c);
             if (!(s->conv[l] = balloc(s, (size_t)(c->conv_kernel - 1) * (size_t)conv_dim * 4 + 4)) ||
                 !(s->ssm[l] = balloc(s, st * 4)))
                 goto oom;
@@ -97,12 +97,10 @@ void sl_session_free(sl_session *s) {
 void sl_session_reset(sl_session *s) {
     const sl_config *c = &s->m->cfg;
     sl_backend *be = s->m->be;
-    int conv_dim = 2 * c->lin_n_k_heads * c->lin_k_head_dim + c->lin_n_v_heads * c->lin_v_head_dim;
+    int conv_dim = sl_config_conv_dim(c);
     for (int l = 0; l < c->n_layers; l++) {
         if (s->conv[l]) be->ops->zero(be, s->conv[l], (size_t)(c->conv_kernel - 1) * (size_t)conv_dim * 4);
-        if (s->ssm[l])
-            be->ops->zero(be, s->ssm[l],
-                          (size_t)c->lin_n_v_heads * (size_t)c->lin_k_head_dim * (size_t)c->lin_v_head_dim * 4);
+        if (s->ssm[l]) be->ops->zero(be, s->ssm[l], sl_config_ssm_floats(c) * 4);
     }
     s->pos = 0;
 }
