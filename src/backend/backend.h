@@ -83,6 +83,30 @@ typedef struct sl_backend_ops {
                      const float *A_log, const float *dt_bias, float *state, int n, float *out);
     /* y = rmsnorm(x) * w * silu(z) over rows of dim (in place on x) */
     void (*gated_rmsnorm)(sl_backend *b, float *x, const float *z, const float *w, int rows, int dim, float eps);
+    /* cache[pos + i][0:width] = x[i][0:width] for i < n: the KV-cache write of n new tokens */
+    void (*kv_store)(sl_backend *b, float *cache, int pos, const float *x, int n, int width);
+
+    /* Optional ops: NULL where the backend has no use for them. */
+
+    /* Resident weights for backends with their own memory: copy a weight (data, scales, biases and bias)
+     * or a float vector into memory the backend owns and repoint it there. The CPU computes on the
+     * mapped checkpoint instead and leaves these NULL. */
+    int (*place_weight)(sl_backend *b, sl_weight *w, sl_err *e);
+    int (*place_vector)(sl_backend *b, float **v, size_t len, sl_err *e);
+    /* (Re)builds the backend's copy of an expert table whose experts are placed; moe() on t reads that
+     * copy, so after rewriting t's entries (an expert store handing in other slots) call it again. */
+    int (*place_experts)(sl_backend *b, const sl_expert_table *t, sl_err *e);
+    /* Bytes of backend memory still free, for sizing caches. */
+    size_t (*mem_free)(sl_backend *b);
+    /* Recorded one-token steps. step_begin(b, &rec, pos, id) returns 1 when *rec holds a recording and
+     * was replayed for position pos and token id (the caller issues no ops), 0 when it started
+     * recording the ops that follow until step_end(b, &rec), which runs them and keeps the recording in
+     * *rec, and -1 when the caller should just issue the ops. In a recorded step the position
+     * arguments (rope and attention pos0, kv_store pos) and embed's token are read at replay time, so
+     * one recording serves every position. step_free releases a recording. */
+    int (*step_begin)(sl_backend *b, void **rec, int pos, int32_t id);
+    void (*step_end)(sl_backend *b, void **rec);
+    void (*step_free)(sl_backend *b, void *rec);
 } sl_backend_ops;
 
 struct sl_backend {
@@ -94,5 +118,13 @@ struct sl_backend {
 /* The CPU reference backend; threads <= 0 uses all cores. */
 int sl_cpu_backend_create(int threads, sl_backend **out, sl_err *e);
 void sl_backend_destroy(sl_backend *b);
+
+/* The one place that picks a backend for a model. `name` is "cpu", "cuda" or "auto" (NULL: the
+ * SLUICE_BACKEND environment variable, else auto). auto takes CUDA when it is compiled in and a device
+ * answers, else the CPU. `note` receives a line saying what was chosen and why (empty when the choice
+ * was explicit or there was nothing to choose from). */
+int sl_backend_open(const char *name, int threads, sl_backend **out, char *note, size_t note_len, sl_err *e);
+/* "cpu avx512/avx2, cuda sm_80 sm_90": the backends compiled into this binary. */
+const char *sl_backends_compiled(void);
 
 #endif

@@ -11,7 +11,7 @@
 #include "runtime/session.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: sluice bench MODEL [-p N] [-n M] [-r R] [--threads T] [--json]\n\n"
+    fprintf(f, "usage: sluice bench MODEL [-p N] [-n M] [-r R] [--threads T] [--backend B] [--json]\n\n"
                "Loads MODEL, prefills N pseudo-random token ids (default 512) as one batch, then decodes M\n"
                "tokens one at a time (default 128), each the greedy argmax of the previous logits. The ids are\n"
                "the same on every run. With -r R the whole prefill+decode is repeated R times from an empty\n"
@@ -24,6 +24,7 @@ static void usage(FILE *f) {
                "  -n M          decoded tokens (default 128; 0 skips decode)\n"
                "  -r R          runs, best reported (default 1)\n"
                "  --threads T   CPU threads (default: all cores)\n"
+               "  --backend B   cpu, cuda or auto (default: SLUICE_BACKEND, else auto)\n"
                "  --json        one JSON object instead of the table\n");
 }
 
@@ -175,6 +176,7 @@ int cmd_bench(int argc, char **argv) {
     const char *model = NULL;
     bench_result r = {.prompt = 512, .gen = 128, .runs = 1};
     int json = 0, threads = 0;
+    const char *backend = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int bad = 0;
@@ -189,6 +191,8 @@ int cmd_bench(int argc, char **argv) {
             bad = parse_int(argv[++i], 1, &r.runs);
         } else if (!strcmp(a, "--threads") && i + 1 < argc) {
             bad = parse_int(argv[++i], 1, &threads);
+        } else if (!strcmp(a, "--backend") && i + 1 < argc) {
+            backend = argv[++i];
         } else if (!strcmp(a, "--json")) {
             json = 1;
         } else if (a[0] != '-' && !model) {
@@ -213,7 +217,7 @@ int cmd_bench(int argc, char **argv) {
     float *logits = NULL;
     int32_t *prompt = NULL;
     int rc = 1;
-    sl_model_opts o = {.threads = threads};
+    sl_model_opts o = {.threads = threads, .backend = backend};
     double t0 = sl_now();
     if (sl_model_load(model, &o, &m, &e)) goto done;
     r.load_s = sl_now() - t0;

@@ -9,13 +9,14 @@
 #include "runtime/session.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: sluice logits MODEL --ids 1,2,3 [--decode-ids 4,5] --out FILE.f32 [--threads N]\n\n"
+    fprintf(f, "usage: sluice logits MODEL --ids 1,2,3 [--decode-ids 4,5] --out FILE.f32 [--threads N]\n"
+               "       [--backend cpu|cuda|auto]\n\n"
                "Runs the prompt ids as one batch and writes one float32 row of logits per prompt position,\n"
                "then feeds each decode id alone through the cache and appends one row for each.\n");
 }
 
 int cmd_logits(int argc, char **argv) {
-    const char *model = NULL, *ids_s = NULL, *dec_s = NULL, *out = NULL;
+    const char *model = NULL, *ids_s = NULL, *dec_s = NULL, *out = NULL, *backend = NULL;
     int threads = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -29,6 +30,8 @@ int cmd_logits(int argc, char **argv) {
             out = argv[++i];
         } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
             threads = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--backend") && i + 1 < argc) {
+            backend = argv[++i];
         } else if (argv[i][0] != '-' && !model) {
             model = argv[i];
         } else {
@@ -52,7 +55,7 @@ int cmd_logits(int argc, char **argv) {
         sl_fail(&e, "--ids: at least one prompt token is needed");
         goto done;
     }
-    sl_model_opts o = {.threads = threads};
+    sl_model_opts o = {.threads = threads, .backend = backend};
     if (sl_model_load(model, &o, &m, &e)) goto done;
     if (sl_session_create(m, n + nd, &s, &e)) goto done;
     size_t V = (size_t)m->cfg.vocab_size;

@@ -19,7 +19,7 @@
 #define MAX_STOPS 16
 
 typedef struct run_opts {
-    const char *model, *prompt, *system;
+    const char *model, *prompt, *system, *backend;
     int ctx, threads, raw, think, verbose;
     sl_gen_params gen;
     const char *stops[MAX_STOPS];
@@ -59,6 +59,7 @@ static void usage(FILE *f) {
                "  -n, --max-tokens N     stop after N generated tokens (default: until end of turn)\n"
                "  --ctx N                context length (default: the model's, capped by free memory)\n"
                "  --threads N            CPU threads (default: all cores)\n"
+               "  --backend B            cpu, cuda or auto (default: SLUICE_BACKEND, else auto)\n"
                "  --temp T               temperature, 0 = greedy (default: generation_config.json, else 0.8)\n"
                "  --top-k K, --top-p P, --min-p P\n"
                "  --repeat-penalty R, --repeat-last-n N, --presence-penalty P, --frequency-penalty F\n"
@@ -167,6 +168,8 @@ static int parse_args(int argc, char **argv, run_opts *o) {
             o->ctx = atoi(v);
         else if (FLAG("--threads"))
             o->threads = atoi(v);
+        else if (FLAG("--backend"))
+            o->backend = v;
         else if (FLAG("--temp"))
             o->gen.sampling.temperature = strtof(v, NULL);
         else if (FLAG("--top-k"))
@@ -224,7 +227,7 @@ int cmd_run(int argc, char **argv) {
     sl_sampler_params_default(&o.gen.sampling);
     sl_gen_defaults_from_model(dir, &o.gen.sampling);
     parse_args(argc, argv, &o);
-    sl_model_opts mo = {.threads = o.threads};
+    sl_model_opts mo = {.threads = o.threads, .backend = o.backend};
     if (sl_tokenizer_load(dir, &c.tok, &e) || sl_model_load(dir, &mo, &c.m, &e)) goto done;
     if (sl_session_create(c.m, o.ctx > 0 ? o.ctx : sl_session_default_ctx(c.m), &c.s, &e)) goto done;
     const char *tsrc = sl_tokenizer_chat_template(c.tok);

@@ -46,7 +46,7 @@ int cmd_show(int argc, char **argv) {
     }
     sl_err e = {{0}};
     sl_model *m;
-    sl_model_opts o = {.threads = 1};
+    sl_model_opts o = {.threads = 1, .backend = "cpu"}; /* reads the checkpoint only */
     if (sl_model_load(argv[1], &o, &m, &e)) {
         fprintf(stderr, "sluice show: %s\n", e.msg);
         return 1;

@@ -1,6 +1,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "cli/commands.h"
 
 static const sl_command commands[] = {
@@ -27,7 +28,7 @@ int main(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "--version")) {
-        printf("sluice %s (backends: cpu)\n", SLUICE_VERSION);
+        printf("sluice %s (%s)\n", SLUICE_VERSION, sl_backends_compiled());
         return 0;
     }
     for (int i = 0; i < n_commands; i++)

@@ -74,8 +74,8 @@ void blk_attention(sl_model *m, sl_session *s, int l, const float *xn, int n, fl
     }
     op->rope(be, x->q, n, qw, nh, hd, m->rot_dim, s->pos, m->inv_freq, m->attn_factor);
     op->rope(be, x->k, n, kw, nkv, hd, m->rot_dim, s->pos, m->inv_freq, m->attn_factor);
-    op->copy_rows(be, s->kc[l] + (size_t)s->pos * (size_t)kw, kw, x->k, kw, n, kw);
-    op->copy_rows(be, s->vc[l] + (size_t)s->pos * (size_t)kw, kw, x->v, kw, n, kw);
+    op->kv_store(be, s->kc[l], s->pos, x->k, n, kw);
+    op->kv_store(be, s->vc[l], s->pos, x->v, n, kw);
     op->attention(be, x->q, s->kc[l], s->vc[l], n, s->pos, nh, nkv, hd, c->sliding_window, 1.0f / sqrtf((float)hd),
                   x->att);
     if (L->q_gated) op->mul_sigmoid(be, x->att, x->gate, (size_t)n * (size_t)qw);

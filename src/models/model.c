@@ -1,5 +1,6 @@
 #include "models/model.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,7 +20,6 @@ void sl_model_free(sl_model *m) {
     free(m->layers);
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
-    free(m->inv_freq);
     sl_st_close(m->st);
     sl_backend_destroy(m->be);
     sl_config_free(&m->cfg);
@@ -39,6 +39,66 @@ static void account(sl_model *m) {
     for (int i = 0; i < m->st->n_files; i++) total += m->st->map_sizes[i];
     m->bytes_experts = ex;
     m->bytes_other = total > ex ? total - ex : 0;
+}
+
+static int own(sl_model *m, void *p) {
+    if (m->n_owned == m->cap_owned) {
+        int cap = m->cap_owned ? m->cap_owned * 2 : 64;
+        void **np = realloc(m->owned, sizeof *np * (size_t)cap);
+        if (!np) return -1;
+        m->owned = np;
+        m->cap_owned = cap;
+    }
+    m->owned[m->n_owned++] = p;
+    return 0;
+}
+
+/* Resident mode for backends with their own memory: every weight, norm and table is copied there once
+ * (a tied output head shares the embedding's copy). */
+static int place_all(sl_model *m, sl_err *e) {
+    const sl_backend_ops *op = m->be->ops;
+    sl_backend *b = m->be;
+    const sl_config *c = &m->cfg;
+    int tied = m->lm_head.data == m->embed.data;
+    if (op->place_weight(b, &m->embed, e)) return -1;
+    if (tied)
+        m->lm_head = m->embed;
+    else if (op->place_weight(b, &m->lm_head, e))
+        return -1;
+    if (op->place_vector(b, &m->final_norm, (size_t)c->hidden, e) ||
+        op->place_vector(b, &m->inv_freq, (size_t)(m->rot_dim / 2 + 1), e))
+        return -1;
+    int conv_dim = sl_config_conv_dim(c), nv = c->lin_n_v_heads;
+    for (int l = 0; l < c->n_layers; l++) {
+        sl_layer *L = &m->layers[l];
+        sl_weight *ws[] = {&L->wq,     &L->wk,      &L->wv,       &L->wo,      &L->in_qkv,   &L->in_z,
+                           &L->in_a,   &L->in_b,    &L->out_proj, &L->w_gate,  &L->w_up,     &L->w_down,
+                           &L->router, &L->sh_gate, &L->sh_up,    &L->sh_down, &L->sh_router};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+            if (ws[i]->data && op->place_weight(b, ws[i], e)) return -1;
+        struct {
+            float **v;
+            size_t len;
+        } vs[] = {{&L->attn_norm, (size_t)c->hidden},
+                  {&L->ffn_norm, (size_t)c->hidden},
+                  {&L->q_norm, (size_t)c->head_dim},
+                  {&L->k_norm, (size_t)c->head_dim},
+                  {&L->conv_w, (size_t)conv_dim * (size_t)c->conv_kernel},
+                  {&L->A_log, (size_t)nv},
+                  {&L->dt_bias, (size_t)nv},
+                  {&L->lin_norm, (size_t)c->lin_v_head_dim}};
+        for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++)
+            if (*vs[i].v && op->place_vector(b, vs[i].v, vs[i].len, e)) return -1;
+        if (!L->is_moe) continue;
+        for (int x = 0; x < L->experts.n_experts; x++) {
+            sl_expert *ex = &L->expert_store[x];
+            if (op->place_weight(b, &ex->gate, e) || op->place_weight(b, &ex->up, e) ||
+                op->place_weight(b, &ex->down, e))
+                return -1;
+        }
+        if (op->place_experts(b, &L->experts, e)) return -1;
+    }
+    return 0;
 }
 
 int sl_model_load(const char *arg, const sl_model_opts *o, sl_model **out, sl_err *e) {
@@ -64,7 +124,8 @@ int sl_model_load(const char *arg, const sl_model_opts *o, sl_model **out, sl_er
         goto fail;
     }
     if (sl_st_open_dir(path, &m->st, e)) goto fail;
-    if (sl_cpu_backend_create(o ? o->threads : 0, &m->be, e)) goto fail;
+    char note[600];
+    if (sl_backend_open(o ? o->backend : NULL, o ? o->threads : 0, &m->be, note, sizeof note, e)) goto fail;
     m->layers = calloc((size_t)m->cfg.n_layers, sizeof *m->layers);
     if (!m->layers) {
         sl_fail(e, "out of memory");
@@ -73,16 +134,20 @@ int sl_model_load(const char *arg, const sl_model_opts *o, sl_model **out, sl_er
     if (sl_loader_init(&ld, m, e)) goto fail;
     m->rot_dim = (int)(m->cfg.head_dim * m->cfg.rope.partial_factor);
     m->rot_dim -= m->rot_dim % 2;
-    m->inv_freq = calloc((size_t)(m->rot_dim / 2 + 1), sizeof *m->inv_freq);
-    if (!m->inv_freq) {
+    float *inv = calloc((size_t)(m->rot_dim / 2 + 1), sizeof *inv);
+    if (!inv || own(m, inv)) { /* owned, since placement may repoint inv_freq at a backend copy */
+        free(inv);
         sl_fail(e, "out of memory");
         goto fail;
     }
+    m->inv_freq = inv;
     sl_rope_inv_freq(&m->cfg.rope, m->rot_dim, m->inv_freq, &m->attn_factor);
     if (m->family->load(m, &ld, e)) goto fail;
     if (sl_ld_check_all_used(&ld, e)) goto fail;
     sl_loader_free(&ld);
     account(m);
+    if (m->be->ops->place_weight && place_all(m, e)) goto fail;
+    if (note[0]) fprintf(stderr, "sluice: %s\n", note);
     *out = m;
     return 0;
 fail:

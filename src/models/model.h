@@ -62,7 +62,8 @@ struct sl_model {
 };
 
 typedef struct sl_model_opts {
-    int threads; /* <= 0: all cores */
+    int threads;         /* <= 0: all cores */
+    const char *backend; /* "cpu", "cuda", "auto"; NULL: SLUICE_BACKEND, else auto (see sl_backend_open) */
 } sl_model_opts;
 
 int sl_model_load(const char *path, const sl_model_opts *o, sl_model **out, sl_err *e);

@@ -84,6 +84,7 @@ oom:
 
 void sl_session_free(sl_session *s) {
     if (!s) return;
+    if (s->step) s->m->be->ops->step_free(s->m->be, s->step);
     for (int i = 0; i < s->n_bufs; i++) s->m->be->ops->free(s->m->be, s->bufs[i]);
     free(s->bufs);
     free(s->hist);
@@ -118,12 +119,18 @@ int sl_session_forward(sl_session *s, const int32_t *ids, int n, float *logits, 
     size_t V = (size_t)c->vocab_size, H = (size_t)c->hidden;
     for (int off = 0; off < n; off += s->max_batch) {
         int nb = n - off < s->max_batch ? n - off : s->max_batch;
-        be->ops->embed(be, &m->embed, ids + off, nb, s->s.x);
-        if (m->family->layers(m, s, s->s.x, nb, e)) return -1;
-        memcpy(s->hist + s->pos, ids + off, (size_t)nb * sizeof *ids);
-        s->pos += nb;
+        /* one-token steps are recorded once and replayed where the backend can; a recorded step always
+         * ends with the logits in s->s.logits */
+        int step = nb == 1 && be->ops->step_begin ? be->ops->step_begin(be, &s->step, s->pos, ids[off]) : -1;
+        if (step != 1) {
+            be->ops->embed(be, &m->embed, ids + off, nb, s->s.x);
+            if (m->family->layers(m, s, s->s.x, nb, e)) {
+                if (step == 0) be->ops->step_end(be, &s->step); /* closes the recording */
+                return -1;
+            }
+        }
         int last_chunk = off + nb == n;
-        if (logits && (all_logits || last_chunk)) {
+        if (step == 0 || (step < 0 && logits && (all_logits || last_chunk))) {
             int first = all_logits ? 0 : nb - 1;
             be->ops->rmsnorm(be, s->s.x + (size_t)first * H, m->final_norm, nb - first, (int)H, (float)c->rms_eps,
                              s->s.xn);
@@ -131,9 +138,14 @@ int sl_session_forward(sl_session *s, const int32_t *ids, int n, float *logits, 
                 int rows = nb - r < LOGIT_ROWS ? nb - r : LOGIT_ROWS;
                 be->ops->matmul(be, &m->lm_head, s->s.xn + (size_t)(r - first) * H, rows, s->s.logits);
                 float *dst = all_logits ? logits + (size_t)(off + r) * V : logits;
-                be->ops->download(be, dst, s->s.logits, (size_t)rows * V * 4);
+                if (step < 0) be->ops->download(be, dst, s->s.logits, (size_t)rows * V * 4);
             }
         }
+        if (step == 0) be->ops->step_end(be, &s->step);
+        if (step >= 0 && logits)
+            be->ops->download(be, all_logits ? logits + (size_t)off * V : logits, s->s.logits, V * 4);
+        memcpy(s->hist + s->pos, ids + off, (size_t)nb * sizeof *ids);
+        s->pos += nb;
         if (be->ops->check(be, e)) return -1;
     }
     return 0;
@@ -164,7 +176,8 @@ int sl_session_default_ctx(const sl_model *m) {
     for (int l = 0; l < c->n_layers; l++) n_attn += m->layers[l].kind == SL_LAYER_ATTENTION;
     double per_tok = (double)n_attn * c->n_kv_heads * c->head_dim * 8.0;
     int ctx = c->max_pos;
-    double budget = mem_available() / 4;
+    /* caches live in the backend's memory: a quarter of what is free there (host memory on the CPU) */
+    double budget = (m->be->ops->mem_free ? (double)m->be->ops->mem_free(m->be) : mem_available()) / 4;
     while (ctx > 2048 && per_tok * ctx > budget) ctx /= 2;
     return ctx < c->max_pos ? ctx : c->max_pos;
 }

@@ -28,6 +28,7 @@ struct sl_session {
     sl_scratch s;
     void **bufs; /* everything allocated from the backend, for freeing */
     int n_bufs;
+    void *step; /* the backend's recording of a one-token step (see step_begin), NULL until the first */
 };
 
 /* max_ctx <= 0: the model's max_position_embeddings. */

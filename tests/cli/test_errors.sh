@@ -17,7 +17,8 @@ fail() {
 run() {
     local name=$1 want=$2
     shift 2
-    "$BIN" "$@" >"$TMP/$name.out" 2>"$TMP/$name.err"
+    # an explicit backend: no line announcing an automatic choice
+    SLUICE_BACKEND=${BACKEND:-cpu} "$BIN" "$@" >"$TMP/$name.out" 2>"$TMP/$name.err"
     local rc=$?
     if [ "$want" = nonzero ]; then
         [ "$rc" -ne 0 ] || fail "$name: exit 0, expected non-zero"
@@ -93,6 +94,13 @@ run show_help 0 show --help
 grep -q "usage: sluice show" "$TMP/show_help.out" || fail "show_help: no usage on stdout"
 run logits_help 0 logits --help
 grep -q "usage: sluice logits" "$TMP/logits_help.out" || fail "logits_help: no usage on stdout"
+
+# Backend choice: unknown names are refused naming where they came from.
+run backend_flag 1 logits "$GOOD" --ids 1 --out "$TMP/x.f32" --backend tpu
+one_line backend_flag "--backend" "tpu" "cpu, cuda or auto"
+BACKEND=tpu run backend_env 1 logits "$GOOD" --ids 1 --out "$TMP/x.f32"
+one_line backend_env "SLUICE_BACKEND" "tpu"
+"$BIN" --version | grep -Eq '^sluice [0-9.]+ \(cpu' || fail "--version does not list the cpu backend"
 
 # The good model still works, as a control for the cases above.
 run show_good 0 show "$GOOD"

@@ -1,10 +1,12 @@
 /* Every fixture model against transformers' float32 logits: prefill as one batch, then each decode id
- * through the cache. rel-L2 <= 1e-3 and identical argmax at every position. */
+ * through the cache. rel-L2 <= 1e-3 and identical argmax at every position on the CPU; with
+ * SLUICE_BACKEND=cuda (bf16 tensor-core prefill) rel-L2 <= 3e-2 and identical argmax at >= 95%. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "runtime/session.h"
 #include "testutil.h"
@@ -33,6 +35,11 @@ static double rel_l2(const float *a, const float *b, size_t n) {
         den += (double)b[i] * b[i];
     }
     return sqrt(num / den);
+}
+
+static int on_gpu(void) {
+    const char *b = getenv("SLUICE_BACKEND");
+    return b && !strcmp(b, "cuda");
 }
 
 static int argmax(const float *v, int n) {
@@ -92,10 +99,12 @@ static void check_fixture(const char *name) {
     int same = 0;
     for (size_t r = 0; r < rows; r++) same += argmax(got + r * V, V) == argmax(ref + r * V, V);
     cr_log_info("%s: prefill rel-L2 %.2e, decode rel-L2 %.2e, argmax %d/%zu", name, rp, rd, same, rows);
-    cr_expect_leq(rp, 1e-3, "%s prefill rel-L2 %.3e", name, rp);
-    cr_expect_leq(rd, 1e-3, "%s decode rel-L2 %.3e", name, rd);
-    cr_expect_eq(same, (int)rows, "%s argmax identical at %d of %zu positions", name, same, rows);
-    if (!f) /* the recorded greedy token belongs to the shipped logits */
+    double tol = on_gpu() ? 3e-2 : 1e-3;
+    int need = on_gpu() ? (int)((double)rows * 0.95 + 0.999) : (int)rows;
+    cr_expect_leq(rp, tol, "%s prefill rel-L2 %.3e", name, rp);
+    cr_expect_leq(rd, tol, "%s decode rel-L2 %.3e", name, rd);
+    cr_expect_geq(same, need, "%s argmax identical at %d of %zu positions", name, same, rows);
+    if (!f && !on_gpu()) /* the recorded greedy token belongs to the shipped logits */
         cr_expect_eq(argmax(got + (size_t)(np - 1) * V, V),
                      (int)json_integer_value(json_object_get(ex, "greedy_argmax_prefill_last")));
 
@@ -150,7 +159,8 @@ Test(fixtures, batch_equals_incremental) {
         sl_session_reset(s);
         for (int i = 0; i < n; i++) cr_assert_eq(sl_session_forward(s, ids + i, 1, b + (size_t)i * V, 0, &e), 0);
         double r = rel_l2(b, a, (size_t)n * V);
-        cr_expect_leq(r, 1e-5, "%s: incremental vs batch rel-L2 %.3e", names[k], r);
+        /* on the GPU the batch runs through bf16 tensor cores, one token through fp32 GEMV kernels */
+        cr_expect_leq(r, on_gpu() ? 3e-2 : 1e-5, "%s: incremental vs batch rel-L2 %.3e", names[k], r);
         free(a);
         free(b);
         free(dir);

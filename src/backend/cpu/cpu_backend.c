@@ -90,6 +90,11 @@ static void cpu_copy_rows(sl_backend *b, float *dst, int dst_stride, const float
         memmove(dst + (size_t)i * (size_t)dst_stride, src + (size_t)i * (size_t)src_stride, (size_t)width * 4);
 }
 
+static void cpu_kv_store(sl_backend *b, float *cache, int pos, const float *x, int n, int width) {
+    (void)b;
+    memmove(cache + (size_t)pos * (size_t)width, x, (size_t)n * (size_t)width * sizeof(float));
+}
+
 static void cpu_add(sl_backend *b, float *y, const float *x, size_t len) {
     (void)b;
     for (size_t i = 0; i < len; i++) y[i] += x[i];
@@ -140,6 +145,7 @@ static const sl_backend_ops cpu_ops = {
     .conv1d_silu = cpu_conv1d_silu,
     .deltanet = cpu_deltanet,
     .gated_rmsnorm = cpu_gated_rmsnorm,
+    .kv_store = cpu_kv_store,
 };
 
 static void cpu_destroy(sl_backend *b) {

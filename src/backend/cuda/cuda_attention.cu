@@ -1,0 +1,200 @@
+/* Causal GQA attention on the GPU, in fp32 with online softmax (no n x n score buffer).
+ * Prefill: a block is 4 consecutive queries of one head; key/value tiles are staged in shared memory and
+ * each lane scores one key of the tile. Decode: split-K over the cache, each block a slice of positions
+ * for one head, then a pass that merges the slices. Positions come from device memory inside recorded
+ * steps. */
+#include <math.h>
+
+#include "backend/cuda/cuda_int.cuh"
+
+#define ATT_Q 4        /* queries (warps) per prefill block */
+#define ATT_MAXD 8     /* head_dim / 32 held per lane: head_dim <= 256 */
+#define DEC_SPLITS 64  /* decode slices in a recorded step (the cache length is unknown when recording) */
+#define DEC_WARPS 4
+
+struct att_args {
+    const float *q, *kc, *vc;
+    float *out;
+    int n, pos0, n_heads, n_kv, hd, window;
+    float scale;
+    const int *dpos;
+};
+
+__global__ void __launch_bounds__(ATT_Q * 32) att_prefill_k(att_args a, int tk) {
+    extern __shared__ float sm[];
+    int ldk = a.hd + 1; /* padded rows: lanes reading one column each hit distinct banks */
+    float *ks = sm, *vs = ks + tk * ldk, *qs = vs + tk * ldk;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int h = blockIdx.y, kvh = h / (a.n_heads / a.n_kv);
+    int pos0 = a.dpos ? *a.dpos : a.pos0;
+    int i0 = blockIdx.x * ATT_Q, i = i0 + warp;
+    int qw = a.n_heads * a.hd, kw = a.n_kv * a.hd;
+    int p = pos0 + i; /* this warp's query position */
+    bool live = i < a.n;
+    for (int d = lane; d < a.hd; d += 32) qs[warp * a.hd + d] = live ? a.q[(long long)i * qw + h * a.hd + d] * a.scale : 0;
+    int last = pos0 + min(i0 + ATT_Q, a.n) - 1; /* the block's last query position */
+    int first = a.window > 0 ? max(0, pos0 + i0 - a.window + 1) : 0;
+    int lo = a.window > 0 ? max(0, p - a.window + 1) : 0;
+    float m = -INFINITY, l = 0, o[ATT_MAXD];
+#pragma unroll
+    for (int k = 0; k < ATT_MAXD; k++) o[k] = 0;
+    for (int t0 = first; t0 <= last; t0 += tk) {
+        __syncthreads();
+        for (int e = threadIdx.x; e < tk * a.hd; e += blockDim.x) {
+            int j = e / a.hd, d = e % a.hd, t = t0 + j;
+            bool ok = t <= last;
+            ks[j * ldk + d] = ok ? a.kc[(long long)t * kw + kvh * a.hd + d] : 0;
+            vs[j * ldk + d] = ok ? a.vc[(long long)t * kw + kvh * a.hd + d] : 0;
+        }
+        __syncthreads();
+        if (!live) continue;
+        int t = t0 + lane;
+        float s = -INFINITY;
+        if (lane < tk && t <= p && t >= lo) {
+            s = 0;
+            const float *kr = ks + lane * ldk, *qr = qs + warp * a.hd;
+            for (int d = 0; d < a.hd; d++) s += qr[d] * kr[d];
+        }
+        float mt = warp_max(s);
+        if (mt == -INFINITY) continue;
+        float mn = fmaxf(m, mt), corr = expf(m - mn);
+        float pj = s == -INFINITY ? 0.0f : expf(s - mn);
+        l = l * corr + warp_sum(pj);
+#pragma unroll
+        for (int k = 0; k < ATT_MAXD; k++) o[k] *= corr;
+        for (int j = 0; j < tk; j++) {
+            float pb = __shfl_sync(0xffffffffu, pj, j);
+            if (pb == 0.0f) continue;
+            const float *vr = vs + j * ldk;
+#pragma unroll
+            for (int k = 0; k < ATT_MAXD; k++) {
+                int d = lane + 32 * k;
+                if (d < a.hd) o[k] += pb * vr[d];
+            }
+        }
+        m = mn;
+    }
+    if (!live) return;
+    float inv = 1.0f / l;
+#pragma unroll
+    for (int k = 0; k < ATT_MAXD; k++) {
+        int d = lane + 32 * k;
+        if (d < a.hd) a.out[(long long)i * qw + h * a.hd + d] = o[k] * inv;
+    }
+}
+
+/* One slice of the cache for one query head: partial max, sum and weighted values. */
+__global__ void __launch_bounds__(DEC_WARPS * 32) att_decode_k(att_args a, int splits, float *part) {
+    __shared__ float red[DEC_WARPS][ATT_MAXD * 32 + 2];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int h = blockIdx.y, sp = blockIdx.x, kvh = h / (a.n_heads / a.n_kv);
+    int p = a.dpos ? *a.dpos : a.pos0;
+    int lo = a.window > 0 ? max(0, p - a.window + 1) : 0;
+    int len = p - lo + 1, per = (len + splits - 1) / splits;
+    int b0 = lo + sp * per, b1 = min(b0 + per, p + 1);
+    int kw = a.n_kv * a.hd;
+    float q[ATT_MAXD], o[ATT_MAXD];
+#pragma unroll
+    for (int k = 0; k < ATT_MAXD; k++) {
+        int d = lane + 32 * k;
+        q[k] = d < a.hd ? a.q[h * a.hd + d] * a.scale : 0;
+        o[k] = 0;
+    }
+    float m = -INFINITY, l = 0;
+    for (int t = b0 + warp; t < b1; t += DEC_WARPS) {
+        const float *kr = a.kc + (long long)t * kw + kvh * a.hd;
+        float s = 0;
+#pragma unroll
+        for (int k = 0; k < ATT_MAXD; k++) {
+            int d = lane + 32 * k;
+            if (d < a.hd) s += q[k] * kr[d];
+        }
+        s = warp_sum(s);
+        float mn = fmaxf(m, s), corr = expf(m - mn), pj = expf(s - mn);
+        l = l * corr + pj;
+        const float *vr = a.vc + (long long)t * kw + kvh * a.hd;
+#pragma unroll
+        for (int k = 0; k < ATT_MAXD; k++) {
+            int d = lane + 32 * k;
+            o[k] = o[k] * corr + (d < a.hd ? pj * vr[d] : 0);
+        }
+        m = mn;
+    }
+    /* merge the warps */
+#pragma unroll
+    for (int k = 0; k < ATT_MAXD; k++) red[warp][lane + 32 * k] = o[k];
+    if (lane == 0) {
+        red[warp][ATT_MAXD * 32] = m;
+        red[warp][ATT_MAXD * 32 + 1] = l;
+    }
+    __syncthreads();
+    if (warp) return;
+    float M = -INFINITY;
+    for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, red[w][ATT_MAXD * 32]);
+    float L = 0;
+    float *dst = part + ((long long)h * splits + sp) * (a.hd + 2);
+    for (int w = 0; w < DEC_WARPS; w++) {
+        float mw = red[w][ATT_MAXD * 32];
+        L += mw == -INFINITY ? 0 : red[w][ATT_MAXD * 32 + 1] * expf(mw - M);
+    }
+    for (int d = lane; d < a.hd; d += 32) {
+        float v = 0;
+        for (int w = 0; w < DEC_WARPS; w++) {
+            float mw = red[w][ATT_MAXD * 32];
+            if (mw != -INFINITY) v += red[w][d] * expf(mw - M);
+        }
+        dst[d] = v;
+    }
+    if (lane == 0) {
+        dst[a.hd] = M;
+        dst[a.hd + 1] = L;
+    }
+}
+
+__global__ void att_merge_k(const float *part, int splits, int hd, float *out) {
+    int h = blockIdx.x;
+    const float *ph = part + (long long)h * splits * (hd + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < splits; s++) M = fmaxf(M, ph[s * (hd + 2) + hd]);
+    float L = 0;
+    for (int s = 0; s < splits; s++) {
+        float ms = ph[s * (hd + 2) + hd];
+        if (ms != -INFINITY) L += ph[s * (hd + 2) + hd + 1] * expf(ms - M);
+    }
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float v = 0;
+        for (int s = 0; s < splits; s++) {
+            float ms = ph[s * (hd + 2) + hd];
+            if (ms != -INFINITY) v += ph[s * (hd + 2) + d] * expf(ms - M);
+        }
+        out[h * hd + d] = v / L;
+    }
+}
+
+void cu_attention(sl_backend *b, const float *q, const float *kc, const float *vc, int n, int pos0, int n_heads,
+                  int n_kv, int head_dim, int window, float scale, float *out) {
+    cu_impl *c = cu_of(b);
+    if (head_dim > ATT_MAXD * 32) {
+        cu_fail(c, "attention: head_dim %d is above the CUDA kernels' limit of %d", head_dim, ATT_MAXD * 32);
+        return;
+    }
+    att_args a = {q, kc, vc, out, n, pos0, n_heads, n_kv, head_dim, window, scale, cu_dpos(c)};
+    if (n == 1) {
+        int splits = DEC_SPLITS;
+        if (!c->capturing) { /* short caches need fewer slices */
+            int len = window > 0 && window < pos0 + 1 ? window : pos0 + 1;
+            splits = (len + 127) / 128;
+            splits = splits < 1 ? 1 : splits > DEC_SPLITS ? DEC_SPLITS : splits;
+        }
+        size_t need = (size_t)n_heads * DEC_SPLITS * (size_t)(head_dim + 2) * sizeof(float);
+        if (cu_grow(c, (void **)&c->att_part, &c->att_part_len, need, "attention partials")) return;
+        att_decode_k<<<dim3((unsigned)splits, (unsigned)n_heads), DEC_WARPS * 32, 0, c->st>>>(a, splits,
+                                                                                           c->att_part);
+        att_merge_k<<<n_heads, 128, 0, c->st>>>(c->att_part, splits, head_dim, out);
+    } else {
+        int tk = head_dim <= 128 ? 32 : 16;
+        size_t smem = ((size_t)2 * tk * (head_dim + 1) + (size_t)ATT_Q * head_dim) * sizeof(float);
+        att_prefill_k<<<dim3(CU_BLOCKS(n, ATT_Q), (unsigned)n_heads), ATT_Q * 32, smem, c->st>>>(a, tk);
+    }
+    cu_check_launch(c, "attention");
+}

@@ -1,0 +1,441 @@
+/* The CUDA backend: device memory, resident weights, failure reporting, recorded decode steps (CUDA
+ * graphs), and the op table. Every op is issued on one stream; ops never wait for the device, so a
+ * step can be captured as a graph and replayed. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_int.cuh"
+
+#define BLOCK_BYTES ((size_t)256 << 20) /* resident weights are carved from blocks of this size */
+#define ALIGN 256
+
+int cu_fail(cu_impl *c, const char *fmt, ...) {
+    if (!c->failed) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(c->failure.msg, sizeof c->failure.msg, fmt, ap);
+        va_end(ap);
+        c->failed = 1;
+    }
+    return -1;
+}
+
+int cu_check_launch(cu_impl *c, const char *what) {
+    cudaError_t err = cudaGetLastError();
+    if (err == cudaSuccess) return 0;
+    cu_fail(c, "CUDA %s: %s", what, cudaGetErrorString(err));
+    return 1;
+}
+
+int cu_grow(cu_impl *c, void **p, size_t *len, size_t bytes, const char *what) {
+    if (*len >= bytes) return 0;
+    if (c->capturing)
+        return cu_fail(c, "%s would need %zu bytes more device scratch inside a recorded step", what, bytes - *len);
+    cudaStreamSynchronize(c->st); /* the old buffer may still be in use */
+    cudaFree(*p);
+    *len = 0;
+    if (cudaMalloc(p, bytes) != cudaSuccess) {
+        *p = NULL;
+        cudaGetLastError();
+        return cu_fail(c, "out of GPU memory for %zu bytes of %s", bytes, what);
+    }
+    *len = bytes;
+    return 0;
+}
+
+cu_w cu_w_of(const sl_weight *w) {
+    cu_w d;
+    memset(&d, 0, sizeof d);
+    d.data = w->data;
+    d.scales = w->scales;
+    d.biases = w->biases;
+    d.bias = w->bias;
+    d.row_bytes = (long long)w->row_bytes;
+    d.rows = w->rows;
+    d.cols = w->cols;
+    d.fmt = w->fmt;
+    d.bits = w->bits;
+    d.group = w->group;
+    d.sbf = w->sb_fmt;
+    int aligned = ((uintptr_t)w->data % 16) == 0;
+    switch (w->fmt) {
+    case SL_WF_BF16:
+    case SL_WF_F16: d.vec = aligned && w->cols % 8 == 0; break;
+    case SL_WF_F32: d.vec = aligned && w->cols % 4 == 0; break;
+    case SL_WF_MLX:
+        d.vec = aligned && w->cols % 32 == 0 && w->group % 32 == 0 &&
+                (w->bits == 2 || w->bits == 3 || w->bits == 4 || w->bits == 5 || w->bits == 6 || w->bits == 8);
+        break;
+    default: d.vec = 0;
+    }
+    return d;
+}
+
+static void *cu_alloc(sl_backend *b, size_t bytes) {
+    cu_impl *c = cu_of(b);
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError();
+        cu_fail(c, "out of GPU memory allocating %zu bytes", bytes);
+        return NULL;
+    }
+    cudaMemset(p, 0, bytes);
+    return p;
+}
+
+static void cu_free(sl_backend *b, void *p) {
+    cudaStreamSynchronize(cu_of(b)->st);
+    cudaFree(p);
+}
+
+static void cu_zero(sl_backend *b, void *p, size_t bytes) {
+    cu_impl *c = cu_of(b);
+    cudaMemsetAsync(p, 0, bytes, c->st);
+    cu_check_launch(c, "memset");
+}
+
+static void cu_upload(sl_backend *b, void *dst, const void *src, size_t bytes) {
+    cu_impl *c = cu_of(b);
+    cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->st);
+    cu_check_launch(c, "upload");
+}
+
+static void cu_download(sl_backend *b, void *dst, const void *src, size_t bytes) {
+    cu_impl *c = cu_of(b);
+    cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->st);
+    cudaError_t err = cudaStreamSynchronize(c->st);
+    if (err != cudaSuccess) cu_fail(c, "CUDA error in the ops before a download: %s", cudaGetErrorString(err));
+}
+
+static int cu_check(sl_backend *b, sl_err *e) {
+    cu_impl *c = cu_of(b);
+    cu_check_launch(c, "launch");
+    if (!c->failed) return 0;
+    c->failed = 0;
+    return sl_fail(e, "%s", c->failure.msg);
+}
+
+/* Device memory for resident weights: 256-byte aligned pieces of large blocks. */
+static void *arena(cu_impl *c, size_t bytes, sl_err *e) {
+    bytes = (bytes + ALIGN - 1) / ALIGN * ALIGN;
+    if (!c->n_blocks || c->block_used + bytes > c->block_cap) {
+        size_t cap = bytes > BLOCK_BYTES ? bytes : BLOCK_BYTES;
+        if (c->n_blocks == c->cap_blocks) {
+            int nc = c->cap_blocks ? 2 * c->cap_blocks : 16;
+            uint8_t **nb = (uint8_t **)realloc(c->blocks, sizeof *nb * (size_t)nc);
+            if (!nb) {
+                sl_fail(e, "out of memory");
+                return NULL;
+            }
+            c->blocks = nb;
+            c->cap_blocks = nc;
+        }
+        void *p = NULL;
+        if (cudaMalloc(&p, cap) != cudaSuccess) {
+            cudaGetLastError();
+            size_t fr = 0, tot = 0;
+            cudaMemGetInfo(&fr, &tot);
+            sl_fail(e, "out of GPU memory placing the weights (%.2f GiB more needed, %.2f GiB free of %.2f GiB)",
+                    (double)cap / (1 << 30), (double)fr / (1 << 30), (double)tot / (1 << 30));
+            return NULL;
+        }
+        c->blocks[c->n_blocks++] = (uint8_t *)p;
+        c->block_used = 0;
+        c->block_cap = cap;
+    }
+    void *p = c->blocks[c->n_blocks - 1] + c->block_used;
+    c->block_used += bytes;
+    return p;
+}
+
+static const void *put(cu_impl *c, const void *src, size_t bytes, sl_err *e) {
+    void *d = arena(c, bytes, e);
+    if (!d) return NULL;
+    cudaError_t err = cudaMemcpy(d, src, bytes, cudaMemcpyHostToDevice);
+    if (err != cudaSuccess) {
+        sl_fail(e, "copying weights to the GPU: %s", cudaGetErrorString(err));
+        return NULL;
+    }
+    return d;
+}
+
+static int cu_place_weight(sl_backend *b, sl_weight *w, sl_err *e) {
+    cu_impl *c = cu_of(b);
+    if (w->fmt != SL_WF_F32 && w->fmt != SL_WF_F16 && w->fmt != SL_WF_BF16 && w->fmt != SL_WF_MLX) {
+        char buf[64];
+        return sl_fail(e, "the CUDA backend has no kernels for weights stored as %s (use --backend cpu)",
+                       sl_wfmt_name(w, buf, sizeof buf));
+    }
+    size_t data = (size_t)w->rows * w->row_bytes;
+    if (!(w->data = (const uint8_t *)put(c, w->data, data, e))) return -1;
+    if (w->fmt == SL_WF_MLX) {
+        size_t sb = (size_t)w->rows * (size_t)(w->cols / w->group) * (w->sb_fmt == SL_WF_F32 ? 4 : 2);
+        if (!(w->scales = (const uint8_t *)put(c, w->scales, sb, e)) ||
+            !(w->biases = (const uint8_t *)put(c, w->biases, sb, e)))
+            return -1;
+    }
+    if (w->bias && !(w->bias = (const float *)put(c, w->bias, (size_t)w->rows * sizeof(float), e))) return -1;
+    return 0;
+}
+
+static int cu_place_vector(sl_backend *b, float **v, size_t len, sl_err *e) {
+    const void *d = put(cu_of(b), *v, len * sizeof(float), e);
+    if (!d) return -1;
+    *v = (float *)d;
+    return 0;
+}
+
+static int cu_place_experts(sl_backend *b, const sl_expert_table *t, sl_err *e) {
+    cu_impl *c = cu_of(b);
+    cu_expert *h = (cu_expert *)calloc((size_t)t->n_experts, sizeof *h);
+    if (!h) return sl_fail(e, "out of memory");
+    int inter = 0, hidden = 0;
+    for (int x = 0; x < t->n_experts; x++) {
+        const sl_expert *ex = t->experts[x];
+        if (!ex) {
+            free(h);
+            return sl_fail(e, "expert %d is not loaded; the CUDA backend needs every expert of a layer in GPU memory",
+                           x);
+        }
+        h[x].w[0] = cu_w_of(&ex->gate);
+        h[x].w[1] = cu_w_of(&ex->up);
+        h[x].w[2] = cu_w_of(&ex->down);
+        if (x && (ex->gate.rows != inter || ex->down.rows != hidden)) {
+            free(h);
+            return sl_fail(e, "expert %d has a different shape from expert 0", x);
+        }
+        inter = ex->gate.rows;
+        hidden = ex->down.rows;
+    }
+    cu_table *tab = NULL;
+    for (int i = 0; i < c->n_tables; i++)
+        if (c->tables[i].key == t) tab = &c->tables[i];
+    if (tab && tab->n != t->n_experts) {
+        free(h);
+        return sl_fail(e, "an expert table changed its size from %d to %d", tab->n, t->n_experts);
+    }
+    if (!tab) {
+        if (c->n_tables == c->cap_tables) {
+            int nc = c->cap_tables ? 2 * c->cap_tables : 64;
+            cu_table *nt = (cu_table *)realloc(c->tables, sizeof *nt * (size_t)nc);
+            if (!nt) {
+                free(h);
+                return sl_fail(e, "out of memory");
+            }
+            c->tables = nt;
+            c->cap_tables = nc;
+        }
+        tab = &c->tables[c->n_tables];
+        tab->key = t;
+        tab->n = t->n_experts;
+        if (!(tab->d = (cu_expert *)arena(c, sizeof *h * (size_t)t->n_experts, e))) {
+            free(h);
+            return -1;
+        }
+        c->n_tables++;
+    }
+    cudaStreamSynchronize(c->st);
+    cudaError_t err = cudaMemcpy(tab->d, h, sizeof *h * (size_t)t->n_experts, cudaMemcpyHostToDevice);
+    free(h);
+    if (err != cudaSuccess) return sl_fail(e, "copying an expert table to the GPU: %s", cudaGetErrorString(err));
+    /* a recorded step must never grow scratch: size the MoE buffers for one token's top-32 now */
+    size_t need = (size_t)32 * ((size_t)inter * 2 + (size_t)hidden) * sizeof(float);
+    if (cu_grow(c, (void **)&c->moe_buf, &c->moe_len, need, "MoE buffers")) {
+        c->failed = 0;
+        return sl_fail(e, "%s", c->failure.msg);
+    }
+    return 0;
+}
+
+static size_t cu_mem_free(sl_backend *b) {
+    (void)b;
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return fr;
+}
+
+/* A recorded one-token step. */
+struct cu_rec {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+};
+
+static int cu_step_begin(sl_backend *b, void **rec, int pos, int32_t id) {
+    cu_impl *c = cu_of(b);
+    if (c->steps_off || c->failed) return -1;
+    /* the previous replay may still read the pinned step values */
+    if (cudaStreamSynchronize(c->st) != cudaSuccess) {
+        cu_check_launch(c, "step");
+        return -1;
+    }
+    c->h_step->pos = pos;
+    c->h_step->tok = id;
+    if (*rec) {
+        cudaGraphLaunch(((cu_rec *)*rec)->exec, c->st);
+        cu_check_launch(c, "replaying a decode step");
+        return 1;
+    }
+    if (cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        cudaGetLastError();
+        c->steps_off = 1;
+        return -1;
+    }
+    cudaMemcpyAsync(c->d_step, c->h_step, sizeof(cu_step), cudaMemcpyHostToDevice, c->st);
+    c->capturing = 1;
+    return 0;
+}
+
+static void cu_step_end(sl_backend *b, void **rec) {
+    cu_impl *c = cu_of(b);
+    c->capturing = 0;
+    cudaGraph_t g = NULL;
+    cudaError_t err = cudaStreamEndCapture(c->st, &g);
+    cu_rec *r = NULL;
+    if (err == cudaSuccess && !c->failed && (r = (cu_rec *)calloc(1, sizeof *r))) {
+        r->graph = g;
+        err = cudaGraphInstantiateWithFlags(&r->exec, g, 0);
+        if (err == cudaSuccess) err = cudaGraphLaunch(r->exec, c->st);
+        if (err == cudaSuccess) {
+            *rec = r;
+            return;
+        }
+    }
+    /* the step's ops did not run: report it, and issue later steps directly */
+    cu_fail(c, "recording a decode step failed: %s", err != cudaSuccess ? cudaGetErrorString(err) : "out of memory");
+    cudaGetLastError();
+    if (r && r->exec) cudaGraphExecDestroy(r->exec);
+    if (g) cudaGraphDestroy(g);
+    free(r);
+    c->steps_off = 1;
+}
+
+static void cu_step_free(sl_backend *b, void *rec) {
+    cu_rec *r = (cu_rec *)rec;
+    cudaStreamSynchronize(cu_of(b)->st);
+    cudaGraphExecDestroy(r->exec);
+    cudaGraphDestroy(r->graph);
+    free(r);
+}
+
+static const sl_backend_ops cuda_ops = {
+    .name = "cuda",
+    .alloc = cu_alloc,
+    .free = cu_free,
+    .zero = cu_zero,
+    .upload = cu_upload,
+    .download = cu_download,
+    .check = cu_check,
+    .embed = cu_embed,
+    .matmul = cu_matmul,
+    .rmsnorm = cu_rmsnorm,
+    .rope = cu_rope,
+    .copy_rows = cu_copy_rows,
+    .attention = cu_attention,
+    .add = cu_add,
+    .swiglu = cu_swiglu,
+    .mul_sigmoid = cu_mul_sigmoid,
+    .scale_rows_sigmoid = cu_scale_rows_sigmoid,
+    .route = cu_route,
+    .moe = cu_moe,
+    .conv1d_silu = cu_conv1d_silu,
+    .deltanet = cu_deltanet,
+    .gated_rmsnorm = cu_gated_rmsnorm,
+    .kv_store = cu_kv_store,
+    .place_weight = cu_place_weight,
+    .place_vector = cu_place_vector,
+    .place_experts = cu_place_experts,
+    .mem_free = cu_mem_free,
+    .step_begin = cu_step_begin,
+    .step_end = cu_step_end,
+    .step_free = cu_step_free,
+};
+
+static void cu_destroy(sl_backend *b) {
+    cu_impl *c = cu_of(b);
+    cudaStreamSynchronize(c->st);
+    for (int i = 0; i < c->n_blocks; i++) cudaFree(c->blocks[i]);
+    free(c->blocks);
+    free(c->tables);
+    cudaFree(c->wtmp);
+    cudaFree(c->xtmp);
+    cudaFree(c->ids);
+    cudaFree(c->att_part);
+    cudaFree(c->moe_buf);
+    cudaFree(c->d_step);
+    cudaFreeHost(c->h_step);
+    if (c->blas) cublasDestroy(c->blas);
+    if (c->st) cudaStreamDestroy(c->st);
+    free(c);
+    free(b);
+}
+
+__global__ void probe_k(int *p) {
+    if (p) *p = 0;
+}
+
+int sl_cuda_backend_create(int device, sl_backend **out, char *about, size_t about_len) {
+    int n = 0;
+    cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess || n <= device) {
+        snprintf(about, about_len, "no CUDA device: %s",
+                 err != cudaSuccess ? cudaGetErrorString(err) : "the driver reports none");
+        cudaGetLastError();
+        return -1;
+    }
+    cudaDeviceProp p;
+    if ((err = cudaSetDevice(device)) != cudaSuccess || (err = cudaGetDeviceProperties(&p, device)) != cudaSuccess) {
+        snprintf(about, about_len, "CUDA device %d: %s", device, cudaGetErrorString(err));
+        return -1;
+    }
+    cudaFuncAttributes fa;
+    if (cudaFuncGetAttributes(&fa, probe_k) != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(about, about_len, "%s is sm_%d%d, which this binary has no kernels for (built for %s)", p.name,
+                 p.major, p.minor, SLUICE_CUDA_ARCHS);
+        return -1;
+    }
+    sl_backend *b = (sl_backend *)calloc(1, sizeof *b);
+    cu_impl *c = (cu_impl *)calloc(1, sizeof *c);
+    if (!b || !c) {
+        free(b);
+        free(c);
+        snprintf(about, about_len, "out of memory");
+        return -1;
+    }
+    b->ops = &cuda_ops;
+    b->impl = c;
+    b->destroy = cu_destroy;
+    c->dev = device;
+    c->sms = p.multiProcessorCount;
+    const char *g = getenv("SLUICE_CUDA_GRAPHS"); /* 0: issue every decode step's kernels (for comparison) */
+    c->steps_off = g && !strcmp(g, "0");
+    /* batches up to this size use the fp32 GEMV kernels, larger ones bf16 tensor cores */
+    const char *gm = getenv("SLUICE_CUDA_GEMV_MAX");
+    c->gemv_max = gm && atoi(gm) > 0 ? atoi(gm) : 16;
+    const char *pf = getenv("SLUICE_CUDA_PREFILL");
+    c->gemm_exact = !(pf && !strcmp(pf, "bf16"));
+    /* decode attention partials for up to 128 heads of up to 256 dims, so recorded steps never grow them */
+    size_t part = (size_t)128 * 64 * 258 * sizeof(float);
+    if (cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking) != cudaSuccess ||
+        cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(c->blas, c->st) != CUBLAS_STATUS_SUCCESS ||
+        cudaMalloc((void **)&c->d_step, sizeof(cu_step)) != cudaSuccess ||
+        cudaMallocHost((void **)&c->h_step, sizeof(cu_step)) != cudaSuccess ||
+        cudaMalloc((void **)&c->att_part, part) != cudaSuccess) {
+        snprintf(about, about_len, "setting up %s: %s", p.name, cudaGetErrorString(cudaGetLastError()));
+        cu_destroy(b);
+        return -1;
+    }
+    c->att_part_len = part;
+    size_t fr = 0, tot = 0;
+    cudaMemGetInfo(&fr, &tot);
+    snprintf(about, about_len, "%s, sm_%d%d, %.1f GiB free of %.1f GiB", p.name, p.major, p.minor,
+             (double)fr / (1 << 30), (double)tot / (1 << 30));
+    *out = b;
+    return 0;
+}

@@ -1,0 +1,148 @@
+/* Internals shared by the CUDA backend's kernel files. */
+#ifndef SLUICE_BACKEND_CUDA_INT_CUH
+#define SLUICE_BACKEND_CUDA_INT_CUH
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include "backend/backend.h"
+#include "core/err.h"
+}
+
+/* A weight as kernels take it (by value): the device copy of an sl_weight. */
+struct cu_w {
+    const uint8_t *data, *scales, *biases;
+    const float *bias;
+    long long row_bytes;
+    int rows, cols, fmt, bits, group, sbf;
+    int vec; /* 1: the vectorised path applies (see cu_w_of) */
+};
+
+/* One routed expert on the device; a layer's experts form a table indexed by expert id. */
+struct cu_expert {
+    cu_w w[3]; /* gate, up, down */
+};
+
+/* The values a recorded step reads at replay time. */
+struct cu_step {
+    int pos;
+    int32_t tok;
+};
+
+struct cu_table {
+    const sl_expert_table *key;
+    cu_expert *d;
+    int n;
+};
+
+struct cu_impl {
+    int dev;
+    cudaStream_t st;
+    cublasHandle_t blas;
+    int sms;
+    int gemm_exact; /* prefill GEMMs in split bf16 (near fp32); SLUICE_CUDA_PREFILL=bf16 turns it off */
+    int gemv_max; /* largest batch that runs through the GEMV kernels (SLUICE_CUDA_GEMV_MAX) */
+    sl_err failure;
+    int failed;
+    /* resident weights: bump-allocated from large blocks, freed together */
+    uint8_t **blocks;
+    int n_blocks, cap_blocks;
+    size_t block_used, block_cap;
+    /* scratch that grows outside of recordings only */
+    void *wtmp, *xtmp; /* bf16 weight and input for tensor-core GEMMs */
+    size_t wtmp_len, xtmp_len;
+    int32_t *ids;
+    size_t ids_len;
+    float *att_part; /* decode attention: per-split partial results */
+    size_t att_part_len;
+    float *moe_buf; /* gate/up/down outputs per routed slot */
+    size_t moe_len;
+    cu_table *tables;
+    int n_tables, cap_tables;
+    /* recorded steps */
+    cu_step *d_step, *h_step;
+    int capturing, steps_off;
+};
+
+static inline cu_impl *cu_of(sl_backend *b) {
+    return (cu_impl *)b->impl;
+}
+
+/* Records the first failure (sticky until check()). Returns -1. */
+int cu_fail(cu_impl *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Records a failed CUDA call or launch; returns nonzero when there was one. */
+int cu_check_launch(cu_impl *c, const char *what);
+/* Grows a scratch buffer to `bytes`; fails (recorded) when that would happen inside a recording. */
+int cu_grow(cu_impl *c, void **p, size_t *len, size_t bytes, const char *what);
+/* The position a kernel uses: the replayed step's when recording, else the argument. */
+static inline const int *cu_dpos(cu_impl *c) {
+    return c->capturing ? &c->d_step->pos : NULL;
+}
+cu_w cu_w_of(const sl_weight *w);
+
+#define CU_BLOCKS(n, t) ((unsigned)(((size_t)(n) + (t)-1) / (t)))
+
+__device__ __forceinline__ float cu_sigmoid(float v) {
+    return 1.0f / (1.0f + expf(-v));
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Sum over a block of up to 1024 threads; every thread gets the result. `sh` holds 32 floats. */
+__device__ __forceinline__ float block_sum(float v, float *sh) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    float t = lane < (int)((blockDim.x + 31) >> 5) ? sh[lane] : 0.0f;
+    return warp_sum(t);
+}
+
+/* ops implemented per file */
+void cu_embed(sl_backend *b, const sl_weight *w, const int32_t *ids, int n, float *out);
+void cu_matmul(sl_backend *b, const sl_weight *w, const float *x, int n, float *y);
+void cu_rmsnorm(sl_backend *b, const float *x, const float *w, int rows, int dim, float eps, float *y);
+void cu_rope(sl_backend *b, float *x, int n, int stride, int n_heads, int head_dim, int rot_dim, int pos0,
+             const float *inv_freq, float attn_factor);
+void cu_copy_rows(sl_backend *b, float *dst, int dst_stride, const float *src, int src_stride, int n, int width);
+void cu_kv_store(sl_backend *b, float *cache, int pos, const float *x, int n, int width);
+void cu_attention(sl_backend *b, const float *q, const float *kc, const float *vc, int n, int pos0, int n_heads,
+                  int n_kv, int head_dim, int window, float scale, float *out);
+void cu_add(sl_backend *b, float *y, const float *x, size_t len);
+void cu_swiglu(sl_backend *b, const float *g, const float *u, size_t len, float *out);
+void cu_mul_sigmoid(sl_backend *b, float *x, const float *g, size_t len);
+void cu_scale_rows_sigmoid(sl_backend *b, float *x, const float *s, int rows, int dim);
+void cu_route(sl_backend *b, const float *logits, int n, int n_experts, int k, int renorm, int32_t *ids,
+              float *weights);
+void cu_moe(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
+            const float *weights, int k, float *out);
+void cu_conv1d_silu(sl_backend *b, const float *x, int n, int channels, const float *w, int kernel, float *state,
+                    float *out);
+void cu_deltanet(sl_backend *b, const sl_deltanet_dims *d, const float *qkv, const float *a, const float *bb,
+                 const float *A_log, const float *dt_bias, float *state, int n, float *out);
+void cu_gated_rmsnorm(sl_backend *b, float *x, const float *z, const float *w, int rows, int dim, float eps);
+
+/* matmul core, shared with the MoE: y[slot] = w(slot) x[slot / x_div], one weight per grid row `slot`
+ * (the table entry ids[slot] when table is set). */
+void cu_gemv_launch(cu_impl *c, const cu_w *w, const cu_expert *table, const int32_t *ids, int which, int slots,
+                    int x_div, const float *x, long long x_stride, int n, float *y, long long y_stride);
+
+/* the expert GEMVs of a MoE layer: gu[2][slots][inter] = gate, up of x; d[slots][hidden] = down of
+ * silu(gate) * up */
+void cu_moe_gemv(cu_impl *c, const cu_w *gate, const cu_w *down, const cu_expert *table, const int32_t *ids,
+                 int slots, int k, const float *x, int hidden, float *gu, float *d);
+
+#endif

@@ -1,0 +1,437 @@
+/* Matrix products on the GPU. Decode (up to 16 tokens) runs fused dequantise-GEMV kernels: 128-bit
+ * weight loads, the input in shared memory, fp32 accumulation, no dequantised copy. Larger batches go
+ * through cuBLAS on tensor cores: the weight (dequantised to a bf16 scratch unless it is bf16 already)
+ * times the input rounded to bf16, accumulated in fp32. */
+#include "backend/cuda/cuda_int.cuh"
+
+#define GV_WARPS 4
+#define GV_RPW 2 /* rows per warp: their loads are issued together */
+#define GV_ROWS (GV_WARPS * GV_RPW)
+#define GV_SMEM 40960 /* bytes of staged input per block */
+
+/* Shared-memory index of input j: 4 floats of padding every 32 keep the lanes' 128-bit reads of
+ * consecutive units on distinct banks. */
+__device__ __forceinline__ int pad(int j) {
+    return j + (j >> 5) * 4;
+}
+
+__device__ __forceinline__ float load_sb(int fmt, const uint8_t *p, long long i) {
+    if (fmt == SL_WF_F32) return __ldg((const float *)p + i);
+    unsigned short h = __ldg((const unsigned short *)p + i);
+    if (fmt == SL_WF_BF16) return __uint_as_float((unsigned)h << 16);
+    return __half2float(__ushort_as_half(h));
+}
+
+/* Element (r, j) of any stored format (the slow general path). */
+__device__ float w_elem(const cu_w &w, int r, int j) {
+    const uint8_t *p = w.data + (long long)r * w.row_bytes;
+    switch (w.fmt) {
+    case SL_WF_F32: return __ldg((const float *)p + j);
+    case SL_WF_BF16: return __uint_as_float((unsigned)__ldg((const unsigned short *)p + j) << 16);
+    case SL_WF_F16: return __half2float(__ushort_as_half(__ldg((const unsigned short *)p + j)));
+    case SL_WF_MLX: {
+        long long bit = (long long)j * w.bits;
+        unsigned v = (unsigned)__ldg(p + (bit >> 3)) >> (bit & 7);
+        if ((bit & 7) + w.bits > 8) v |= (unsigned)__ldg(p + (bit >> 3) + 1) << (8 - (bit & 7));
+        v &= (1u << w.bits) - 1u;
+        long long g = (long long)r * (w.cols / w.group) + j / w.group;
+        return load_sb(w.sbf, w.scales, g) * (float)v + load_sb(w.sbf, w.biases, g);
+    }
+    default: return 0.0f;
+    }
+}
+
+/* exact float of a small unsigned integer without the slow int-to-float conversion */
+__device__ __forceinline__ float u2f(unsigned v) {
+    return __uint_as_float(v | 0x4B000000u) - 8388608.0f;
+}
+
+template <int NT>
+__device__ __forceinline__ void dot_units(const float *f, int V, const float *sx, int padw, int pu, int n,
+                                          float *acc) {
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        if (t >= n) break;
+        const float4 *xv = (const float4 *)(sx + t * padw + pu);
+        float s = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            if (4 * i >= V) break;
+            float4 a = xv[i];
+            s += f[4 * i] * a.x + f[4 * i + 1] * a.y + f[4 * i + 2] * a.z + f[4 * i + 3] * a.w;
+        }
+        acc[t] += s;
+    }
+}
+
+/* bf16 / f16 rows: units of 8 values (one 128-bit load) */
+template <int NT, bool BF>
+__device__ __forceinline__ void rows_half(const cu_w &w, int row0, int c0, int cl, const float *sx, int padw, int n,
+                                          int lane, float (*acc)[NT]) {
+#pragma unroll 4
+    for (int u = lane; u < cl / 8; u += 32) {
+        uint4 q[GV_RPW];
+#pragma unroll
+        for (int rr = 0; rr < GV_RPW; rr++) {
+            int r = min(row0 + rr, w.rows - 1);
+            q[rr] = __ldg((const uint4 *)(w.data + (long long)r * w.row_bytes + (long long)(c0 + u * 8) * 2));
+        }
+#pragma unroll
+        for (int rr = 0; rr < GV_RPW; rr++) {
+            unsigned wd[4] = {q[rr].x, q[rr].y, q[rr].z, q[rr].w};
+            float f[8];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                if (BF) {
+                    f[2 * i] = __uint_as_float(wd[i] << 16);
+                    f[2 * i + 1] = __uint_as_float(wd[i] & 0xffff0000u);
+                } else {
+                    __half2 h = *(__half2 *)&wd[i];
+                    float2 v = __half22float2(h);
+                    f[2 * i] = v.x;
+                    f[2 * i + 1] = v.y;
+                }
+            }
+            dot_units<NT>(f, 8, sx, padw, pad(u * 8), n, acc[rr]);
+        }
+    }
+}
+
+template <int NT>
+__device__ __forceinline__ void rows_f32(const cu_w &w, int row0, int c0, int cl, const float *sx, int padw, int n,
+                                         int lane, float (*acc)[NT]) {
+#pragma unroll 4
+    for (int u = lane; u < cl / 4; u += 32) {
+        float4 q[GV_RPW];
+#pragma unroll
+        for (int rr = 0; rr < GV_RPW; rr++) {
+            int r = min(row0 + rr, w.rows - 1);
+            q[rr] = __ldg((const float4 *)(w.data + (long long)r * w.row_bytes + (long long)(c0 + u * 4) * 4));
+        }
+#pragma unroll
+        for (int rr = 0; rr < GV_RPW; rr++) {
+            float f[4] = {q[rr].x, q[rr].y, q[rr].z, q[rr].w};
+            dot_units<NT>(f, 4, sx, padw, pad(u * 4), n, acc[rr]);
+        }
+    }
+}
+
+/* The BITS 32-bit words holding 32 packed values, in as few loads as their alignment allows. */
+template <int BITS> __device__ __forceinline__ void load_words(const uint8_t *p, unsigned *wd) {
+    if (BITS % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < BITS / 4; i++) {
+            uint4 v = __ldg((const uint4 *)p + i);
+            wd[4 * i] = v.x;
+            wd[4 * i + 1] = v.y;
+            wd[4 * i + 2] = v.z;
+            wd[4 * i + 3] = v.w;
+        }
+    } else if (BITS % 2 == 0) {
+#pragma unroll
+        for (int i = 0; i < BITS / 2; i++) {
+            uint2 v = __ldg((const uint2 *)p + i);
+            wd[2 * i] = v.x;
+            wd[2 * i + 1] = v.y;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < BITS; i++) wd[i] = __ldg((const unsigned *)p + i);
+    }
+}
+
+/* MLX affine rows: units of 32 values in BITS words; dot = scale * sum(q x) + bias * sum(x), with
+ * sum(x) shared by the warp's rows. */
+template <int NT, int BITS>
+__device__ __forceinline__ void rows_mlx(const cu_w &w, int row0, int c0, int cl, const float *sx, int padw, int n,
+                                         int lane, float (*acc)[NT]) {
+    const int ng = w.cols / w.group;
+#pragma unroll 2
+    for (int u = lane; u < cl / 32; u += 32) {
+        unsigned wd[GV_RPW][BITS];
+        float sc[GV_RPW], bi[GV_RPW];
+        int col = c0 + u * 32, g = col / w.group;
+#pragma unroll
+        for (int rr = 0; rr < GV_RPW; rr++) {
+            int r = min(row0 + rr, w.rows - 1);
+            load_words<BITS>(w.data + (long long)r * w.row_bytes + (long long)col * BITS / 8, wd[rr]);
+            sc[rr] = load_sb(w.sbf, w.scales, (long long)r * ng + g);
+            bi[rr] = load_sb(w.sbf, w.biases, (long long)r * ng + g);
+        }
+        int pu = pad(u * 32);
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= n) break;
+            const float4 *xv = (const float4 *)(sx + t * padw + pu);
+            float xf[32];
+            float sum = 0;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                float4 a = xv[i];
+                xf[4 * i] = a.x;
+                xf[4 * i + 1] = a.y;
+                xf[4 * i + 2] = a.z;
+                xf[4 * i + 3] = a.w;
+                sum += (a.x + a.y) + (a.z + a.w);
+            }
+#pragma unroll
+            for (int rr = 0; rr < GV_RPW; rr++) {
+                float s = 0;
+#pragma unroll
+                for (int j = 0; j < 32; j++) {
+                    const int bit = j * BITS, k = bit >> 5, sh = bit & 31;
+                    unsigned v = wd[rr][k] >> sh;
+                    if (sh + BITS > 32) v |= wd[rr][k + 1] << (32 - sh);
+                    s += u2f(v & ((1u << BITS) - 1u)) * xf[j];
+                }
+                acc[rr][t] += sc[rr] * s + bi[rr] * sum;
+            }
+        }
+    }
+}
+
+template <int NT>
+__device__ __forceinline__ void rows_elem(const cu_w &w, int row0, int c0, int cl, const float *sx, int padw, int n,
+                                          int lane, float (*acc)[NT]) {
+    for (int rr = 0; rr < GV_RPW; rr++) {
+        int r = min(row0 + rr, w.rows - 1);
+        for (int j = lane; j < cl; j += 32) {
+            float v = w_elem(w, r, c0 + j);
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+                if (t < n) acc[rr][t] += v * sx[t * padw + pad(j)];
+        }
+    }
+}
+
+/* y[slot][t][rows] = W(slot) . x[slot / x_div][t] for t < n. Each warp owns GV_RPW rows; the block
+ * stages the input in chunks of `chunk` columns. Grid z selects weight `which + z` and output
+ * y + z * yz (gate and up in one launch). With act, the input is silu(x) * x[act_off + ...], the
+ * SwiGLU of a gate/up pair, formed while staging. */
+template <int NT>
+__global__ void __launch_bounds__(GV_WARPS * 32)
+    gemv_k(cu_w w0, const cu_expert *table, const int32_t *ids, int which, int x_div, const float *x, long long xs,
+           int n, float *y, long long ys, long long yz, int act, long long act_off, int chunk) {
+    extern __shared__ float4 smem4[];
+    float *sx = (float *)smem4;
+    int slot = blockIdx.y;
+    cu_w w = w0;
+    if (table) w = table[ids[slot]].w[which + blockIdx.z];
+    x += (long long)(slot / x_div) * xs;
+    y += (long long)slot * ys + (long long)blockIdx.z * yz;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int row0 = blockIdx.x * GV_ROWS + warp * GV_RPW;
+    if ((int)blockIdx.x * GV_ROWS >= w.rows) return; /* experts of a table share their shape */
+    float acc[GV_RPW][NT];
+#pragma unroll
+    for (int rr = 0; rr < GV_RPW; rr++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[rr][t] = 0;
+    int padw = pad(chunk);
+    for (int c0 = 0; c0 < w.cols; c0 += chunk) {
+        int cl = min(chunk, w.cols - c0);
+        __syncthreads();
+        for (int t = 0; t < n; t++) {
+            const float *xt = x + (long long)t * w.cols + c0;
+            float *st = sx + t * padw;
+            if (act) {
+                for (int j = threadIdx.x; j < cl; j += blockDim.x) {
+                    float g = xt[j];
+                    st[pad(j)] = g * cu_sigmoid(g) * xt[act_off + j];
+                }
+            } else if ((w.cols & 3) == 0) { /* 128-bit loads; 4 consecutive inputs stay contiguous */
+                for (int j = threadIdx.x * 4; j < cl; j += blockDim.x * 4)
+                    if (j + 3 < cl)
+                        *(float4 *)(st + pad(j)) = *(const float4 *)(xt + j);
+                    else
+                        for (int q = j; q < cl; q++) st[pad(q)] = xt[q];
+            } else {
+                for (int j = threadIdx.x; j < cl; j += blockDim.x) st[pad(j)] = xt[j];
+            }
+        }
+        __syncthreads();
+        if (row0 >= w.rows) continue;
+        if (!w.vec) {
+            rows_elem<NT>(w, row0, c0, cl, sx, padw, n, lane, acc);
+            continue;
+        }
+        switch (w.fmt) {
+        case SL_WF_BF16: rows_half<NT, true>(w, row0, c0, cl, sx, padw, n, lane, acc); break;
+        case SL_WF_F16: rows_half<NT, false>(w, row0, c0, cl, sx, padw, n, lane, acc); break;
+        case SL_WF_F32: rows_f32<NT>(w, row0, c0, cl, sx, padw, n, lane, acc); break;
+        case SL_WF_MLX:
+            switch (w.bits) {
+            case 2: rows_mlx<NT, 2>(w, row0, c0, cl, sx, padw, n, lane, acc); break;
+            case 3: rows_mlx<NT, 3>(w, row0, c0, cl, sx, padw, n, lane, acc); break;
+            case 4: rows_mlx<NT, 4>(w, row0, c0, cl, sx, padw, n, lane, acc); break;
+            case 5: rows_mlx<NT, 5>(w, row0, c0, cl, sx, padw, n, lane, acc); break;
+            case 6: rows_mlx<NT, 6>(w, row0, c0, cl, sx, padw, n, lane, acc); break;
+            default: rows_mlx<NT, 8>(w, row0, c0, cl, sx, padw, n, lane, acc); break;
+            }
+            break;
+        default: break;
+        }
+    }
+#pragma unroll
+    for (int rr = 0; rr < GV_RPW; rr++) {
+        int r = row0 + rr;
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            float v = warp_sum(acc[rr][t]);
+            if (lane == 0 && t < n && r < w.rows) y[(long long)t * w.rows + r] = v + (w.bias ? w.bias[r] : 0.0f);
+        }
+    }
+}
+
+static int chunk_for(int nt) {
+    int c = (int)(GV_SMEM / (nt * 4 * 9 / 8)) / 256 * 256;
+    return c < 256 ? 256 : c;
+}
+
+struct gv_call {
+    const cu_w *w;
+    const cu_expert *table;
+    const int32_t *ids;
+    int which, slots, nz, x_div, act;
+    const float *x;
+    long long x_stride, act_off;
+    float *y;
+    long long y_stride, yz;
+};
+
+template <int NT> static void launch_nt(cu_impl *c, const gv_call &g, const float *x, int n, float *y) {
+    int chunk = chunk_for(NT);
+    if (chunk > g.w->cols) chunk = (g.w->cols + 255) / 256 * 256;
+    size_t smem = (size_t)NT * (size_t)(chunk + chunk / 32 * 4) * sizeof(float);
+    dim3 grid(CU_BLOCKS(g.w->rows, GV_ROWS), (unsigned)g.slots, (unsigned)g.nz);
+    gemv_k<NT><<<grid, GV_WARPS * 32, smem, c->st>>>(*g.w, g.table, g.ids, g.which, g.x_div, x, g.x_stride, n, y,
+                                                     g.y_stride, g.yz, g.act, g.act_off, chunk);
+}
+
+static void gemv_run(cu_impl *c, const gv_call &g, int n) {
+    /* batches of up to 8 tokens per launch; each launch reads the weight once */
+    for (int t0 = 0; t0 < n; t0 += 8) {
+        int m = n - t0 < 8 ? n - t0 : 8;
+        const float *xt = g.x + (long long)t0 * g.w->cols;
+        float *yt = g.y + (long long)t0 * g.w->rows;
+        if (m == 1)
+            launch_nt<1>(c, g, xt, 1, yt);
+        else if (m == 2)
+            launch_nt<2>(c, g, xt, 2, yt);
+        else if (m <= 4)
+            launch_nt<4>(c, g, xt, m, yt);
+        else
+            launch_nt<8>(c, g, xt, m, yt);
+    }
+    cu_check_launch(c, "matrix-vector kernel");
+}
+
+void cu_gemv_launch(cu_impl *c, const cu_w *w, const cu_expert *table, const int32_t *ids, int which, int slots,
+                    int x_div, const float *x, long long x_stride, int n, float *y, long long y_stride) {
+    gv_call g = {w, table, ids, which, slots, 1, x_div, 0, x, x_stride, 0, y, y_stride, 0};
+    gemv_run(c, g, n);
+}
+
+void cu_moe_gemv(cu_impl *c, const cu_w *gate, const cu_w *down, const cu_expert *table, const int32_t *ids,
+                 int slots, int k, const float *x, int hidden, float *gu, float *d) {
+    int inter = gate->rows;
+    /* gate and up of every routed slot in one launch, into gu[0] and gu[slots * inter] */
+    gv_call g1 = {gate, table, ids, 0, slots, 2, k, 0, x, hidden, 0, gu, inter, (long long)slots * inter};
+    gemv_run(c, g1, 1);
+    /* down of silu(gate) * up */
+    gv_call g2 = {down, table, ids, 2, slots, 1, 1, 1, gu, inter, (long long)slots * inter, d, hidden, 0};
+    gemv_run(c, g2, 1);
+}
+
+__global__ void dequant_split_k(cu_w w, __nv_bfloat16 *hi, __nv_bfloat16 *lo) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x, total = (long long)w.rows * w.cols;
+    if (i >= total) return;
+    float v = w_elem(w, (int)(i / w.cols), (int)(i % w.cols));
+    __nv_bfloat16 h = __float2bfloat16(v);
+    hi[i] = h;
+    if (lo) lo[i] = __float2bfloat16(v - __bfloat162float(h));
+}
+
+__global__ void split_bf16_k(const float *x, long long len, __nv_bfloat16 *hi, __nv_bfloat16 *lo) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= len) return;
+    __nv_bfloat16 h = __float2bfloat16(x[i]);
+    hi[i] = h;
+    if (lo) lo[i] = __float2bfloat16(x[i] - __bfloat162float(h));
+}
+
+__global__ void add_bias_k(float *y, const float *bias, int rows, long long len) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < len) y[i] += bias[i % rows];
+}
+
+void cu_matmul(sl_backend *b, const sl_weight *sw, const float *x, int n, float *y) {
+    cu_impl *c = cu_of(b);
+    if (sw->fmt != SL_WF_F32 && sw->fmt != SL_WF_F16 && sw->fmt != SL_WF_BF16 && sw->fmt != SL_WF_MLX) {
+        char buf[64];
+        cu_fail(c, "matmul: weight format %s has no CUDA kernel", sl_wfmt_name(sw, buf, sizeof buf));
+        return;
+    }
+    cu_w w = cu_w_of(sw);
+    if (n <= c->gemv_max) {
+        cu_gemv_launch(c, &w, NULL, NULL, 0, 1, 1, x, 0, n, y, 0);
+        return;
+    }
+    /* Tensor cores take bf16, whose 8-bit mantissa alone shifts logits by ~1e-2 and can flip MoE
+     * routing. Each operand is split into bf16 hi + lo halves and the products that matter are summed
+     * in fp32 (hi.hi + hi.lo, + lo.hi for weights that are not bf16 already), which is close to fp32
+     * accuracy; SLUICE_CUDA_PREFILL=bf16 keeps only hi.hi (faster, less exact). */
+    int exact = c->gemm_exact;
+    size_t xlen = (size_t)n * (size_t)w.cols, wlen = (size_t)w.rows * (size_t)w.cols;
+    if (cu_grow(c, &c->xtmp, &c->xtmp_len, xlen * 2 * (exact ? 2 : 1), "matmul input")) return;
+    __nv_bfloat16 *xhi = (__nv_bfloat16 *)c->xtmp, *xlo = exact ? xhi + xlen : NULL;
+    split_bf16_k<<<CU_BLOCKS(xlen, 256), 256, 0, c->st>>>(x, (long long)xlen, xhi, xlo);
+    const void *whi = w.data, *wlo = NULL;
+    if (w.fmt != SL_WF_BF16) {
+        if (cu_grow(c, &c->wtmp, &c->wtmp_len, wlen * 2 * (exact ? 2 : 1), "matmul weight")) return;
+        whi = c->wtmp;
+        wlo = exact ? (const void *)((__nv_bfloat16 *)c->wtmp + wlen) : NULL;
+        dequant_split_k<<<CU_BLOCKS(wlen, 256), 256, 0, c->st>>>(w, (__nv_bfloat16 *)c->wtmp,
+                                                                 (__nv_bfloat16 *)wlo);
+    }
+    const void *pa[3] = {whi, whi, wlo}, *pb[3] = {xhi, xlo, xhi};
+    int passes = !exact ? 1 : wlo ? 3 : 2;
+    for (int k = 0; k < passes; k++) {
+        const float one = 1.0f, beta = k ? 1.0f : 0.0f;
+        /* column-major view: y^T[rows][n] = W[cols][rows]^T . x^T[cols][n] */
+        cublasStatus_t st = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, w.rows, n, w.cols, &one, pa[k],
+                                         CUDA_R_16BF, w.cols, pb[k], CUDA_R_16BF, w.cols, &beta, y, CUDA_R_32F,
+                                         w.rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            cu_fail(c, "cuBLAS GEMM of %d x %d by %d tokens failed (status %d)", w.rows, w.cols, n, (int)st);
+            return;
+        }
+    }
+    if (w.bias) {
+        size_t len = (size_t)n * (size_t)w.rows;
+        add_bias_k<<<CU_BLOCKS(len, 256), 256, 0, c->st>>>(y, w.bias, w.rows, (long long)len);
+    }
+    cu_check_launch(c, "matmul");
+}
+
+__global__ void embed_k(cu_w w, const int32_t *ids, const int32_t *step_tok, int n, float *out) {
+    int i = blockIdx.y;
+    int id = step_tok ? *step_tok : ids[i];
+    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < w.cols; j += gridDim.x * blockDim.x)
+        out[(long long)i * w.cols + j] = w_elem(w, id, j);
+}
+
+void cu_embed(sl_backend *b, const sl_weight *sw, const int32_t *ids, int n, float *out) {
+    cu_impl *c = cu_of(b);
+    cu_w w = cu_w_of(sw);
+    const int32_t *step_tok = NULL;
+    if (c->capturing) {
+        step_tok = &c->d_step->tok;
+    } else {
+        if (cu_grow(c, (void **)&c->ids, &c->ids_len, (size_t)n * sizeof *ids, "token ids")) return;
+        cudaMemcpyAsync(c->ids, ids, (size_t)n * sizeof *ids, cudaMemcpyHostToDevice, c->st);
+    }
+    dim3 grid(CU_BLOCKS(w.cols, 256) < 64 ? CU_BLOCKS(w.cols, 256) : 64, (unsigned)n);
+    embed_k<<<grid, 256, 0, c->st>>>(w, c->ids, step_tok, n, out);
+    cu_check_launch(c, "embedding");
+}

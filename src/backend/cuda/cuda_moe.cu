@@ -1,0 +1,103 @@
+/* Mixture of experts on the GPU with the routing kept on the device: softmax top-k writes expert ids
+ * and weights to device memory, and the expert matmuls look their weights up in a device-side table of
+ * the layer's experts (indexed by those ids), so no step waits for the host. Each routed (token, slot)
+ * pair is one grid row of the GEMV kernel: gate and up, SwiGLU, down, then the weighted combine. */
+#include <math.h>
+
+#include "backend/cuda/cuda_int.cuh"
+
+/* one warp per token: softmax over the experts, top-k by repeated max (ties to the lower index, as the
+ * CPU does), optional renormalisation */
+__global__ void route_k(const float *logits, int n, int ne, int k, int renorm, int32_t *ids, float *weights) {
+    extern __shared__ float rs[];
+    int t = blockIdx.x, lane = threadIdx.x;
+    const float *l = logits + (long long)t * ne;
+    float mx = -INFINITY;
+    for (int x = lane; x < ne; x += 32) {
+        rs[x] = l[x];
+        mx = fmaxf(mx, l[x]);
+    }
+    mx = warp_max(mx);
+    float sum = 0;
+    for (int x = lane; x < ne; x += 32) sum += expf(l[x] - mx);
+    sum = warp_sum(sum);
+    __syncwarp();
+    float tot = 0;
+    for (int s = 0; s < k; s++) {
+        float bv = -INFINITY;
+        int bi = ne;
+        for (int x = lane; x < ne; x += 32)
+            if (rs[x] > bv || (rs[x] == bv && x < bi)) {
+                bv = rs[x];
+                bi = x;
+            }
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) {
+                bv = ov;
+                bi = oi;
+            }
+        }
+        if (bi >= ne) bi = 0; /* only when every logit is NaN */
+        float w = expf(l[bi] - mx) / sum;
+        if (lane == 0) {
+            ids[(long long)t * k + s] = bi;
+            weights[(long long)t * k + s] = w;
+            rs[bi] = __int_as_float(0x7fc00000); /* NaN fails every comparison: never taken twice */
+        }
+        tot += w;
+        __syncwarp();
+    }
+    if (renorm && lane < k) weights[(long long)t * k + lane] /= tot;
+}
+
+void cu_route(sl_backend *b, const float *logits, int n, int n_experts, int k, int renorm, int32_t *ids,
+              float *weights) {
+    cu_impl *c = cu_of(b);
+    if (n <= 0) return;
+    if (k > 32 || n_experts > 8192) {
+        cu_fail(c, "routing: top-%d of %d experts is beyond the CUDA kernel (at most top-32 of 8192)", k, n_experts);
+        return;
+    }
+    route_k<<<n, 32, (size_t)n_experts * sizeof(float), c->st>>>(logits, n, n_experts, k, renorm, ids, weights);
+    cu_check_launch(c, "routing");
+}
+
+/* out[t][j] = sum over slots s of weights[t][s] * d[t * k + s][j] */
+__global__ void moe_combine_k(const float *d, const float *weights, int k, int hidden, float *out) {
+    int t = blockIdx.y;
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= hidden) return;
+    float s = 0;
+    for (int x = 0; x < k; x++) s += weights[(long long)t * k + x] * d[((long long)t * k + x) * hidden + j];
+    out[(long long)t * hidden + j] = s;
+}
+
+static const cu_table *find_table(cu_impl *c, const sl_expert_table *t) {
+    for (int i = 0; i < c->n_tables; i++)
+        if (c->tables[i].key == t) return &c->tables[i];
+    return NULL;
+}
+
+void cu_moe(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
+            const float *weights, int k, float *out) {
+    cu_impl *c = cu_of(b);
+    const cu_table *tab = find_table(c, t);
+    if (!tab) {
+        cu_fail(c, "moe: this layer's experts were not placed on the GPU");
+        return;
+    }
+    const sl_expert *e0 = NULL;
+    for (int i = 0; i < t->n_experts && !e0; i++) e0 = t->experts[i];
+    if (!e0 || n <= 0) return;
+    int inter = e0->gate.rows, slots = n * k;
+    size_t need = (size_t)slots * ((size_t)inter * 2 + (size_t)hidden) * sizeof(float);
+    if (cu_grow(c, (void **)&c->moe_buf, &c->moe_len, need, "MoE buffers")) return;
+    float *g = c->moe_buf, *d = g + (size_t)2 * slots * inter;
+    /* shapes and formats are per expert (read from the table); e0 only sizes the grids */
+    cu_w gs = cu_w_of(&e0->gate), ds = cu_w_of(&e0->down);
+    cu_moe_gemv(c, &gs, &ds, tab->d, ids, slots, k, x, hidden, g, d);
+    moe_combine_k<<<dim3(CU_BLOCKS(hidden, 256), (unsigned)n), 256, 0, c->st>>>(d, weights, k, hidden, out);
+    cu_check_launch(c, "moe");
+}

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Checks the CUDA backend on a machine with an NVIDIA GPU and writes what it finds under $OUT
+# (default ./gpu-out):
+#   1. builds sluice for CUDA arch $CUDA_ARCH (default 90a), or takes a prebuilt bundle (see below)
+#      when the build dependencies are missing there;
+#   2. every fixture model on the CUDA backend against its fp32 reference: a table of prefill/decode
+#      rel-L2, argmax agreement and pass/fail (targets: rel-L2 <= 3e-2, argmax equal at >= 95%);
+#   3. the whole Criterion model suite with SLUICE_BACKEND=cuda;
+#   4. decode/prefill timings with `sluice bench` on generated bf16 models, with recorded decode steps
+#      (CUDA graphs) on and off.
+#
+#   tools/gpu-check.sh                 build here and check
+#   tools/gpu-check.sh --bundle DIR    build here (no GPU needed) and pack the binaries with the shared
+#                                      libraries they need into DIR, for a GPU machine without them
+#   tools/gpu-check.sh --prebuilt DIR  check with the binaries of such a bundle
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ARCH=${CUDA_ARCH:-90a}
+BUILD=${BUILD:-build-gpu}
+OUT=${OUT:-gpu-out}
+
+build() {
+    cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCH" >"$1/cmake.log" 2>&1 &&
+        cmake --build "$BUILD" -j"$(nproc)" >"$1/build.log" 2>&1
+}
+
+if [ "${1:-}" = "--bundle" ]; then
+    dir=${2:?--bundle needs a directory}
+    mkdir -p "$dir/lib"
+    build "$dir" || { tail -30 "$dir/build.log"; exit 1; }
+    cp "$BUILD/sluice" "$BUILD/test_models" "$dir/"
+    # everything but the C runtime and CUDA, which the GPU machine has
+    ldd "$BUILD/sluice" "$BUILD/test_models" | awk '/=> \//{print $3}' | sort -u |
+        grep -Ev '/(libc|libm|libdl|libpthread|librt|libresolv|libgcc_s|libstdc\+\+|libcuda|libcudart|libcublas|libcublasLt)\.so' |
+        xargs -r cp -L -t "$dir/lib/"
+    echo "bundle in $dir: $(ls "$dir" | tr '\n' ' ')"
+    exit 0
+fi
+
+mkdir -p "$OUT"
+BIN=$BUILD
+if [ "${1:-}" = "--prebuilt" ]; then
+    BIN=${2:?--prebuilt needs a directory}
+    export LD_LIBRARY_PATH="$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+else
+    build "$OUT" || { tail -30 "$OUT/build.log"; exit 1; }
+fi
+export SLUICE_FIXTURES=${SLUICE_FIXTURES:-$PWD/tests/fixtures}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+"$BIN/sluice" --version | tee -a "$OUT/gpu.txt"
+
+# 2 + 3: the model suite on CUDA; its log has one line per fixture with the figures
+fixtures() { # LABEL [VAR=VALUE...]: runs the suite with those variables and prints the table
+    local label=$1 log="$OUT/test_models_$1.log"
+    shift
+    env SLUICE_BACKEND=cuda "$@" "$BIN/test_models" --jobs 1 --verbose >"$log" 2>&1
+    local rc=$?
+    echo "-- $label $*"
+    printf '%-22s %12s %12s %14s  %s\n' fixture prefill_relL2 decode_relL2 argmax_agree result
+    grep -E ': prefill rel-L2 .* argmax [0-9]+/[0-9]+' "$log" | sed 's/.*\] //' |
+        awk '{name=$1; sub(":", "", name); p=$4; d=$7; split($9, a, "/");
+              pct = 100.0 * a[1] / a[2]; ok = (p + 0 <= 3e-2 && d + 0 <= 3e-2 && pct >= 95) ? "pass" : "FAIL";
+              printf "%-22s %12s %12s %8d/%-4d %3.0f%%  %s\n", name, p, d, a[1], a[2], pct, ok}' | tr -d ','
+    echo "Criterion model suite on cuda ($label): $([ $rc -eq 0 ] && echo passed || echo FAILED)"
+    return $rc
+}
+fixtures cuda | tee "$OUT/fixtures.txt"
+suite=${PIPESTATUS[0]}
+# the same with every matmul in fp32 GEMV kernels, and with decode steps issued directly
+[ -n "${DIAG:-}" ] && { fixtures fp32 SLUICE_CUDA_GEMV_MAX=100000; fixtures nographs SLUICE_CUDA_GRAPHS=0; } |
+    tee -a "$OUT/fixtures.txt"
+
+# 4: timings on generated models (needs python3; the shapes are in tools/make_bench_model.py)
+if command -v python3 >/dev/null; then
+    for shape in ${BENCH_SHAPES:-qwen3-0.6b qwen3-moe-1b}; do
+        m=/tmp/sluice-bench-$shape
+        [ -f "$m/config.json" ] || python3 tools/make_bench_model.py "$m" --shape "$shape" >/dev/null
+        for graphs in 1 0; do
+            echo "== $shape, recorded decode steps $([ $graphs = 1 ] && echo on || echo off)"
+            SLUICE_CUDA_GRAPHS=$graphs "$BIN/sluice" bench "$m" --backend cuda -p 512 -n 128 -r 3
+        done
+    done 2>&1 | tee "$OUT/bench.txt"
+fi
+exit $suite
