@@ -83,6 +83,12 @@ typedef struct sl_backend_ops {
                      const float *A_log, const float *dt_bias, float *state, int n, float *out);
     /* y = rmsnorm(x) * w * silu(z) over rows of dim (in place on x) */
     void (*gated_rmsnorm)(sl_backend *b, float *x, const float *z, const float *w, int rows, int dim, float eps);
+
+    /* Physical bounds for benchmarks, measured on first call (optional: NULL when a backend has none):
+     * sustained read bandwidth of the memory weights live in, in bytes/s, and the peak multiply-add rate
+     * of the datatype prefill matmuls use, in FLOP/s. 0 when the measurement fails. */
+    double (*mem_bandwidth)(sl_backend *b);
+    double (*peak_flops)(sl_backend *b);
 } sl_backend_ops;
 
 struct sl_backend {

@@ -21,7 +21,8 @@ typedef struct cpu_impl {
     size_t xprep_len;
     void *moe_buf; /* MoE gather/intermediate buffers, grown to the largest batch seen */
     size_t moe_len;
-    sl_err failure; /* first op failure since the last check() */
+    double bandwidth, flops; /* measured bounds, 0 until measured */
+    sl_err failure;          /* first op failure since the last check() */
     int failed;
 } cpu_impl;
 
@@ -78,6 +79,9 @@ void cpu_conv1d_silu(sl_backend *b, const float *x, int n, int channels, const f
                      float *out);
 void cpu_deltanet(sl_backend *b, const sl_deltanet_dims *d, const float *qkv, const float *a, const float *bb,
                   const float *A_log, const float *dt_bias, float *state, int n, float *out);
+/* Read bandwidth of RAM on all threads (bytes/s) and fp32 FMA peak (FLOP/s), measured once. */
+double cpu_mem_bandwidth(sl_backend *b);
+double cpu_peak_flops(sl_backend *b);
 void cpu_gated_rmsnorm(sl_backend *b, float *x, const float *z, const float *w, int rows, int dim, float eps);
 
 #endif

@@ -140,6 +140,8 @@ static const sl_backend_ops cpu_ops = {
     .conv1d_silu = cpu_conv1d_silu,
     .deltanet = cpu_deltanet,
     .gated_rmsnorm = cpu_gated_rmsnorm,
+    .mem_bandwidth = cpu_mem_bandwidth,
+    .peak_flops = cpu_peak_flops,
 };
 
 static void cpu_destroy(sl_backend *b) {
