@@ -6,6 +6,7 @@
 #endif
 
 #include "backend/cpu/cpu.h"
+#include "backend/ggml_types.h"
 #include "core/half.h"
 
 #define ROW_BLOCK 4
@@ -62,6 +63,7 @@ void cpu_row_f32(const sl_weight *w, int r, float *dst) {
         break;
     }
     case SL_WF_MLX: mlx_row(w, r, dst); break;
+    case SL_WF_GGML: sl_ggml_dequant_row(w->gtype, p, dst, w->cols); break;
     default: memset(dst, 0, (size_t)w->cols * 4); break;
     }
 }
@@ -235,6 +237,10 @@ void cpu_matmul(sl_backend *b, const sl_weight *w, const float *x, int n, float 
         if (c->avx512) j.tile = tile_avx512;
 #endif
         sl_pool_for(c->pool, w->rows, PF_ROWS * 2, mm_batch_task, &j);
+        return;
+    }
+    if (w->fmt == SL_WF_GGML) {
+        cpu_ggml_gemv(c, w, x, y);
         return;
     }
     if (cpu_gemv(c, w, x, y) == 0) return;
