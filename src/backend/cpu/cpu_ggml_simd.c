@@ -19,9 +19,16 @@ static inline uint16_t ld16(const uint8_t *p) {
 }
 #define h2f(p) _cvtsh_ss(ld16(p))
 
+__attribute__((target("avx2,fma"))) static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
 /* ---- AVX-512: 16 values per vector ---- */
 #define SFX _512
-#define TGT __attribute__((target("avx512f,fma,f16c")))
+#define TGT __attribute__((target("avx512f,avx2,fma,f16c")))
 #define VW 16
 typedef __m512 vf512;
 typedef __m512i vi512;
@@ -31,6 +38,7 @@ typedef __m512i vi512;
 #define VLOAD(p) _mm512_loadu_ps(p)
 #define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define VMUL(a, b) _mm512_mul_ps(a, b)
+#define VADD(a, b) _mm512_add_ps(a, b)
 #define VSET1(v) _mm512_set1_ps(v)
 #define VSUM(v) _mm512_reduce_add_ps(v)
 #define VU8(p) _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p)))
@@ -54,6 +62,7 @@ typedef __m512i vi512;
 #undef VLOAD
 #undef VFMA
 #undef VMUL
+#undef VADD
 #undef VSET1
 #undef VSUM
 #undef VU8
@@ -67,13 +76,6 @@ typedef __m512i vi512;
 #undef VLUT
 
 /* ---- AVX2: 8 values per vector ---- */
-__attribute__((target("avx2,fma"))) static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 /* a 16-entry table from two 8-entry permutes, chosen by bit 3 of the index */
 __attribute__((target("avx2,fma"))) static inline __m256 lut16(__m256i i, __m256 lo, __m256 hi) {
     return _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, i), _mm256_permutevar8x32_ps(hi, i),
@@ -89,6 +91,7 @@ __attribute__((target("avx2,fma"))) static inline __m256 lut16(__m256i i, __m256
 #define VLOAD(p) _mm256_loadu_ps(p)
 #define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define VMUL(a, b) _mm256_mul_ps(a, b)
+#define VADD(a, b) _mm256_add_ps(a, b)
 #define VSET1(v) _mm256_set1_ps(v)
 #define VSUM(v) hsum8(v)
 #define VU8(p) _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p)))
