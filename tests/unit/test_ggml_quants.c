@@ -1,7 +1,7 @@
 /* GGML block quant types: each type's dequantisation against a per-element formula written here from
  * the block layout (independently of the library's block decoders), the codebooks' shape, the fused CPU
  * matmul against a double-precision dot of the dequantised rows for 1, 3, 12 and 40 tokens (ctest runs
- * this under each SLUICE_CPU_ISA), and the errors for bad shapes and types. */
+ * this under each SLUICE_CPU_ISA), the MoE expert path, and the errors for bad shapes and types. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -412,4 +412,78 @@ Test(ggml_quants, weight_errors_name_tensor_and_expectation) {
     char buf[32];
     cr_assert_str_eq(sl_wfmt_name(&w, buf, sizeof buf), "Q6_K");
     cr_assert_eq(sl_weight_bytes(&w), 2u * 2u * 210u);
+}
+
+/* The MoE expert path with GGML experts of mixed types, against a double-precision SwiGLU of the
+ * dequantised matrices, for a decode step (1 token) and a small batch (5 tokens, 2 experts each). */
+Test(ggml_quants, moe_experts_of_mixed_types) {
+    sl_backend *be;
+    sl_err e;
+    cr_assert_eq(sl_cpu_backend_create(2, &be, &e), 0);
+    enum { H = 256, I = 512, E = 3, K = 2 };
+    const int types[E][3] = {{SL_GGML_Q4_K, SL_GGML_Q4_K, SL_GGML_Q6_K},
+                             {SL_GGML_IQ4_XS, SL_GGML_Q3_K, SL_GGML_Q8_0},
+                             {SL_GGML_Q5_K, SL_GGML_IQ2_XS, SL_GGML_Q4_0}};
+    unsigned s = 4242;
+    sl_expert ex[E];
+    const sl_expert *ptrs[E];
+    uint8_t *bufs[E][3];
+    for (int x = 0; x < E; x++) {
+        sl_weight *m[3] = {&ex[x].gate, &ex[x].up, &ex[x].down};
+        for (int k = 0; k < 3; k++) {
+            int t = types[x][k], rows = k < 2 ? I : H, cols = k < 2 ? H : I;
+            bufs[x][k] = malloc(sl_ggml_row_bytes(t, cols) * (size_t)rows);
+            fill_blocks(t, bufs[x][k], (size_t)rows * (size_t)(cols / sl_ggml_block_size(t)), &s);
+            cr_assert_eq(sl_ggml_weight(m[k], "expert", t, rows, cols, bufs[x][k], &e), 0, "%s", e.msg);
+        }
+        ptrs[x] = &ex[x];
+    }
+    sl_expert_table tab = {E, ptrs};
+    for (int n = 1; n <= 5; n += 4) {
+        float *xin = malloc(sizeof *xin * (size_t)n * H), *out = malloc(sizeof *out * (size_t)n * H);
+        int32_t ids[5 * K];
+        float wts[5 * K];
+        for (int i = 0; i < n * H; i++) xin[i] = frand(&s);
+        for (int t = 0; t < n; t++) {
+            ids[t * K] = t % E, ids[t * K + 1] = (t + 1) % E;
+            wts[t * K] = 0.7f, wts[t * K + 1] = 0.3f;
+        }
+        be->ops->moe(be, &tab, xin, n, H, ids, wts, K, out);
+        cr_assert_eq(be->ops->check(be, NULL), 0);
+        float *row = malloc(sizeof *row * I);
+        double *g = malloc(sizeof *g * I);
+        for (int t = 0; t < n; t++) {
+            double ref[H] = {0};
+            for (int k = 0; k < K; k++) {
+                const sl_expert *x = ptrs[ids[t * K + k]];
+                for (int r = 0; r < I; r++) {
+                    double gv = 0, uv = 0;
+                    sl_ggml_dequant_row(x->gate.gtype, x->gate.data + (size_t)r * x->gate.row_bytes, row, H);
+                    for (int i = 0; i < H; i++) gv += (double)row[i] * xin[t * H + i];
+                    sl_ggml_dequant_row(x->up.gtype, x->up.data + (size_t)r * x->up.row_bytes, row, H);
+                    for (int i = 0; i < H; i++) uv += (double)row[i] * xin[t * H + i];
+                    g[r] = gv / (1.0 + exp(-gv)) * uv;
+                }
+                for (int r = 0; r < H; r++) {
+                    double dv = 0;
+                    sl_ggml_dequant_row(x->down.gtype, x->down.data + (size_t)r * x->down.row_bytes, row, I);
+                    for (int i = 0; i < I; i++) dv += (double)row[i] * g[i];
+                    ref[r] += wts[t * K + k] * dv;
+                }
+            }
+            double num = 0, den = 0;
+            for (int r = 0; r < H; r++) {
+                num += (out[t * H + r] - ref[r]) * (out[t * H + r] - ref[r]);
+                den += ref[r] * ref[r];
+            }
+            cr_assert(sqrt(num / den) < 1e-5, "n=%d token %d: rel-L2 %.3g", n, t, sqrt(num / den));
+        }
+        free(row);
+        free(g);
+        free(xin);
+        free(out);
+    }
+    for (int x = 0; x < E; x++)
+        for (int k = 0; k < 3; k++) free(bufs[x][k]);
+    sl_backend_destroy(be);
 }
