@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "formats/gguf_model.h"
 #include "formats/resolve.h"
 #include "models/loader.h"
 #include "models/registry.h"
@@ -41,11 +42,22 @@ static void account(sl_model *m) {
     m->bytes_other = total > ex ? total - ex : 0;
 }
 
+/* Config and tensor table of a GGUF file; its mappings move into m->st. */
+static int open_gguf(sl_model *m, sl_err *e) {
+    sl_gguf *g;
+    if (sl_gguf_open(m->path, &g, e)) return -1;
+    int rc = sl_gguf_config(g, &m->cfg, e) || sl_gguf_tensor_set(g, &m->cfg, &m->st, e) ? -1 : 0;
+    sl_gguf_close(g);
+    return rc;
+}
+
 int sl_model_load(const char *arg, const sl_model_opts *o, sl_model **out, sl_err *e) {
     char *path;
     if (sl_resolve_model(arg, &path, e)) return -1;
-    if (!sl_is_dir(path)) {
-        sl_fail(e, "%s: not a model directory (expected a folder with config.json and *.safetensors)", path);
+    int gguf = !sl_is_dir(path) && sl_gguf_is_path(path);
+    if (!sl_is_dir(path) && !gguf) {
+        sl_fail(e, "%s: not a model directory or .gguf file (expected a folder with config.json and *.safetensors)",
+                path);
         free(path);
         return -1;
     }
@@ -56,14 +68,18 @@ int sl_model_load(const char *arg, const sl_model_opts *o, sl_model **out, sl_er
     }
     m->path = path;
     sl_loader ld = {0};
-    if (sl_config_load(path, &m->cfg, e)) goto fail;
+    if (gguf) {
+        if (open_gguf(m, e)) goto fail;
+    } else if (sl_config_load(path, &m->cfg, e)) {
+        goto fail;
+    }
     m->family = sl_family_for(m->cfg.model_type);
     if (!m->family) {
         sl_fail(e, "%s/config.json: unknown model_type '%s' (supported: %s)", path, m->cfg.model_type,
                 sl_supported_types());
         goto fail;
     }
-    if (sl_st_open_dir(path, &m->st, e)) goto fail;
+    if (!gguf && sl_st_open_dir(path, &m->st, e)) goto fail;
     if (sl_cpu_backend_create(o ? o->threads : 0, &m->be, e)) goto fail;
     m->layers = calloc((size_t)m->cfg.n_layers, sizeof *m->layers);
     if (!m->layers) {
