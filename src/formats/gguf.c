@@ -199,8 +199,10 @@ static int parse_file(sl_gguf *g, int fi, sl_err *e) {
     if (rd_u64(&c, &nt, "the header", e) || rd_u64(&c, &nkv, "the header", e)) return -1;
     size_t left = (size_t)(c.end - c.p);
     if (nkv > left / 13 || nt > left / 24)
-        return sl_fail(e, "%s: header claims %llu metadata keys and %llu tensors, more than the file can hold", path,
-                       (unsigned long long)nkv, (unsigned long long)nt);
+        return sl_fail(e,
+                       "%s: truncated file: the header claims %llu metadata keys and %llu tensors, more than the "
+                       "remaining %zu bytes can hold",
+                       path, (unsigned long long)nkv, (unsigned long long)nt, left);
     if (fi == 0) g->version = (int)ver;
 
     sl_gguf_kv *kvs = calloc((size_t)nkv + 1, sizeof *kvs);
