@@ -309,9 +309,9 @@ static int a_log_from_ssm_a(sl_st_tensor *t, const char *path, const char *gname
     memcpy(v, t->data, n * 4);
     for (size_t i = 0; i < n; i++) {
         if (!(v[i] < 0)) {
+            double bad = v[i];
             free(v);
-            return sl_fail(e, "%s: tensor '%s' element %zu is %g (expected -exp(A_log) < 0)", path, gname, i,
-                           (double)v[i]);
+            return sl_fail(e, "%s: tensor '%s' element %zu is %g (expected -exp(A_log) < 0)", path, gname, i, bad);
         }
         v[i] = logf(-v[i]);
     }

@@ -50,9 +50,9 @@ static int q35_load(sl_model *m, sl_loader *ld, sl_err *e) {
     if (c->n_experts <= 0 || c->lin_n_k_heads <= 0 || c->lin_n_v_heads % c->lin_n_k_heads || c->conv_kernel < 1 ||
         c->lin_k_head_dim <= 0 || c->lin_v_head_dim <= 0)
         return sl_fail(e,
-                       "%s/config.json: incomplete %s config (num_experts, linear_num_key_heads, "
+                       "%s%s: incomplete %s config (num_experts, linear_num_key_heads, "
                        "linear_num_value_heads multiple of key heads, linear_*_head_dim, linear_conv_kernel_dim)",
-                       m->path, c->model_type);
+                       m->path, m->cfg_suffix, c->model_type);
     int folded = c->norms_folded ? 1 : norms_folded(m, ld, e);
     if (folded < 0) return -1;
     float add = folded ? 0.0f : 1.0f;

@@ -528,3 +528,39 @@ Test(gguf_tokenizer, errors) {
     rmdir(dir);
     free(dir);
 }
+
+/* rope_freqs divides each rotary frequency (Llama 3 style scaling): all ones changes nothing, other values
+ * change the logits, zeros are refused. */
+Test(gguf_reader, rope_freqs) {
+    sl_gguf *g = open_fixture();
+    char *dir = tu_tmpdir();
+    char *p = tmp_path(dir, "rope.gguf");
+    char *orig = tu_fixture(FIXTURE);
+    int V;
+    float *base = logits_of(orig, &V);
+    float f[32];
+    const float vals[] = {1.0f, 4.0f, 0.0f};
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < 32; i++) f[i] = i < 16 ? 1.0f : vals[k];
+        gw w = {.align = 32};
+        for (int i = 0; i < g->n_kv; i++) kv_copy(&w, &g->kv[i]);
+        for (int i = 0; i < g->n_tensors; i++) tensor(&w, &g->tensors[i], (uint32_t)g->tensors[i].type);
+        sl_gguf_tensor rf = {
+            .name = "rope_freqs.weight", .ndim = 1, .ne = {32, 1, 1, 1}, .data = (uint8_t *)f, .nbytes = sizeof f};
+        tensor(&w, &rf, 0);
+        gw_write(&w, p, 3);
+        if (k == 2) {
+            expect_error(p, 1, "tensor 'rope_freqs.weight' element 16 is 0 (expected a positive divisor)");
+            continue;
+        }
+        float *got = logits_of(p, &V);
+        int same = !memcmp(got, base, sizeof *got * 6 * (size_t)V);
+        cr_expect_eq(same, k == 0, "rope_freqs %g: logits %s", (double)vals[k], same ? "unchanged" : "changed");
+        free(got);
+    }
+    sl_gguf_close(g);
+    remove(p);
+    free(p), free(base), free(orig);
+    rmdir(dir);
+    free(dir);
+}
