@@ -67,12 +67,14 @@ float cpu_dot(const float *a, const float *b, int n);
 int cpu_gemv(cpu_impl *c, const sl_weight *w, const float *x, float *y);
 
 /* GGML block-quantised weights (SL_WF_GGML): a fused dequantise-dot of one row with x over `cols`
- * values, specialised per type and instruction set; NULL when the type has no vector kernel here (the
- * caller then decodes block by block through the reference decoder). */
-typedef float (*cpu_ggml_dot_fn)(const uint8_t *row, const float *x, int cols);
+ * values (xs: the sums of x over each 16 values), specialised per type and instruction set; NULL when
+ * the type has no vector kernel here (the caller then decodes block by block through the reference
+ * decoder). */
+typedef float (*cpu_ggml_dot_fn)(const uint8_t *row, const float *x, const float *xs, int cols);
 cpu_ggml_dot_fn cpu_ggml_pick(const cpu_impl *c, int gtype);
-/* One-token matmul of a GGML weight. */
-void cpu_ggml_gemv(cpu_impl *c, const sl_weight *w, const float *x, float *y);
+/* Matmul of a GGML weight with n tokens by fused row kernels (used for decode and small batches);
+ * returns -1 (and records the failure) when out of memory. */
+int cpu_ggml_matmul_fused(cpu_impl *c, const sl_weight *w, const float *x, int n, float *y);
 
 void cpu_embed(sl_backend *b, const sl_weight *w, const int32_t *ids, int n, float *out);
 void cpu_matmul(sl_backend *b, const sl_weight *w, const float *x, int n, float *y);

@@ -220,8 +220,16 @@ __attribute__((target("avx512f"))) static void mm_packed_task(void *ctx, int64_t
 }
 #endif
 
+/* Below this many tokens, GGML weights are multiplied by the fused kernels (each row read once per
+ * token from cache); from it on, decoded panels are shared by the tokens. */
+#define GGML_FUSED_MAX 4
+
 void cpu_matmul(sl_backend *b, const sl_weight *w, const float *x, int n, float *y) {
     cpu_impl *c = cpu_of(b);
+    if (w->fmt == SL_WF_GGML && n < GGML_FUSED_MAX) {
+        cpu_ggml_matmul_fused(c, w, x, n, y);
+        return;
+    }
 #if defined(__x86_64__)
     if (n >= PK_TOKENS && c->avx512) {
         if (cpu_scratch_reserve(c, (size_t)w->cols * PK_ROWS * 2) != 0) return;
@@ -237,10 +245,6 @@ void cpu_matmul(sl_backend *b, const sl_weight *w, const float *x, int n, float 
         if (c->avx512) j.tile = tile_avx512;
 #endif
         sl_pool_for(c->pool, w->rows, PF_ROWS * 2, mm_batch_task, &j);
-        return;
-    }
-    if (w->fmt == SL_WF_GGML) {
-        cpu_ggml_gemv(c, w, x, y);
         return;
     }
     if (cpu_gemv(c, w, x, y) == 0) return;
