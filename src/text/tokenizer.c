@@ -557,7 +557,7 @@ static json_t *vocab_json(const sl_tokenizer_vocab *v) {
             json_object_set_new(a, "special", json_boolean(type == 3));
             json_array_append_new(added, a);
         } else {
-            json_object_setn_nocheck(vocab, v->tokens[i], v->token_lens[i], json_integer(i));
+            json_object_setn_new_nocheck(vocab, v->tokens[i], v->token_lens[i], json_integer(i));
         }
     }
     for (int i = 0; i < v->n_merges; i++)
