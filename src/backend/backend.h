@@ -25,9 +25,11 @@ typedef struct sl_expert_table {
     const sl_expert **experts;
 } sl_expert_table;
 
-/* Dimensions of a gated delta-net (linear attention) layer. */
+/* Dimensions of a gated delta-net (linear attention) layer. Value head h reads key head
+ * h / (n_v_heads / n_k_heads) (grouped, Hugging Face order), or h % n_k_heads when `tiled` (GGUF order). */
 typedef struct sl_deltanet_dims {
     int n_k_heads, n_v_heads, k_dim, v_dim, conv_kernel;
+    int tiled;
 } sl_deltanet_dims;
 
 typedef struct sl_backend sl_backend;
