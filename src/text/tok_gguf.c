@@ -7,16 +7,19 @@
  * tokenizer.json; NULL: GPT-2's ByteLevel pattern). */
 static const char QWEN2_RE[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
                                "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+/* Qwen3.5: Qwen2's pattern with combining marks (\p{M}) kept inside words */
+static const char QWEN35_RE[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| "
+                                "?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 static const char LLAMA3_RE[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
                                 "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 static const struct {
     const char *name, *re;
     int nfc, ignore_merges;
 } pres[] = {
-    {"default", NULL, 0, 0},        {"gpt2", NULL, 0, 0},
-    {"qwen2", QWEN2_RE, 1, 0},      {"deepseek-r1-qwen", QWEN2_RE, 1, 0},
-    {"llama-bpe", LLAMA3_RE, 0, 1}, {"llama3", LLAMA3_RE, 0, 1},
-    {"smaug-bpe", LLAMA3_RE, 0, 1},
+    {"default", NULL, 0, 0},     {"gpt2", NULL, 0, 0},
+    {"qwen2", QWEN2_RE, 1, 0},   {"deepseek-r1-qwen", QWEN2_RE, 1, 0},
+    {"qwen35", QWEN35_RE, 1, 0}, {"llama-bpe", LLAMA3_RE, 0, 1},
+    {"llama3", LLAMA3_RE, 0, 1}, {"smaug-bpe", LLAMA3_RE, 0, 1},
 };
 
 static int str_is(sl_gguf_str s, const char *lit) {
@@ -48,7 +51,7 @@ int sl_gguf_tokenizer(const sl_gguf *g, sl_tokenizer **out, sl_err *e) {
     if (pi < 0)
         return sl_fail(e,
                        "%s: tokenizer.ggml.pre '%.*s' is not a known pre-tokenizer (expected default, gpt2, qwen2, "
-                       "deepseek-r1-qwen, llama-bpe, llama3 or smaug-bpe)",
+                       "qwen35, deepseek-r1-qwen, llama-bpe, llama3 or smaug-bpe)",
                        path, (int)pre.len, pre.s);
     const sl_gguf_kv *toks, *types = NULL, *merges = NULL;
     r = sl_gguf_get_array(g, "tokenizer.ggml.tokens", SL_GGUF_STRING, &toks, e);
