@@ -25,9 +25,11 @@ typedef struct sl_expert_table {
     const sl_expert **experts;
 } sl_expert_table;
 
-/* Dimensions of a gated delta-net (linear attention) layer. */
+/* Dimensions of a gated delta-net (linear attention) layer. Value head h reads key head
+ * h / (n_v_heads / n_k_heads) (grouped, Hugging Face order), or h % n_k_heads when `tiled` (GGUF order). */
 typedef struct sl_deltanet_dims {
     int n_k_heads, n_v_heads, k_dim, v_dim, conv_kernel;
+    int tiled;
 } sl_deltanet_dims;
 
 typedef struct sl_backend sl_backend;
@@ -92,6 +94,8 @@ typedef struct sl_backend_ops {
      * or a float vector into memory the backend owns and repoint it there. The CPU computes on the
      * mapped checkpoint instead and leaves these NULL. */
     int (*place_weight)(sl_backend *b, sl_weight *w, sl_err *e);
+    /* 1 when the backend has kernels for w's storage format */
+    int (*supports)(sl_backend *b, const sl_weight *w);
     int (*place_vector)(sl_backend *b, float **v, size_t len, sl_err *e);
     /* (Re)builds the backend's copy of an expert table whose experts are placed; moe() on t reads that
      * copy, so after rewriting t's entries (an expert store handing in other slots) call it again. */
@@ -107,6 +111,12 @@ typedef struct sl_backend_ops {
     int (*step_begin)(sl_backend *b, void **rec, int pos, int32_t id);
     void (*step_end)(sl_backend *b, void **rec);
     void (*step_free)(sl_backend *b, void *rec);
+
+    /* Physical bounds for benchmarks, measured on first call (optional: NULL when a backend has none):
+     * sustained read bandwidth of the memory weights live in, in bytes/s, and the peak multiply-add rate
+     * of the datatype prefill matmuls use, in FLOP/s. 0 when the measurement fails. */
+    double (*mem_bandwidth)(sl_backend *b);
+    double (*peak_flops)(sl_backend *b);
 } sl_backend_ops;
 
 struct sl_backend {

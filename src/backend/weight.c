@@ -2,6 +2,8 @@
 
 #include <stdio.h>
 
+#include "backend/ggml_types.h"
+
 static size_t elt(sl_wfmt f) {
     return f == SL_WF_F32 ? 4 : 2;
 }
@@ -18,6 +20,14 @@ const char *sl_wfmt_name(const sl_weight *w, char *buf, size_t n) {
     case SL_WF_F16: snprintf(buf, n, "F16"); break;
     case SL_WF_BF16: snprintf(buf, n, "BF16"); break;
     case SL_WF_MLX: snprintf(buf, n, "MLX%d/g%d", w->bits, w->group); break;
+    case SL_WF_GGML: {
+        const char *t = sl_ggml_type_name(w->gtype);
+        if (t)
+            snprintf(buf, n, "%s", t);
+        else
+            snprintf(buf, n, "GGML type %d", w->gtype);
+        break;
+    }
     default: snprintf(buf, n, "none"); break;
     }
     return buf;

@@ -11,7 +11,8 @@ typedef enum {
     SL_WF_F32,
     SL_WF_F16,
     SL_WF_BF16,
-    SL_WF_MLX, /* affine: w = scale * q + bias per group of `group` inputs; q packed `bits` per value */
+    SL_WF_MLX,  /* affine: w = scale * q + bias per group of `group` inputs; q packed `bits` per value */
+    SL_WF_GGML, /* a GGML block-quantised type (`gtype`); rows are whole blocks, see backend/ggml_types.h */
 } sl_wfmt;
 
 typedef struct sl_weight {
@@ -23,6 +24,9 @@ typedef struct sl_weight {
     int bits, group;
     sl_wfmt sb_fmt;
     const uint8_t *scales, *biases;
+    /* GGML only: the type id (sl_ggml_type); data is the first block of row 0 and row_bytes = blocks
+     * per row x block bytes */
+    int gtype;
     /* optional additive bias of the linear layer, float32 [rows] (owned by the model) */
     const float *bias;
 } sl_weight;

@@ -1,6 +1,7 @@
 /* sluice bench: prefill and decode speed of a model on synthetic token ids, with the weight bandwidth
  * that decode achieves — the figure a memory-bound decoder is judged by. */
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,10 +9,12 @@
 #include "backend/cpu/cpu.h"
 #include "cli/commands.h"
 #include "core/util.h"
+#include "models/synthetic.h"
 #include "runtime/session.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: sluice bench MODEL [-p N] [-n M] [-r R] [--threads T] [--backend B] [--json]\n\n"
+    fprintf(f, "usage: sluice bench MODEL [-p N] [-n M] [-r R] [--threads T] [--backend B] [--json]\n"
+               "       sluice bench --synthetic SHAPE [--quant bf16|mlx4|mlx8] [--layers L] [--dir DIR] [...]\n\n"
                "Loads MODEL, prefills N pseudo-random token ids (default 512) as one batch, then decodes M\n"
                "tokens one at a time (default 128), each the greedy argmax of the previous logits. The ids are\n"
                "the same on every run. With -r R the whole prefill+decode is repeated R times from an empty\n"
@@ -20,12 +23,25 @@ static void usage(FILE *f) {
                "embedding table (the whole table when it is tied to the output head), and top_k of n_experts\n"
                "routed experts per MoE layer. Prefill GFLOP/s counts 2 x active parameters x tokens, the output\n"
                "head once (only the last prompt token needs logits); attention scores are not counted.\n\n"
+               "The roofline fraction divides the decode bandwidth by the memory read bandwidth the backend\n"
+               "measures (the bound a memory-bound decoder can reach); prefill is compared with the backend's\n"
+               "measured peak multiply-add rate.\n\n"
+               "--synthetic writes (once) a checkpoint with the shape of a real model in the layout its real\n"
+               "checkpoints use, with finite pseudo-random weights, then benchmarks it like any model. It goes\n"
+               "to DIR (default $SLUICE_CACHE, $XDG_CACHE_HOME/sluice or ~/.cache/sluice, + synthetic/) and is\n"
+               "reused by later runs. Shapes:\n");
+    for (const sl_synth_shape *sh = sl_synth_shapes(); sh->name; sh++) fprintf(f, "  %-19s %s\n", sh->name, sh->about);
+    fprintf(f, "\n"
                "  -p N          prompt tokens (default 512)\n"
                "  -n M          decoded tokens (default 128; 0 skips decode)\n"
                "  -r R          runs, best reported (default 1)\n"
                "  --threads T   CPU threads (default: all cores)\n"
                "  --backend B   cpu, cuda or auto (default: SLUICE_BACKEND, else auto)\n"
-               "  --json        one JSON object instead of the table\n");
+               "  --json        one JSON object instead of the table\n"
+               "  --synthetic SHAPE  benchmark a synthetic checkpoint of this shape (see above)\n"
+               "  --quant Q     synthetic weights: bf16 (default), mlx4 or mlx8 (MLX affine, group 64)\n"
+               "  --layers L    synthetic: only the first L layers (for disks smaller than the model)\n"
+               "  --dir DIR     synthetic: where the checkpoint is written\n");
 }
 
 /* Bytes and parameters one decoded token touches (see usage()). */
@@ -89,9 +105,12 @@ static int32_t argmax(const float *v, int n) {
 
 typedef struct {
     int prompt, gen, runs, threads;
-    double load_s, prefill_s, decode_s; /* best of the runs */
+    double gen_s, load_s, prefill_s, decode_s; /* best of the runs */
     double weight_bytes;
     traffic tok;
+    double bandwidth, flops;                    /* the backend's measured bounds, 0 when unknown */
+    int routed_tokens, experts_used, n_experts; /* routing spread in the last MoE layer, last prefill chunk */
+    const char *synthetic;                      /* "shape quant" when the model is synthetic */
 } bench_result;
 
 static double prefill_gflop(const bench_result *r) {
@@ -104,19 +123,31 @@ static void print_table(const sl_model *m, const bench_result *r) {
     printf("  %-22s%s (%s family), %s parameters\n", "model", m->cfg.model_type, m->family->name,
            sl_human_count((double)m->n_params, b1, sizeof b1));
     printf("  %-22s%s, %d thread%s\n", "backend", m->be->ops->name, r->threads, r->threads == 1 ? "" : "s");
+    if (r->synthetic) printf("  %-22s%s (generated in %.1f s)\n", "synthetic", r->synthetic, r->gen_s);
     printf("  %-22s%s\n", "weights", sl_human_bytes(r->weight_bytes, b1, sizeof b1));
     printf("  %-22s%.1f ms\n", "load", r->load_s * 1e3);
+    if (r->bandwidth > 0) printf("  %-22s%.2f GB/s (measured read bandwidth)\n", "memory", r->bandwidth / 1e9);
+    if (r->flops > 0) printf("  %-22s%.1f GFLOP/s (measured multiply-add peak)\n", "compute", r->flops / 1e9);
     double pf = r->prompt / r->prefill_s;
-    printf("  %-22s%d tokens in %.1f ms: %.1f tok/s, %.1f GFLOP/s\n", "prefill", r->prompt, r->prefill_s * 1e3, pf,
+    printf("  %-22s%d tokens in %.1f ms: %.1f tok/s, %.1f GFLOP/s", "prefill", r->prompt, r->prefill_s * 1e3, pf,
            prefill_gflop(r) / r->prefill_s);
+    if (r->flops > 0) printf(", %.1f%% of peak", 100.0 * prefill_gflop(r) * 1e9 / r->prefill_s / r->flops);
+    printf("\n");
     if (r->gen > 0) {
         double per = r->decode_s / r->gen;
         printf("  %-22s%d tokens in %.1f ms: %.2f ms/token, %.1f tok/s\n", "decode", r->gen, r->decode_s * 1e3,
                per * 1e3, 1.0 / per);
         printf("  %-22s%s/token (%s active parameters)\n", "decode weight reads",
                sl_human_bytes(r->tok.bytes, b2, sizeof b2), sl_human_count(r->tok.params, b3, sizeof b3));
-        printf("  %-22s%.2f GB/s\n", "decode bandwidth", r->tok.bytes / per / 1e9);
+        printf("  %-22s%.2f GB/s", "decode bandwidth", r->tok.bytes / per / 1e9);
+        if (r->bandwidth > 0)
+            printf(", %.1f%% of the roofline (bound %.1f tok/s)", 100.0 * r->tok.bytes / per / r->bandwidth,
+                   r->bandwidth / r->tok.bytes);
+        printf("\n");
     }
+    if (r->n_experts > 0)
+        printf("  %-22s%d of %d experts chosen by the last %d prompt tokens (last MoE layer)\n", "routing",
+               r->experts_used, r->n_experts, r->routed_tokens);
     printf("  %-22s%d (best time of each phase shown)\n", "runs", r->runs);
 }
 
@@ -133,6 +164,15 @@ static int print_json(const sl_model *m, const bench_result *r) {
     json_object_set_new(o, "weight_bytes", json_integer((json_int_t)r->weight_bytes));
     json_object_set_new(o, "runs", json_integer(r->runs));
     json_object_set_new(o, "load_s", json_real(r->load_s));
+    if (r->synthetic) {
+        json_object_set_new(o, "synthetic", json_string(r->synthetic));
+        json_object_set_new(o, "generate_s", json_real(r->gen_s));
+    }
+    if (r->bandwidth > 0) json_object_set_new(o, "mem_bandwidth_gb_s", json_real(r->bandwidth / 1e9));
+    if (r->flops > 0) {
+        json_object_set_new(o, "peak_gflop_s", json_real(r->flops / 1e9));
+        json_object_set_new(o, "prefill_peak_fraction", json_real(prefill_gflop(r) * 1e9 / r->prefill_s / r->flops));
+    }
     json_object_set_new(o, "prompt_tokens", json_integer(r->prompt));
     json_object_set_new(o, "prefill_s", json_real(r->prefill_s));
     json_object_set_new(o, "prefill_tok_s", json_real(pf));
@@ -144,6 +184,15 @@ static int print_json(const sl_model *m, const bench_result *r) {
         json_object_set_new(o, "decode_tok_s", json_real(1.0 / per));
         json_object_set_new(o, "decode_ms_per_token", json_real(per * 1e3));
         json_object_set_new(o, "decode_gb_s", json_real(r->tok.bytes / per / 1e9));
+        if (r->bandwidth > 0) {
+            json_object_set_new(o, "decode_roofline_fraction", json_real(r->tok.bytes / per / r->bandwidth));
+            json_object_set_new(o, "decode_bound_tok_s", json_real(r->bandwidth / r->tok.bytes));
+        }
+    }
+    if (r->n_experts > 0) {
+        json_object_set_new(o, "n_experts", json_integer(r->n_experts));
+        json_object_set_new(o, "routing_experts_used", json_integer(r->experts_used));
+        json_object_set_new(o, "routing_tokens", json_integer(r->routed_tokens));
     }
     json_object_set_new(o, "bytes_per_token", json_integer((json_int_t)(r->tok.bytes + 0.5)));
     json_object_set_new(o, "active_params_per_token", json_integer((json_int_t)(r->tok.params + 0.5)));
@@ -155,28 +204,70 @@ static int print_json(const sl_model *m, const bench_result *r) {
     return 0;
 }
 
+static int check_finite(const float *v, int n, const char *when, sl_err *e) {
+    for (int i = 0; i < n; i++)
+        if (!isfinite(v[i]))
+            return sl_fail(e, "logit %d is %s %s: the weights or a kernel produce non-finite values", i,
+                           isnan(v[i]) ? "NaN" : "infinite", when);
+    return 0;
+}
+
+/* How many distinct experts the last MoE layer chose for the last prefill chunk: a synthetic model
+ * whose routing collapses onto a few experts would understate decode traffic. */
+static int routing_spread(sl_session *s, bench_result *r, sl_err *e) {
+    const sl_config *c = &s->m->cfg;
+    int any = 0;
+    for (int l = 0; l < c->n_layers; l++) any |= s->m->layers[l].is_moe;
+    if (!any || c->n_experts <= 0) return 0;
+    int nb = r->prompt % s->max_batch ? r->prompt % s->max_batch : s->max_batch;
+    size_t n = (size_t)nb * (size_t)c->top_k;
+    int32_t *ids = malloc(n * sizeof *ids);
+    char *seen = calloc((size_t)c->n_experts, 1);
+    if (!ids || !seen) {
+        free(ids);
+        free(seen);
+        return sl_fail(e, "out of memory");
+    }
+    s->m->be->ops->download(s->m->be, ids, s->s.moe_ids, n * sizeof *ids);
+    int used = 0;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] >= 0 && ids[i] < c->n_experts && !seen[ids[i]]) {
+            seen[ids[i]] = 1;
+            used++;
+        }
+    free(ids);
+    free(seen);
+    r->routed_tokens = nb;
+    r->experts_used = used;
+    r->n_experts = c->n_experts;
+    return 0;
+}
+
 /* One prefill + decode from an empty cache; times go to *pre and *dec. */
-static int run_once(sl_session *s, const int32_t *prompt, const bench_result *r, float *logits, double *pre,
-                    double *dec, sl_err *e) {
+static int run_once(sl_session *s, const int32_t *prompt, bench_result *r, float *logits, double *pre, double *dec,
+                    int first, sl_err *e) {
     int V = s->m->cfg.vocab_size;
     sl_session_reset(s);
     double t0 = sl_now();
     if (sl_session_forward(s, prompt, r->prompt, logits, 0, e)) return -1;
     double t1 = sl_now();
+    if (first && (check_finite(logits, V, "after prefill", e) || routing_spread(s, r, e))) return -1;
+    double t2 = sl_now();
     for (int i = 0; i < r->gen; i++) {
         int32_t id = argmax(logits, V);
         if (sl_session_forward(s, &id, 1, logits, 0, e)) return -1;
     }
     *pre = t1 - t0;
-    *dec = sl_now() - t1;
+    *dec = sl_now() - t2;
+    if (first && r->gen > 0 && check_finite(logits, V, "after decode", e)) return -1;
     return 0;
 }
 
 int cmd_bench(int argc, char **argv) {
     const char *model = NULL;
     bench_result r = {.prompt = 512, .gen = 128, .runs = 1};
-    int json = 0, threads = 0;
-    const char *backend = NULL;
+    int json = 0, threads = 0, layers = 0;
+    const char *synth = NULL, *quant = "bf16", *dir = NULL, *backend = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int bad = 0;
@@ -195,6 +286,14 @@ int cmd_bench(int argc, char **argv) {
             backend = argv[++i];
         } else if (!strcmp(a, "--json")) {
             json = 1;
+        } else if (!strcmp(a, "--synthetic") && i + 1 < argc) {
+            synth = argv[++i];
+        } else if (!strcmp(a, "--quant") && i + 1 < argc) {
+            quant = argv[++i];
+        } else if (!strcmp(a, "--layers") && i + 1 < argc) {
+            bad = parse_int(argv[++i], 1, &layers);
+        } else if (!strcmp(a, "--dir") && i + 1 < argc) {
+            dir = argv[++i];
         } else if (a[0] != '-' && !model) {
             model = a;
         } else {
@@ -207,11 +306,43 @@ int cmd_bench(int argc, char **argv) {
             return 2;
         }
     }
-    if (!model) {
+    if (!model == !synth) {
+        if (model) fprintf(stderr, "sluice bench: give either MODEL or --synthetic SHAPE, not both\n");
         usage(stderr);
         return 2;
     }
     sl_err e = {{0}};
+    char synth_label[96], *synth_dir = NULL;
+    if (synth) {
+        const sl_synth_shape *sh = sl_synth_find(synth);
+        sl_synth_quant q;
+        if (!sh) {
+            fprintf(stderr, "sluice bench: unknown shape '%s'; shapes:", synth);
+            for (const sl_synth_shape *x = sl_synth_shapes(); x->name; x++) fprintf(stderr, " %s", x->name);
+            fprintf(stderr, "\n");
+            return 2;
+        }
+        if (sl_synth_parse_quant(quant, &q)) {
+            fprintf(stderr, "sluice bench: --quant must be bf16, mlx4 or mlx8, got '%s'\n", quant);
+            return 2;
+        }
+        synth_dir = dir ? strdup(dir) : sl_synth_default_dir(sh, q, layers);
+        int generated = 0;
+        double g0 = sl_now();
+        if (!synth_dir) {
+            fprintf(stderr, "sluice bench: out of memory\n");
+            return 1;
+        }
+        if (sl_synth_ensure(sh, q, layers, synth_dir, json, &generated, &e)) {
+            fprintf(stderr, "sluice bench: %s\n", e.msg);
+            free(synth_dir);
+            return 1;
+        }
+        r.gen_s = generated ? sl_now() - g0 : 0;
+        snprintf(synth_label, sizeof synth_label, "%s %s%s", sh->name, quant, generated ? "" : ", reused");
+        r.synthetic = synth_label;
+        model = synth_dir;
+    }
     sl_model *m = NULL;
     sl_session *s = NULL;
     float *logits = NULL;
@@ -234,9 +365,11 @@ int cmd_bench(int argc, char **argv) {
     r.threads = !strcmp(m->be->ops->name, "cpu") ? cpu_of(m->be)->n_threads : threads;
     r.weight_bytes = (double)(m->bytes_experts + m->bytes_other);
     r.tok = per_token_traffic(m);
+    if (m->be->ops->mem_bandwidth) r.bandwidth = m->be->ops->mem_bandwidth(m->be);
+    if (m->be->ops->peak_flops) r.flops = m->be->ops->peak_flops(m->be);
     for (int k = 0; k < r.runs; k++) {
         double pre, dec;
-        if (run_once(s, prompt, &r, logits, &pre, &dec, &e)) goto done;
+        if (run_once(s, prompt, &r, logits, &pre, &dec, k == 0, &e)) goto done;
         if (k == 0 || pre < r.prefill_s) r.prefill_s = pre;
         if (k == 0 || dec < r.decode_s) r.decode_s = dec;
     }
@@ -253,6 +386,7 @@ done:
     if (rc) fprintf(stderr, "sluice bench: %s\n", e.msg);
     free(logits);
     free(prompt);
+    free(synth_dir);
     sl_session_free(s);
     sl_model_free(m);
     return rc;

@@ -2,13 +2,48 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/ggml_types.h"
 #include "cli/commands.h"
 #include "core/util.h"
+#include "formats/gguf.h"
 #include "models/model.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: sluice show MODEL\n\nPrints the architecture, dimensions, weight formats, parameter count "
-               "and\nhow many bytes are routed experts versus everything else.\n");
+    fprintf(f, "usage: sluice show MODEL [--tensors]\n\nPrints the architecture, dimensions, weight formats, parameter "
+               "count and\nhow many bytes are routed experts versus everything else. For a .gguf file also the\n"
+               "tensor count per type; --tensors lists every tensor with its type, shape and size.\n");
+}
+
+/* GGUF container facts: version, tensor types with counts and bytes, optionally every tensor. */
+static int gguf_lines(const char *path, int list, sl_err *e) {
+    sl_gguf *g;
+    if (sl_gguf_open(path, &g, e)) return -1;
+    printf("  %-22sGGUF v%d, %d metadata keys, %d tensors\n", "container", g->version, g->n_kv, g->n_tensors);
+    printf("  %-22s", "tensor types");
+    int first = 1;
+    for (int t = 0; t < SL_GGML_TYPE_END; t++) {
+        int n = 0;
+        uint64_t bytes = 0;
+        for (int i = 0; i < g->n_tensors; i++)
+            if (g->tensors[i].type == t) n++, bytes += g->tensors[i].nbytes;
+        if (!n) continue;
+        char b[32];
+        printf("%s%s x%d (%s)", first ? "" : ", ", sl_ggml_type_name(t), n, sl_human_bytes((double)bytes, b, sizeof b));
+        first = 0;
+    }
+    printf("\n");
+    for (int i = 0; list && i < g->n_tensors; i++) {
+        const sl_gguf_tensor *t = &g->tensors[i];
+        char shape[96], b[32];
+        int k = snprintf(shape, sizeof shape, "[");
+        for (int d = 0; d < t->ndim; d++)
+            k += snprintf(shape + k, sizeof shape - (size_t)k, "%s%lld", d ? ", " : "", (long long)t->ne[d]);
+        snprintf(shape + k, sizeof shape - (size_t)k, "]");
+        printf("    %-36s %-8s %-20s %s\n", t->name, sl_ggml_type_name(t->type), shape,
+               sl_human_bytes((double)t->nbytes, b, sizeof b));
+    }
+    sl_gguf_close(g);
+    return 0;
 }
 
 static void formats_line(const sl_model *m) {
@@ -39,7 +74,8 @@ static void formats_line(const sl_model *m) {
 }
 
 int cmd_show(int argc, char **argv) {
-    if (argc != 2 || argv[1][0] == '-') {
+    int list = argc == 3 && !strcmp(argv[2], "--tensors");
+    if ((argc != 2 && !list) || argv[1][0] == '-') {
         int help = argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
         usage(help ? stdout : stderr);
         return help ? 0 : 2;
@@ -84,6 +120,15 @@ int cmd_show(int argc, char **argv) {
         printf("  %-22s%s experts, %s everything else\n", "bytes",
                sl_human_bytes((double)m->bytes_experts, b2, sizeof b2),
                sl_human_bytes((double)m->bytes_other, b3, sizeof b3));
+    int is_gguf = !m->cfg.gguf_arch[0] ? 0 : 1;
     sl_model_free(m);
+    if (is_gguf && gguf_lines(argv[1], list, &e)) {
+        fprintf(stderr, "sluice show: %s\n", e.msg);
+        return 1;
+    }
+    if (list && !is_gguf) {
+        fprintf(stderr, "sluice show: --tensors lists the tensors of .gguf files only\n");
+        return 2;
+    }
     return 0;
 }

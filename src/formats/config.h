@@ -24,6 +24,7 @@ typedef enum { SL_LAYER_ATTENTION, SL_LAYER_LINEAR } sl_layer_kind;
 
 typedef struct sl_config {
     char model_type[64];
+    char gguf_arch[32]; /* general.architecture of a GGUF file; empty for config.json */
     int vocab_size, hidden, n_layers, n_heads, n_kv_heads, head_dim, intermediate, max_pos;
     double rms_eps;
     int tie_embeddings;
@@ -35,6 +36,8 @@ typedef struct sl_config {
     /* hybrid linear attention (gated delta-net) */
     sl_layer_kind *layer_kind;
     int conv_kernel, lin_k_head_dim, lin_v_head_dim, lin_n_k_heads, lin_n_v_heads;
+    int lin_v_tiled;  /* value head h reads key head h mod key heads (GGUF order), not h / (value/key heads) */
+    int norms_folded; /* (1 + w) RMSNorm weights are stored with the 1 added (GGUF); MLX is told by its conv shape */
     /* MLX quantization: the whole "quantization" object (NULL when the checkpoint is not quantized) */
     json_t *quant;
     int quant_bits, quant_group;

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "core/util.h"
 
@@ -24,6 +25,8 @@ int sl_resolve_model(const char *arg, char **dir, sl_err *e) {
         *dir = strdup(arg);
         return *dir ? 0 : sl_fail(e, "out of memory");
     }
+    size_t n = strlen(arg);
+    if (n > 5 && !strcasecmp(arg + n - 5, ".gguf")) return sl_fail(e, "%s: no such GGUF file", arg);
     const char *slash = strchr(arg, '/');
     if (!slash || slash == arg || strchr(slash + 1, '/') || arg[0] == '.')
         return sl_fail(e,

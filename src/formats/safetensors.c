@@ -24,7 +24,7 @@ static const struct {
     {"F32", SL_ST_F32, 4},   {"F16", SL_ST_F16, 2},         {"BF16", SL_ST_BF16, 2},       {"F64", SL_ST_F64, 8},
     {"U32", SL_ST_U32, 4},   {"I32", SL_ST_I32, 4},         {"U16", SL_ST_U16, 2},         {"I16", SL_ST_I16, 2},
     {"U8", SL_ST_U8, 1},     {"I8", SL_ST_I8, 1},           {"I64", SL_ST_I64, 8},         {"U64", SL_ST_U64, 8},
-    {"BOOL", SL_ST_BOOL, 1}, {"F8_E4M3", SL_ST_F8_E4M3, 1}, {"F8_E5M2", SL_ST_F8_E5M2, 1},
+    {"BOOL", SL_ST_BOOL, 1}, {"F8_E4M3", SL_ST_F8_E4M3, 1}, {"F8_E5M2", SL_ST_F8_E5M2, 1}, {"GGML", SL_ST_GGML, 0},
 };
 
 const char *sl_st_dtype_name(sl_st_dtype d) {
@@ -62,7 +62,7 @@ static int parse_entry(const char *path, const char *name, json_t *v, uint64_t d
     if (!json_is_string(jd)) return sl_fail(e, "%s: tensor '%s': missing string field 'dtype'", path, name);
     size_t i, n = sizeof dtypes / sizeof dtypes[0];
     for (i = 0; i < n; i++)
-        if (!strcmp(dtypes[i].name, json_string_value(jd))) break;
+        if (dtypes[i].size && !strcmp(dtypes[i].name, json_string_value(jd))) break; /* GGML: GGUF only */
     if (i == n)
         return sl_fail(e, "%s: tensor '%s': unknown dtype '%s' (expected one of F32, F16, BF16, U32, ...)", path, name,
                        json_string_value(jd));
@@ -310,7 +310,7 @@ void sl_st_close(sl_st_set *s) {
         munmap(s->maps[i], s->map_sizes[i]);
         free(s->paths[i]);
     }
-    for (int i = 0; i < s->n_tensors; i++) free(s->tensors[i].name);
+    for (int i = 0; i < s->n_tensors; i++) free(s->tensors[i].name), free(s->tensors[i].owned);
     free(s->paths);
     free(s->maps);
     free(s->map_sizes);

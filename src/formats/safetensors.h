@@ -1,3 +1,5 @@
+/* The tensors of a checkpoint, and how safetensors files become one. GGUF files are presented through the
+ * same table (formats/gguf_model.h) under the names a safetensors checkpoint would use. */
 /* Safetensors checkpoints, single-file or sharded (model.safetensors.index.json): every header is
  * validated (offsets in range, size = shape x dtype, no overlap) before any tensor is used, and the
  * files are mmapped so weights are read in place. */
@@ -25,6 +27,7 @@ typedef enum {
     SL_ST_BOOL,
     SL_ST_F8_E4M3,
     SL_ST_F8_E5M2,
+    SL_ST_GGML, /* a GGML block-quantised type (GGUF files); the type id is in sl_st_tensor.gtype */
 } sl_st_dtype;
 
 #define SL_ST_MAX_DIMS 8
@@ -38,6 +41,8 @@ typedef struct sl_st_tensor {
     uint64_t nbytes;
     uint64_t offset; /* absolute byte offset in its file */
     int file;        /* index into sl_st_set.paths */
+    int gtype;       /* GGML type id when dtype is SL_ST_GGML */
+    void *owned;     /* heap copy that data points into (rows reordered at load), freed with the set */
 } sl_st_tensor;
 
 typedef struct sl_st_set {

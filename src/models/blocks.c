@@ -87,7 +87,7 @@ int blk_load_mlp(sl_model *m, sl_loader *ld, int l, sl_err *e) {
     sl_layer *L = &m->layers[l];
     char nb[256];
     if (c->intermediate <= 0)
-        return sl_fail(e, "%s/config.json: intermediate_size missing for dense layer %d", m->path, l);
+        return sl_fail(e, "%s%s: intermediate_size missing for dense layer %d", m->path, m->cfg_suffix, l);
     return sl_ld_linear(ld, NAME(nb, "model.layers.%d.mlp.gate_proj", l), c->intermediate, c->hidden, &L->w_gate, e) ||
                    sl_ld_linear(ld, NAME(nb, "model.layers.%d.mlp.up_proj", l), c->intermediate, c->hidden, &L->w_up,
                                 e) ||
@@ -116,7 +116,7 @@ int blk_load_moe(sl_model *m, sl_loader *ld, int l, int with_shared, sl_err *e) 
     sl_layer *L = &m->layers[l];
     char nb[256], p[128];
     int E = c->n_experts, I = c->moe_intermediate, H = c->hidden;
-    if (I <= 0) return sl_fail(e, "%s/config.json: moe_intermediate_size missing", m->path);
+    if (I <= 0) return sl_fail(e, "%s%s: moe_intermediate_size missing", m->path, m->cfg_suffix);
     snprintf(p, sizeof p, "model.layers.%d.mlp", l);
     L->is_moe = 1;
     if (sl_ld_linear(ld, NAME(nb, "%s.gate", p), E, H, &L->router, e)) return -1;
@@ -145,7 +145,7 @@ int blk_load_moe(sl_model *m, sl_loader *ld, int l, int with_shared, sl_err *e) 
     }
     if (!with_shared) return 0;
     int SI = c->shared_intermediate;
-    if (SI <= 0) return sl_fail(e, "%s/config.json: shared_expert_intermediate_size missing", m->path);
+    if (SI <= 0) return sl_fail(e, "%s%s: shared_expert_intermediate_size missing", m->path, m->cfg_suffix);
     L->has_shared = 1;
     return sl_ld_linear(ld, NAME(nb, "%s.shared_expert.gate_proj", p), SI, H, &L->sh_gate, e) ||
                    sl_ld_linear(ld, NAME(nb, "%s.shared_expert.up_proj", p), SI, H, &L->sh_up, e) ||

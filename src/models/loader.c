@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/ggml_types.h"
 #include "core/half.h"
 
 static int starts(const char *s, const char *p) {
@@ -114,6 +115,12 @@ static void shape_str(const sl_st_tensor *t, char *buf, size_t n) {
     if (k < n) snprintf(buf + k, n - k, "]");
 }
 
+/* "Q4_K" for GGML block types, else the safetensors dtype name. */
+static const char *dtype_name(const sl_st_tensor *t) {
+    const char *n = t->dtype == SL_ST_GGML ? sl_ggml_type_name(t->gtype) : NULL;
+    return n ? n : sl_st_dtype_name(t->dtype);
+}
+
 static int model_own(sl_model *m, void *p) {
     if (m->n_owned == m->cap_owned) {
         int cap = m->cap_owned ? m->cap_owned * 2 : 64;
@@ -149,9 +156,10 @@ static float elem_f32(const sl_st_tensor *t, int64_t i) {
 int sl_ld_vector(sl_loader *l, const char *name, int64_t len, float add, float **out, sl_err *e) {
     const sl_st_tensor *t = sl_ld_find(l, name);
     if (!t) return sl_fail(e, "%s: missing tensor '%s' (expected %lld float values)", l->m->path, name, (long long)len);
-    if (t->dtype != SL_ST_F32 && t->dtype != SL_ST_F16 && t->dtype != SL_ST_BF16)
+    int ggml = t->dtype == SL_ST_GGML && sl_ggml_supported(t->gtype);
+    if (t->dtype != SL_ST_F32 && t->dtype != SL_ST_F16 && t->dtype != SL_ST_BF16 && !ggml)
         return sl_fail(e, "%s: tensor '%s' has dtype %s, expected F32, F16 or BF16", file_of(l, t), t->name,
-                       sl_st_dtype_name(t->dtype));
+                       dtype_name(t));
     if (sl_st_numel(t) != len) {
         char s[96];
         shape_str(t, s, sizeof s);
@@ -163,7 +171,15 @@ int sl_ld_vector(sl_loader *l, const char *name, int64_t len, float add, float *
         free(v);
         return sl_fail(e, "out of memory");
     }
-    for (int64_t i = 0; i < len; i++) v[i] = elem_f32(t, i) + add;
+    if (ggml) { /* a small quantised vector: dequantised row by row */
+        int64_t cols = t->shape[t->ndim - 1];
+        size_t rb = sl_ggml_row_bytes(t->gtype, cols);
+        for (int64_t r = 0; r < len / cols; r++)
+            sl_ggml_dequant_row(t->gtype, t->data + (size_t)r * rb, v + r * cols, cols);
+        for (int64_t i = 0; i < len; i++) v[i] += add;
+    } else {
+        for (int64_t i = 0; i < len; i++) v[i] = elem_f32(t, i) + add;
+    }
     l->m->n_params += (uint64_t)len;
     *out = v;
     return 0;
@@ -242,9 +258,17 @@ static int fill_weight(sl_loader *l, const char *module, const char *wname, cons
         l->m->n_params += (uint64_t)rows * (uint64_t)cols;
         return 0;
     }
+    if (t->dtype == SL_ST_GGML) { /* GGUF block-quantised rows, used in place */
+        if (t->shape[want_nd - 1] != cols) goto bad_shape;
+        size_t rb = sl_ggml_row_bytes(t->gtype, cols);
+        if (sl_ggml_weight(w, t->name, t->gtype, rows, cols, t->data + (size_t)first_row * rb, e))
+            return sl_wrap(e, "%s", file_of(l, t));
+        l->m->n_params += (uint64_t)rows * (uint64_t)cols;
+        return 0;
+    }
     if (to_wfmt(t->dtype, &w->fmt))
         return sl_fail(e, "%s: tensor '%s' has dtype %s, expected F32, F16, BF16 or MLX-packed U32", file_of(l, t),
-                       wname, sl_st_dtype_name(t->dtype));
+                       wname, dtype_name(t));
     if (t->shape[want_nd - 1] != cols) goto bad_shape;
     size_t es = sl_st_dtype_size(t->dtype);
     w->row_bytes = (size_t)cols * es;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "formats/gguf_model.h"
 #include "formats/resolve.h"
 #include "models/loader.h"
 #include "models/registry.h"
@@ -50,6 +51,41 @@ static int own(sl_model *m, void *p) {
         m->cap_owned = cap;
     }
     m->owned[m->n_owned++] = p;
+    return 0;
+}
+
+/* The first weight whose format the backend has no kernels for, or NULL. */
+static const sl_weight *unsupported(sl_model *m) {
+    sl_backend *b = m->be;
+    if (!b->ops->supports(b, &m->embed) || !b->ops->supports(b, &m->lm_head)) return &m->lm_head;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        sl_layer *L = &m->layers[l];
+        const sl_weight *ws[] = {&L->wq,     &L->wk,      &L->wv,       &L->wo,      &L->in_qkv,   &L->in_z,
+                                 &L->in_a,   &L->in_b,    &L->out_proj, &L->w_gate,  &L->w_up,     &L->w_down,
+                                 &L->router, &L->sh_gate, &L->sh_up,    &L->sh_down, &L->sh_router};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+            if (ws[i]->data && !b->ops->supports(b, ws[i])) return ws[i];
+        for (int x = 0; L->is_moe && x < L->experts.n_experts; x++) {
+            const sl_expert *ex = &L->expert_store[x];
+            if (!b->ops->supports(b, &ex->gate) || !b->ops->supports(b, &ex->up) || !b->ops->supports(b, &ex->down))
+                return &ex->gate;
+        }
+    }
+    return NULL;
+}
+
+/* Weights a backend of its own memory cannot run: an automatic choice falls back to the CPU (saying
+ * so), an explicit one is an error naming the format. */
+static int check_formats(sl_model *m, const sl_model_opts *o, char *note, size_t note_len, sl_err *e) {
+    const sl_weight *w = m->be->ops->supports ? unsupported(m) : NULL;
+    if (!w) return 0;
+    char f[64];
+    sl_wfmt_name(w, f, sizeof f);
+    if (!note[0]) return sl_fail(e, "%s: the %s backend has no kernels for %s weights", m->path, m->be->ops->name, f);
+    sl_backend_destroy(m->be);
+    m->be = NULL;
+    if (sl_cpu_backend_create(o ? o->threads : 0, &m->be, e)) return -1;
+    snprintf(note, note_len, "backend cpu (the CUDA backend has no kernels for %s weights)", f);
     return 0;
 }
 
@@ -101,11 +137,36 @@ static int place_all(sl_model *m, sl_err *e) {
     return 0;
 }
 
+/* GGUF files of Llama 3 style scaled RoPE carry the scaling as per-frequency divisors (rope_freqs). */
+static int rope_freq_factors(sl_model *m, sl_loader *ld, sl_err *e) {
+    float *f;
+    if (sl_ld_vector(ld, "rope_freqs.weight", m->rot_dim / 2, 0.0f, &f, e)) return -1;
+    for (int i = 0; i < m->rot_dim / 2; i++) {
+        if (!(f[i] > 0))
+            return sl_fail(e, "%s: tensor 'rope_freqs.weight' element %d is %g (expected a positive divisor)", m->path,
+                           i, (double)f[i]);
+        m->inv_freq[i] /= f[i];
+    }
+    m->n_params -= (uint64_t)(m->rot_dim / 2);
+    return 0;
+}
+
+/* Config and tensor table of a GGUF file; its mappings move into m->st. */
+static int open_gguf(sl_model *m, sl_err *e) {
+    sl_gguf *g;
+    if (sl_gguf_open(m->path, &g, e)) return -1;
+    int rc = sl_gguf_config(g, &m->cfg, e) || sl_gguf_tensor_set(g, &m->cfg, &m->st, e) ? -1 : 0;
+    sl_gguf_close(g);
+    return rc;
+}
+
 int sl_model_load(const char *arg, const sl_model_opts *o, sl_model **out, sl_err *e) {
     char *path;
     if (sl_resolve_model(arg, &path, e)) return -1;
-    if (!sl_is_dir(path)) {
-        sl_fail(e, "%s: not a model directory (expected a folder with config.json and *.safetensors)", path);
+    int gguf = !sl_is_dir(path) && sl_gguf_is_path(path);
+    if (!sl_is_dir(path) && !gguf) {
+        sl_fail(e, "%s: not a model directory or .gguf file (expected a folder with config.json and *.safetensors)",
+                path);
         free(path);
         return -1;
     }
@@ -115,15 +176,20 @@ int sl_model_load(const char *arg, const sl_model_opts *o, sl_model **out, sl_er
         return sl_fail(e, "out of memory");
     }
     m->path = path;
+    m->cfg_suffix = gguf ? " metadata" : "/config.json";
     sl_loader ld = {0};
-    if (sl_config_load(path, &m->cfg, e)) goto fail;
+    if (gguf) {
+        if (open_gguf(m, e)) goto fail;
+    } else if (sl_config_load(path, &m->cfg, e)) {
+        goto fail;
+    }
     m->family = sl_family_for(m->cfg.model_type);
     if (!m->family) {
-        sl_fail(e, "%s/config.json: unknown model_type '%s' (supported: %s)", path, m->cfg.model_type,
+        sl_fail(e, "%s%s: unknown model_type '%s' (supported: %s)", path, m->cfg_suffix, m->cfg.model_type,
                 sl_supported_types());
         goto fail;
     }
-    if (sl_st_open_dir(path, &m->st, e)) goto fail;
+    if (!gguf && sl_st_open_dir(path, &m->st, e)) goto fail;
     char note[600];
     if (sl_backend_open(o ? o->backend : NULL, o ? o->threads : 0, &m->be, note, sizeof note, e)) goto fail;
     m->layers = calloc((size_t)m->cfg.n_layers, sizeof *m->layers);
@@ -142,10 +208,12 @@ int sl_model_load(const char *arg, const sl_model_opts *o, sl_model **out, sl_er
     }
     m->inv_freq = inv;
     sl_rope_inv_freq(&m->cfg.rope, m->rot_dim, m->inv_freq, &m->attn_factor);
+    if (sl_ld_has(&ld, "rope_freqs.weight") && rope_freq_factors(m, &ld, e)) goto fail;
     if (m->family->load(m, &ld, e)) goto fail;
     if (sl_ld_check_all_used(&ld, e)) goto fail;
     sl_loader_free(&ld);
     account(m);
+    if (check_formats(m, o, note, sizeof note, e)) goto fail;
     if (m->be->ops->place_weight && place_all(m, e)) goto fail;
     if (note[0]) fprintf(stderr, "sluice: %s\n", note);
     *out = m;

@@ -43,6 +43,7 @@ typedef struct sl_family {
 
 struct sl_model {
     char *path;
+    const char *cfg_suffix; /* appended to path where errors name the config: "/config.json" or " metadata" */
     sl_config cfg;
     const sl_family *family;
     sl_st_set *st;

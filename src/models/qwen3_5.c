@@ -3,7 +3,8 @@
  * convention, except the delta-net's gated output norm, which is plain w.
  *
  * MLX conversions store those (1 + w) weights with the 1 already added and conv1d as [C, K, 1] instead
- * of [C, 1, K]; the conv shape tells the two apart (the memory order of the kernel is the same). */
+ * of [C, 1, K]; the conv shape tells the two apart (the memory order of the kernel is the same). GGUF
+ * files fold the 1 in too (the config says so). */
 #include <stdio.h>
 
 #include "models/blocks.h"
@@ -49,10 +50,10 @@ static int q35_load(sl_model *m, sl_loader *ld, sl_err *e) {
     if (c->n_experts <= 0 || c->lin_n_k_heads <= 0 || c->lin_n_v_heads % c->lin_n_k_heads || c->conv_kernel < 1 ||
         c->lin_k_head_dim <= 0 || c->lin_v_head_dim <= 0)
         return sl_fail(e,
-                       "%s/config.json: incomplete %s config (num_experts, linear_num_key_heads, "
+                       "%s%s: incomplete %s config (num_experts, linear_num_key_heads, "
                        "linear_num_value_heads multiple of key heads, linear_*_head_dim, linear_conv_kernel_dim)",
-                       m->path, c->model_type);
-    int folded = norms_folded(m, ld, e);
+                       m->path, m->cfg_suffix, c->model_type);
+    int folded = c->norms_folded ? 1 : norms_folded(m, ld, e);
     if (folded < 0) return -1;
     float add = folded ? 0.0f : 1.0f;
     if (blk_load_outer(m, ld, add, e)) return -1;
@@ -71,7 +72,8 @@ static void linear_attn(sl_model *m, sl_session *s, int l, const float *xn, int 
     sl_backend *be = m->be;
     sl_layer *L = &m->layers[l];
     sl_scratch *x = &s->s;
-    sl_deltanet_dims d = {c->lin_n_k_heads, c->lin_n_v_heads, c->lin_k_head_dim, c->lin_v_head_dim, c->conv_kernel};
+    sl_deltanet_dims d = {c->lin_n_k_heads,  c->lin_n_v_heads, c->lin_k_head_dim,
+                          c->lin_v_head_dim, c->conv_kernel,   c->lin_v_tiled};
     int conv_dim = sl_config_conv_dim(c);
     op->matmul(be, &L->in_qkv, xn, n, x->qkv);
     op->matmul(be, &L->in_z, xn, n, x->z);

@@ -5,7 +5,7 @@
 
 static int qwen3_moe_load(sl_model *m, sl_loader *ld, sl_err *e) {
     const sl_config *c = &m->cfg;
-    if (c->n_experts <= 0) return sl_fail(e, "%s/config.json: num_experts missing for %s", m->path, c->model_type);
+    if (c->n_experts <= 0) return sl_fail(e, "%s%s: num_experts missing for %s", m->path, m->cfg_suffix, c->model_type);
     if (blk_load_outer(m, ld, 0.0f, e)) return -1;
     for (int l = 0; l < c->n_layers; l++) {
         int sparse = !c->mlp_only[l] && c->decoder_sparse_step > 0 && (l + 1) % c->decoder_sparse_step == 0;

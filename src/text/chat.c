@@ -3,7 +3,9 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "formats/gguf.h"
 #include "text/chat.h"
+#include "text/tokenizer.h"
 
 int sl_chat_render(const sl_jinja *tmpl, const sl_chat_input *in, const char *bos_token, const char *eos_token,
                    char **out, size_t *len, sl_err *e) {
@@ -30,8 +32,25 @@ static char *token_text(json_t *v) {
     return NULL;
 }
 
+/* A GGUF file carries the template and special tokens in its tokenizer metadata. */
+static int load_gguf(const char *path, char **tmpl, char **bos, char **eos, sl_err *e) {
+    sl_tokenizer *t;
+    if (sl_tokenizer_load(path, &t, e)) return -1;
+    const char *ct = sl_tokenizer_chat_template(t);
+    int rc = ct ? 0 : sl_fail(e, "%s: no chat template (metadata key 'tokenizer.chat_template' is missing)", path);
+    if (!rc) {
+        *tmpl = strdup(ct);
+        *bos = sl_tokenizer_bos(t) ? strdup(sl_tokenizer_bos(t)) : NULL;
+        *eos = sl_tokenizer_eos(t) ? strdup(sl_tokenizer_eos(t)) : NULL;
+        if (!*tmpl) rc = sl_fail(e, "out of memory");
+    }
+    sl_tokenizer_free(t);
+    return rc;
+}
+
 int sl_chat_load_model(const char *model_dir, char **tmpl, char **bos, char **eos, sl_err *e) {
     *tmpl = *bos = *eos = NULL;
+    if (!sl_is_dir(model_dir) && sl_gguf_is_path(model_dir)) return load_gguf(model_dir, tmpl, bos, eos, e);
     char *cfg_path = sl_path_join(model_dir, "tokenizer_config.json");
     json_t *cfg = NULL;
     if (sl_file_exists(cfg_path)) {

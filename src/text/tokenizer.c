@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "formats/gguf.h"
+#include "text/tok_gguf.h"
 
 /* GPT-2's pre-tokenizer pattern, used by ByteLevel when use_regex is true. */
 static const char GPT2_PATTERN[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
@@ -536,8 +538,90 @@ static int load_json(sl_tokenizer *t, json_t *root, const char *path, sl_err *e)
     return 0;
 }
 
+/* The tokenizer.json a vocabulary given as arrays amounts to, so both go through the same loader. */
+static json_t *vocab_json(const sl_tokenizer_vocab *v) {
+    json_t *root = json_object(), *model = json_object(), *vocab = json_object(), *merges = json_array();
+    json_t *added = json_array();
+    json_object_set_new(root, "model", model);
+    json_object_set_new(model, "type", json_string("BPE"));
+    json_object_set_new(model, "vocab", vocab);
+    json_object_set_new(model, "merges", merges);
+    json_object_set_new(model, "ignore_merges", json_boolean(v->ignore_merges));
+    json_object_set_new(root, "added_tokens", added);
+    for (int i = 0; i < v->n_tokens; i++) {
+        int type = v->types ? v->types[i] : 1;
+        if (type == 3 || type == 4) {
+            json_t *a = json_object();
+            json_object_set_new(a, "id", json_integer(i));
+            json_object_set_new(a, "content", json_stringn_nocheck(v->tokens[i], v->token_lens[i]));
+            json_object_set_new(a, "special", json_boolean(type == 3));
+            json_array_append_new(added, a);
+        } else {
+            json_object_setn_new_nocheck(vocab, v->tokens[i], v->token_lens[i], json_integer(i));
+        }
+    }
+    for (int i = 0; i < v->n_merges; i++)
+        json_array_append_new(merges, json_stringn_nocheck(v->merges[i], v->merge_lens[i]));
+    if (v->nfc) json_object_set_new(root, "normalizer", json_pack("{s:s}", "type", "NFC"));
+    json_t *bl = json_pack("{s:s, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 0, "use_regex", !v->pre_regex);
+    if (v->pre_regex) {
+        json_t *split = json_pack("{s:s, s:{s:s}, s:s, s:b}", "type", "Split", "pattern", "Regex", v->pre_regex,
+                                  "behavior", "Isolated", "invert", 0);
+        json_object_set_new(root, "pre_tokenizer",
+                            json_pack("{s:s, s:[o, o]}", "type", "Sequence", "pretokenizers", split, bl));
+    } else {
+        json_object_set_new(root, "pre_tokenizer", bl);
+    }
+    /* BOS/EOS around each sequence, as a TemplateProcessing post-processor would put them */
+    json_t *single = json_array(), *specials = json_object();
+    if (v->add_bos && v->bos_id >= 0) {
+        json_array_append_new(single, json_pack("{s:{s:s}}", "SpecialToken", "id", "bos"));
+        json_object_set_new(specials, "bos", json_pack("{s:[i]}", "ids", v->bos_id));
+    }
+    json_array_append_new(single, json_pack("{s:{s:s}}", "Sequence", "id", "A"));
+    if (v->add_eos && v->eos_id >= 0) {
+        json_array_append_new(single, json_pack("{s:{s:s}}", "SpecialToken", "id", "eos"));
+        json_object_set_new(specials, "eos", json_pack("{s:[i]}", "ids", v->eos_id));
+    }
+    json_object_set_new(
+        root, "post_processor",
+        json_pack("{s:s, s:o, s:o}", "type", "TemplateProcessing", "single", single, "special_tokens", specials));
+    return root;
+}
+
+int sl_tokenizer_from_vocab(const sl_tokenizer_vocab *v, sl_tokenizer **out, sl_err *e) {
+    *out = NULL;
+    for (int i = 0; i < v->n_tokens; i++)
+        if (v->types && (v->types[i] < 1 || v->types[i] > 6))
+            return sl_fail(e, "%s: token %d has type %d (expected 1 to 6)", v->where, i, (int)v->types[i]);
+    int32_t ids[3] = {v->bos_id, v->eos_id, v->eot_id};
+    for (int i = 0; i < 3; i++)
+        if (ids[i] < -1 || ids[i] >= v->n_tokens)
+            return sl_fail(e, "%s: special token id %d is outside the vocabulary of %d", v->where, (int)ids[i],
+                           v->n_tokens);
+    json_t *root = vocab_json(v);
+    if (!root) return sl_fail(e, "out of memory");
+    sl_tokenizer *t = calloc(1, sizeof *t);
+    int rc = t ? load_json(t, root, v->where, e) : sl_fail(e, "out of memory");
+    json_decref(root);
+    if (!rc) {
+        if (v->bos_id >= 0) t->bos = strdup(sl_tokenizer_piece(t, v->bos_id) ? sl_tokenizer_piece(t, v->bos_id) : "");
+        if (v->eos_id >= 0) t->eos = strdup(sl_tokenizer_piece(t, v->eos_id) ? sl_tokenizer_piece(t, v->eos_id) : "");
+        if (v->eos_id >= 0) add_eos(t, v->eos_id);
+        if (v->eot_id >= 0) add_eos(t, v->eot_id);
+        if (v->chat_template && !(t->chat_template = strdup(v->chat_template))) rc = sl_fail(e, "out of memory");
+    }
+    if (rc) {
+        sl_tokenizer_free(t);
+        return -1;
+    }
+    *out = t;
+    return 0;
+}
+
 int sl_tokenizer_load(const char *dir, sl_tokenizer **out, sl_err *e) {
     *out = NULL;
+    if (!sl_is_dir(dir) && sl_gguf_is_path(dir)) return sl_gguf_tokenizer_load(dir, out, e);
     if (!sl_is_dir(dir)) return sl_fail(e, "%s: not a directory (expected a model or tokenizer directory)", dir);
     char *path = sl_path_join(dir, "tokenizer.json");
     if (!path) return sl_fail(e, "out of memory");

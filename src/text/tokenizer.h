@@ -10,9 +10,33 @@
 
 typedef struct sl_tokenizer sl_tokenizer;
 
-/* dir holds tokenizer.json, and optionally tokenizer_config.json, generation_config.json, chat_template.jinja. */
+/* dir holds tokenizer.json, and optionally tokenizer_config.json, generation_config.json, chat_template.jinja;
+ * or path is a .gguf file, read through tokenizer.ggml.* metadata (text/tok_gguf.h). */
 int sl_tokenizer_load(const char *dir, sl_tokenizer **out, sl_err *e);
 void sl_tokenizer_free(sl_tokenizer *t);
+
+/* A byte-level BPE vocabulary given as arrays (as GGUF metadata holds it). Strings need not be
+ * NUL-terminated. */
+typedef struct sl_tokenizer_vocab {
+    const char *where; /* names the source in errors */
+    int n_tokens;
+    const char *const *tokens;
+    const size_t *token_lens;
+    /* per token: 1 normal, 2 unknown, 3 control (special), 4 user-defined (matched in text, not special),
+     * 5 unused, 6 byte; NULL: all normal */
+    const int32_t *types;
+    int n_merges;
+    const char *const *merges; /* "left right" */
+    const size_t *merge_lens;
+    const char *pre_regex;          /* the Split pattern applied before byte-level encoding; NULL: GPT-2's */
+    int nfc;                        /* NFC-normalise text first */
+    int ignore_merges;              /* whole words found in the vocab skip merging */
+    int32_t bos_id, eos_id, eot_id; /* -1: none */
+    int add_bos, add_eos;
+    const char *chat_template; /* NULL: none */
+} sl_tokenizer_vocab;
+
+int sl_tokenizer_from_vocab(const sl_tokenizer_vocab *v, sl_tokenizer **out, sl_err *e);
 
 /* Encodes len bytes of text (need not be NUL-terminated; invalid UTF-8 bytes are encoded as single bytes).
  * add_specials applies the post-processor (BOS/EOS). *ids is a heap array the caller frees. */

@@ -21,7 +21,8 @@ typedef struct cpu_impl {
     size_t xprep_len;
     void *moe_buf; /* MoE gather/intermediate buffers, grown to the largest batch seen */
     size_t moe_len;
-    sl_err failure; /* first op failure since the last check() */
+    double bandwidth, flops; /* measured bounds, 0 until measured */
+    sl_err failure;          /* first op failure since the last check() */
     int failed;
 } cpu_impl;
 
@@ -66,6 +67,16 @@ float cpu_dot(const float *a, const float *b, int n);
  * on this machine (the caller then uses the row-decoding path). */
 int cpu_gemv(cpu_impl *c, const sl_weight *w, const float *x, float *y);
 
+/* GGML block-quantised weights (SL_WF_GGML): a fused dequantise-dot of one row with x over `cols`
+ * values (xs: the sums of x over each 16 values), specialised per type and instruction set; NULL when
+ * the type has no vector kernel here (the caller then decodes block by block through the reference
+ * decoder). */
+typedef float (*cpu_ggml_dot_fn)(const uint8_t *row, const float *x, const float *xs, int cols);
+cpu_ggml_dot_fn cpu_ggml_pick(const cpu_impl *c, int gtype);
+/* Matmul of a GGML weight with n tokens by fused row kernels (used for decode and small batches);
+ * returns -1 (and records the failure) when out of memory. */
+int cpu_ggml_matmul_fused(cpu_impl *c, const sl_weight *w, const float *x, int n, float *y);
+
 void cpu_embed(sl_backend *b, const sl_weight *w, const int32_t *ids, int n, float *out);
 void cpu_matmul(sl_backend *b, const sl_weight *w, const float *x, int n, float *y);
 void cpu_attention(sl_backend *b, const float *q, const float *kc, const float *vc, int n, int pos0, int n_heads,
@@ -78,6 +89,9 @@ void cpu_conv1d_silu(sl_backend *b, const float *x, int n, int channels, const f
                      float *out);
 void cpu_deltanet(sl_backend *b, const sl_deltanet_dims *d, const float *qkv, const float *a, const float *bb,
                   const float *A_log, const float *dt_bias, float *state, int n, float *out);
+/* Read bandwidth of RAM on all threads (bytes/s) and fp32 FMA peak (FLOP/s), measured once. */
+double cpu_mem_bandwidth(sl_backend *b);
+double cpu_peak_flops(sl_backend *b);
 void cpu_gated_rmsnorm(sl_backend *b, float *x, const float *z, const float *w, int rows, int dim, float eps);
 
 #endif

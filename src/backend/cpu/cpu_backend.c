@@ -146,6 +146,8 @@ static const sl_backend_ops cpu_ops = {
     .deltanet = cpu_deltanet,
     .gated_rmsnorm = cpu_gated_rmsnorm,
     .kv_store = cpu_kv_store,
+    .mem_bandwidth = cpu_mem_bandwidth,
+    .peak_flops = cpu_peak_flops,
 };
 
 static void cpu_destroy(sl_backend *b) {

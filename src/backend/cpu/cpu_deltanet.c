@@ -65,7 +65,7 @@ static void dn_task(void *ctx, int64_t hb, int64_t he, int tid) {
     float *q = j->c->scratch[tid], *k = q + kd, *kv = k + kd;
     float scale = 1.0f / sqrtf((float)kd);
     for (int64_t h = hb; h < he; h++) {
-        int kh = (int)h / (nv / nk); /* value heads share key heads in contiguous groups */
+        int kh = d->tiled ? (int)h % nk : (int)h / (nv / nk); /* which key head this value head reads */
         float *S = j->state + (size_t)h * (size_t)kd * (size_t)vd;
         float A = -expf(j->A_log[h]);
         for (int t = 0; t < j->n; t++) {

@@ -6,6 +6,7 @@
 #endif
 
 #include "backend/cpu/cpu.h"
+#include "backend/ggml_types.h"
 #include "core/half.h"
 
 #define ROW_BLOCK 4
@@ -62,6 +63,7 @@ void cpu_row_f32(const sl_weight *w, int r, float *dst) {
         break;
     }
     case SL_WF_MLX: mlx_row(w, r, dst); break;
+    case SL_WF_GGML: sl_ggml_dequant_row(w->gtype, p, dst, w->cols); break;
     default: memset(dst, 0, (size_t)w->cols * 4); break;
     }
 }
@@ -218,8 +220,16 @@ __attribute__((target("avx512f"))) static void mm_packed_task(void *ctx, int64_t
 }
 #endif
 
+/* Below this many tokens, GGML weights are multiplied by the fused kernels (each row read once per
+ * token from cache); from it on, decoded panels are shared by the tokens. */
+#define GGML_FUSED_MAX 4
+
 void cpu_matmul(sl_backend *b, const sl_weight *w, const float *x, int n, float *y) {
     cpu_impl *c = cpu_of(b);
+    if (w->fmt == SL_WF_GGML && n < GGML_FUSED_MAX) {
+        cpu_ggml_matmul_fused(c, w, x, n, y);
+        return;
+    }
 #if defined(__x86_64__)
     if (n >= PK_TOKENS && c->avx512) {
         if (cpu_scratch_reserve(c, (size_t)w->cols * PK_ROWS * 2) != 0) return;

@@ -162,9 +162,14 @@ static const void *put(cu_impl *c, const void *src, size_t bytes, sl_err *e) {
     return d;
 }
 
+static int cu_supports(sl_backend *b, const sl_weight *w) {
+    (void)b;
+    return w->fmt == SL_WF_F32 || w->fmt == SL_WF_F16 || w->fmt == SL_WF_BF16 || w->fmt == SL_WF_MLX;
+}
+
 static int cu_place_weight(sl_backend *b, sl_weight *w, sl_err *e) {
     cu_impl *c = cu_of(b);
-    if (w->fmt != SL_WF_F32 && w->fmt != SL_WF_F16 && w->fmt != SL_WF_BF16 && w->fmt != SL_WF_MLX) {
+    if (!cu_supports(b, w)) {
         char buf[64];
         return sl_fail(e, "the CUDA backend has no kernels for weights stored as %s (use --backend cpu)",
                        sl_wfmt_name(w, buf, sizeof buf));
@@ -348,12 +353,15 @@ static const sl_backend_ops cuda_ops = {
     .gated_rmsnorm = cu_gated_rmsnorm,
     .kv_store = cu_kv_store,
     .place_weight = cu_place_weight,
+    .supports = cu_supports,
     .place_vector = cu_place_vector,
     .place_experts = cu_place_experts,
     .mem_free = cu_mem_free,
     .step_begin = cu_step_begin,
     .step_end = cu_step_end,
     .step_free = cu_step_free,
+    .mem_bandwidth = cu_mem_bandwidth,
+    .peak_flops = cu_peak_flops,
 };
 
 static void cu_destroy(sl_backend *b) {

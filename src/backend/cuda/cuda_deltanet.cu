@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(DN_COLS) deltanet_k(sl_deltanet_dims d, const 
     __shared__ float red[32];
     int h = blockIdx.x, c = blockIdx.y * DN_COLS + threadIdx.x, tid = threadIdx.x;
     bool col = c < vd;
-    int kh = h / (nv / nk);
+    int kh = d.tiled ? h % nk : h / (nv / nk); /* which key head this value head reads */
     int width = 2 * nk * kd + nv * vd;
     float *Sg = state + (long long)h * kd * vd;
     for (int i = 0; i < kd; i++) S[i * DN_COLS + tid] = col ? Sg[(long long)i * vd + c] : 0;

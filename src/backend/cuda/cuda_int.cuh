@@ -66,6 +66,7 @@ struct cu_impl {
     /* recorded steps */
     cu_step *d_step, *h_step;
     int capturing, steps_off;
+    double bandwidth, flops; /* measured bounds, 0 until measured */
 };
 
 static inline cu_impl *cu_of(sl_backend *b) {
@@ -112,6 +113,8 @@ __device__ __forceinline__ float block_sum(float v, float *sh) {
 }
 
 /* ops implemented per file */
+double cu_mem_bandwidth(sl_backend *b);
+double cu_peak_flops(sl_backend *b);
 void cu_embed(sl_backend *b, const sl_weight *w, const int32_t *ids, int n, float *out);
 void cu_matmul(sl_backend *b, const sl_weight *w, const float *x, int n, float *y);
 void cu_rmsnorm(sl_backend *b, const float *x, const float *w, int rows, int dim, float eps, float *y);
