@@ -208,7 +208,45 @@ __device__ __forceinline__ void rows_elem(const cu_w &w, int row0, int c0, int c
  * stages the input in chunks of `chunk` columns. Grid z selects weight `which + z` and output
  * y + z * yz (gate and up in one launch). With act, the input is silu(x) * x[act_off + ...], the
  * SwiGLU of a gate/up pair, formed while staging. */
-template <int NT>
+/* Copies columns [c0, c0 + cl) of the n input rows into shared memory (padded layout); with act, the
+ * SwiGLU silu(x) * x[act_off + ...] of a gate/up pair instead. */
+__device__ __forceinline__ void stage(const float *x, int cols, int c0, int cl, int n, int act, long long act_off,
+                                      float *sx, int padw) {
+    for (int t = 0; t < n; t++) {
+        const float *xt = x + (long long)t * cols + c0;
+        float *st = sx + t * padw;
+        if (act) {
+            for (int j = threadIdx.x; j < cl; j += blockDim.x) {
+                float g = xt[j];
+                st[pad(j)] = g * cu_sigmoid(g) * xt[act_off + j];
+            }
+        } else if ((cols & 3) == 0) { /* 128-bit loads; 4 consecutive inputs stay contiguous */
+            for (int j = threadIdx.x * 4; j < cl; j += blockDim.x * 4)
+                if (j + 3 < cl)
+                    *(float4 *)(st + pad(j)) = *(const float4 *)(xt + j);
+                else
+                    for (int q = j; q < cl; q++) st[pad(q)] = xt[q];
+        } else {
+            for (int j = threadIdx.x; j < cl; j += blockDim.x) st[pad(j)] = xt[j];
+        }
+    }
+}
+
+/* Kernel variants per storage format keep each one's registers (and so its occupancy) to its own need. */
+enum { KIND_ELEM = 0, KIND_BF16 = 1, KIND_F16 = 2, KIND_F32 = 3, KIND_MLX = 10 /* + bits */ };
+
+__host__ __device__ __forceinline__ int kind_of(const cu_w &w) {
+    if (!w.vec) return KIND_ELEM;
+    switch (w.fmt) {
+    case SL_WF_BF16: return KIND_BF16;
+    case SL_WF_F16: return KIND_F16;
+    case SL_WF_F32: return KIND_F32;
+    case SL_WF_MLX: return KIND_MLX + w.bits;
+    default: return KIND_ELEM;
+    }
+}
+
+template <int NT, int K>
 __global__ void __launch_bounds__(GV_WARPS * 32)
     gemv_k(cu_w w0, const cu_expert *table, const int32_t *ids, int which, int x_div, const float *x, long long xs,
            int n, float *y, long long ys, long long yz, int act, long long act_off, int chunk) {
@@ -216,69 +254,56 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     float *sx = (float *)smem4;
     int slot = blockIdx.y;
     cu_w w = w0;
+    if (!table) { /* the weights do not depend on earlier kernels: start fetching them into L2 */
+        int r0 = blockIdx.x * GV_ROWS, r1 = min(r0 + GV_ROWS, w.rows);
+        if (r0 < r1) {
+            const uint8_t *p = w.data + (long long)r0 * w.row_bytes;
+            long long bytes = (long long)(r1 - r0) * w.row_bytes;
+            for (long long o = (long long)threadIdx.x * 128; o < bytes; o += (long long)blockDim.x * 128)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o));
+        }
+    }
+    cu_pdl_enter();
     if (table) w = table[ids[slot]].w[which + blockIdx.z];
     x += (long long)(slot / x_div) * xs;
     y += (long long)slot * ys + (long long)blockIdx.z * yz;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int row0 = blockIdx.x * GV_ROWS + warp * GV_RPW;
-    if ((int)blockIdx.x * GV_ROWS >= w.rows) return; /* experts of a table share their shape */
-    float acc[GV_RPW][NT];
+    int padw = pad(chunk), single = w.cols <= chunk;
+    /* grid-stride over groups of GV_ROWS rows: the grid is sized to the GPU, so there is no ragged
+     * last wave, and with one chunk the input is staged once per block */
+    for (int rb = blockIdx.x; rb * GV_ROWS < w.rows; rb += gridDim.x) {
+        int row0 = rb * GV_ROWS + warp * GV_RPW;
+        float acc[GV_RPW][NT];
 #pragma unroll
-    for (int rr = 0; rr < GV_RPW; rr++)
+        for (int rr = 0; rr < GV_RPW; rr++)
 #pragma unroll
-        for (int t = 0; t < NT; t++) acc[rr][t] = 0;
-    int padw = pad(chunk);
-    for (int c0 = 0; c0 < w.cols; c0 += chunk) {
-        int cl = min(chunk, w.cols - c0);
-        __syncthreads();
-        for (int t = 0; t < n; t++) {
-            const float *xt = x + (long long)t * w.cols + c0;
-            float *st = sx + t * padw;
-            if (act) {
-                for (int j = threadIdx.x; j < cl; j += blockDim.x) {
-                    float g = xt[j];
-                    st[pad(j)] = g * cu_sigmoid(g) * xt[act_off + j];
-                }
-            } else if ((w.cols & 3) == 0) { /* 128-bit loads; 4 consecutive inputs stay contiguous */
-                for (int j = threadIdx.x * 4; j < cl; j += blockDim.x * 4)
-                    if (j + 3 < cl)
-                        *(float4 *)(st + pad(j)) = *(const float4 *)(xt + j);
-                    else
-                        for (int q = j; q < cl; q++) st[pad(q)] = xt[q];
-            } else {
-                for (int j = threadIdx.x; j < cl; j += blockDim.x) st[pad(j)] = xt[j];
+            for (int t = 0; t < NT; t++) acc[rr][t] = 0;
+        for (int c0 = 0; c0 < w.cols; c0 += chunk) {
+            int cl = min(chunk, w.cols - c0);
+            if (!single || rb == (int)blockIdx.x) {
+                __syncthreads();
+                stage(x, w.cols, c0, cl, n, act, act_off, sx, padw);
+                __syncthreads();
             }
-        }
-        __syncthreads();
-        if (row0 >= w.rows) continue;
-        if (!w.vec) {
-            rows_elem<NT>(w, row0, c0, cl, sx, padw, n, lane, acc);
-            continue;
-        }
-        switch (w.fmt) {
-        case SL_WF_BF16: rows_half<NT, true>(w, row0, c0, cl, sx, padw, n, lane, acc); break;
-        case SL_WF_F16: rows_half<NT, false>(w, row0, c0, cl, sx, padw, n, lane, acc); break;
-        case SL_WF_F32: rows_f32<NT>(w, row0, c0, cl, sx, padw, n, lane, acc); break;
-        case SL_WF_MLX:
-            switch (w.bits) {
-            case 2: rows_mlx<NT, 2>(w, row0, c0, cl, sx, padw, n, lane, acc); break;
-            case 3: rows_mlx<NT, 3>(w, row0, c0, cl, sx, padw, n, lane, acc); break;
-            case 4: rows_mlx<NT, 4>(w, row0, c0, cl, sx, padw, n, lane, acc); break;
-            case 5: rows_mlx<NT, 5>(w, row0, c0, cl, sx, padw, n, lane, acc); break;
-            case 6: rows_mlx<NT, 6>(w, row0, c0, cl, sx, padw, n, lane, acc); break;
-            default: rows_mlx<NT, 8>(w, row0, c0, cl, sx, padw, n, lane, acc); break;
+            if (row0 >= w.rows) continue;
+            if (kind_of(w) != K) { /* an expert of another format than the one the launch was built for */
+                rows_elem<NT>(w, row0, c0, cl, sx, padw, n, lane, acc);
+                continue;
             }
-            break;
-        default: break;
+            if constexpr (K == KIND_BF16) rows_half<NT, true>(w, row0, c0, cl, sx, padw, n, lane, acc);
+            else if constexpr (K == KIND_F16) rows_half<NT, false>(w, row0, c0, cl, sx, padw, n, lane, acc);
+            else if constexpr (K == KIND_F32) rows_f32<NT>(w, row0, c0, cl, sx, padw, n, lane, acc);
+            else if constexpr (K > KIND_MLX) rows_mlx<NT, K - KIND_MLX>(w, row0, c0, cl, sx, padw, n, lane, acc);
+            else rows_elem<NT>(w, row0, c0, cl, sx, padw, n, lane, acc);
         }
-    }
 #pragma unroll
-    for (int rr = 0; rr < GV_RPW; rr++) {
-        int r = row0 + rr;
+        for (int rr = 0; rr < GV_RPW; rr++) {
+            int r = row0 + rr;
 #pragma unroll
-        for (int t = 0; t < NT; t++) {
-            float v = warp_sum(acc[rr][t]);
-            if (lane == 0 && t < n && r < w.rows) y[(long long)t * w.rows + r] = v + (w.bias ? w.bias[r] : 0.0f);
+            for (int t = 0; t < NT; t++) {
+                float v = warp_sum(acc[rr][t]);
+                if (lane == 0 && t < n && r < w.rows) y[(long long)t * w.rows + r] = v + (w.bias ? w.bias[r] : 0.0f);
+            }
         }
     }
 }
@@ -299,13 +324,38 @@ struct gv_call {
     long long y_stride, yz;
 };
 
-template <int NT> static void launch_nt(cu_impl *c, const gv_call &g, const float *x, int n, float *y) {
+template <int NT, int K> static void launch_k(cu_impl *c, const gv_call &g, const float *x, int n, float *y) {
     int chunk = chunk_for(NT);
     if (chunk > g.w->cols) chunk = (g.w->cols + 255) / 256 * 256;
     size_t smem = (size_t)NT * (size_t)(chunk + chunk / 32 * 4) * sizeof(float);
-    dim3 grid(CU_BLOCKS(g.w->rows, GV_ROWS), (unsigned)g.slots, (unsigned)g.nz);
-    gemv_k<NT><<<grid, GV_WARPS * 32, smem, c->st>>>(*g.w, g.table, g.ids, g.which, g.x_div, x, g.x_stride, n, y,
-                                                     g.y_stride, g.yz, g.act, g.act_off, chunk);
+    static int per_sm; /* resident blocks per SM of this variant at its largest staging */
+    if (!per_sm) {
+        size_t most = (size_t)NT * (size_t)(chunk_for(NT) + chunk_for(NT) / 32 * 4) * sizeof(float);
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_k<NT, K>, GV_WARPS * 32, most) != cudaSuccess ||
+            per_sm < 1)
+            per_sm = 1;
+    }
+    unsigned groups = CU_BLOCKS(g.w->rows, GV_ROWS), fit = (unsigned)(c->sms * per_sm);
+    /* one table launch covers many slots: the grid's y and z dimensions fill the GPU already */
+    if (g.slots * g.nz > 1) fit = (fit + (unsigned)(g.slots * g.nz) - 1) / (unsigned)(g.slots * g.nz);
+    dim3 grid(groups < fit ? groups : fit, (unsigned)g.slots, (unsigned)g.nz);
+    cu_launch(c, gemv_k<NT, K>, grid, GV_WARPS * 32, smem, *g.w, g.table, g.ids, g.which, g.x_div, x, g.x_stride, n,
+              y, g.y_stride, g.yz, g.act, g.act_off, chunk);
+}
+
+template <int NT> static void launch_nt(cu_impl *c, const gv_call &g, const float *x, int n, float *y) {
+    switch (kind_of(*g.w)) {
+    case KIND_BF16: launch_k<NT, KIND_BF16>(c, g, x, n, y); break;
+    case KIND_F16: launch_k<NT, KIND_F16>(c, g, x, n, y); break;
+    case KIND_F32: launch_k<NT, KIND_F32>(c, g, x, n, y); break;
+    case KIND_MLX + 2: launch_k<NT, KIND_MLX + 2>(c, g, x, n, y); break;
+    case KIND_MLX + 3: launch_k<NT, KIND_MLX + 3>(c, g, x, n, y); break;
+    case KIND_MLX + 4: launch_k<NT, KIND_MLX + 4>(c, g, x, n, y); break;
+    case KIND_MLX + 5: launch_k<NT, KIND_MLX + 5>(c, g, x, n, y); break;
+    case KIND_MLX + 6: launch_k<NT, KIND_MLX + 6>(c, g, x, n, y); break;
+    case KIND_MLX + 8: launch_k<NT, KIND_MLX + 8>(c, g, x, n, y); break;
+    default: launch_k<NT, KIND_ELEM>(c, g, x, n, y); break;
+    }
 }
 
 static void gemv_run(cu_impl *c, const gv_call &g, int n) {
@@ -344,6 +394,7 @@ void cu_moe_gemv(cu_impl *c, const cu_w *gate, const cu_w *down, const cu_expert
 }
 
 __global__ void dequant_split_k(cu_w w, __nv_bfloat16 *hi, __nv_bfloat16 *lo) {
+    cu_pdl_enter();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x, total = (long long)w.rows * w.cols;
     if (i >= total) return;
     float v = w_elem(w, (int)(i / w.cols), (int)(i % w.cols));
@@ -353,6 +404,7 @@ __global__ void dequant_split_k(cu_w w, __nv_bfloat16 *hi, __nv_bfloat16 *lo) {
 }
 
 __global__ void split_bf16_k(const float *x, long long len, __nv_bfloat16 *hi, __nv_bfloat16 *lo) {
+    cu_pdl_enter();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= len) return;
     __nv_bfloat16 h = __float2bfloat16(x[i]);
@@ -361,6 +413,7 @@ __global__ void split_bf16_k(const float *x, long long len, __nv_bfloat16 *hi, _
 }
 
 __global__ void add_bias_k(float *y, const float *bias, int rows, long long len) {
+    cu_pdl_enter();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < len) y[i] += bias[i % rows];
 }
@@ -385,13 +438,13 @@ void cu_matmul(sl_backend *b, const sl_weight *sw, const float *x, int n, float 
     size_t xlen = (size_t)n * (size_t)w.cols, wlen = (size_t)w.rows * (size_t)w.cols;
     if (cu_grow(c, &c->xtmp, &c->xtmp_len, xlen * 2 * (exact ? 2 : 1), "matmul input")) return;
     __nv_bfloat16 *xhi = (__nv_bfloat16 *)c->xtmp, *xlo = exact ? xhi + xlen : NULL;
-    split_bf16_k<<<CU_BLOCKS(xlen, 256), 256, 0, c->st>>>(x, (long long)xlen, xhi, xlo);
+    cu_launch(c, split_bf16_k, CU_BLOCKS(xlen, 256), 256, 0, x, (long long)xlen, xhi, xlo);
     const void *whi = w.data, *wlo = NULL;
     if (w.fmt != SL_WF_BF16) {
         if (cu_grow(c, &c->wtmp, &c->wtmp_len, wlen * 2 * (exact ? 2 : 1), "matmul weight")) return;
         whi = c->wtmp;
         wlo = exact ? (const void *)((__nv_bfloat16 *)c->wtmp + wlen) : NULL;
-        dequant_split_k<<<CU_BLOCKS(wlen, 256), 256, 0, c->st>>>(w, (__nv_bfloat16 *)c->wtmp,
+        cu_launch(c, dequant_split_k, CU_BLOCKS(wlen, 256), 256, 0, w, (__nv_bfloat16 *)c->wtmp,
                                                                  (__nv_bfloat16 *)wlo);
     }
     const void *pa[3] = {whi, whi, wlo}, *pb[3] = {xhi, xlo, xhi};
@@ -409,12 +462,13 @@ void cu_matmul(sl_backend *b, const sl_weight *sw, const float *x, int n, float 
     }
     if (w.bias) {
         size_t len = (size_t)n * (size_t)w.rows;
-        add_bias_k<<<CU_BLOCKS(len, 256), 256, 0, c->st>>>(y, w.bias, w.rows, (long long)len);
+        cu_launch(c, add_bias_k, CU_BLOCKS(len, 256), 256, 0, y, w.bias, w.rows, (long long)len);
     }
     cu_check_launch(c, "matmul");
 }
 
 __global__ void embed_k(cu_w w, const int32_t *ids, const int32_t *step_tok, int n, float *out) {
+    cu_pdl_enter();
     int i = blockIdx.y;
     int id = step_tok ? *step_tok : ids[i];
     for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < w.cols; j += gridDim.x * blockDim.x)
@@ -432,6 +486,6 @@ void cu_embed(sl_backend *b, const sl_weight *sw, const int32_t *ids, int n, flo
         cudaMemcpyAsync(c->ids, ids, (size_t)n * sizeof *ids, cudaMemcpyHostToDevice, c->st);
     }
     dim3 grid(CU_BLOCKS(w.cols, 256) < 64 ? CU_BLOCKS(w.cols, 256) : 64, (unsigned)n);
-    embed_k<<<grid, 256, 0, c->st>>>(w, c->ids, step_tok, n, out);
+    cu_launch(c, embed_k, grid, 256, 0, w, c->ids, step_tok, n, out);
     cu_check_launch(c, "embedding");
 }
