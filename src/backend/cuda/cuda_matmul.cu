@@ -4,7 +4,7 @@
  * times the input rounded to bf16, accumulated in fp32. */
 #include "backend/cuda/cuda_int.cuh"
 
-#define GV_WARPS 4
+#define GV_WARPS 8
 #define GV_RPW 2 /* rows per warp: their loads are issued together */
 #define GV_ROWS (GV_WARPS * GV_RPW)
 #define GV_SMEM 40960 /* bytes of staged input per block */
@@ -64,35 +64,46 @@ __device__ __forceinline__ void dot_units(const float *f, int V, const float *sx
     }
 }
 
+#define GV_UB 4 /* units per lane loaded before any is used: GV_RPW * GV_UB 128-bit loads in flight */
+
 /* bf16 / f16 rows: units of 8 values (one 128-bit load) */
 template <int NT, bool BF>
 __device__ __forceinline__ void rows_half(const cu_w &w, int row0, int c0, int cl, const float *sx, int padw, int n,
                                           int lane, float (*acc)[NT]) {
-#pragma unroll 4
-    for (int u = lane; u < cl / 8; u += 32) {
-        uint4 q[GV_RPW];
+    const int nu = cl / 8;
+    for (int u0 = lane; u0 < nu; u0 += 32 * GV_UB) {
+        uint4 q[GV_RPW][GV_UB];
 #pragma unroll
         for (int rr = 0; rr < GV_RPW; rr++) {
-            int r = min(row0 + rr, w.rows - 1);
-            q[rr] = __ldg((const uint4 *)(w.data + (long long)r * w.row_bytes + (long long)(c0 + u * 8) * 2));
+            const uint8_t *p = w.data + (long long)min(row0 + rr, w.rows - 1) * w.row_bytes + (long long)c0 * 2;
+#pragma unroll
+            for (int b = 0; b < GV_UB; b++) {
+                int u = u0 + 32 * b;
+                q[rr][b] = u < nu ? __ldg((const uint4 *)(p + (long long)u * 16)) : make_uint4(0, 0, 0, 0);
+            }
         }
 #pragma unroll
-        for (int rr = 0; rr < GV_RPW; rr++) {
-            unsigned wd[4] = {q[rr].x, q[rr].y, q[rr].z, q[rr].w};
-            float f[8];
+        for (int b = 0; b < GV_UB; b++) {
+            int u = u0 + 32 * b;
+            if (u >= nu) break;
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                if (BF) {
-                    f[2 * i] = __uint_as_float(wd[i] << 16);
-                    f[2 * i + 1] = __uint_as_float(wd[i] & 0xffff0000u);
-                } else {
-                    __half2 h = *(__half2 *)&wd[i];
-                    float2 v = __half22float2(h);
-                    f[2 * i] = v.x;
-                    f[2 * i + 1] = v.y;
+            for (int rr = 0; rr < GV_RPW; rr++) {
+                unsigned wd[4] = {q[rr][b].x, q[rr][b].y, q[rr][b].z, q[rr][b].w};
+                float f[8];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    if (BF) {
+                        f[2 * i] = __uint_as_float(wd[i] << 16);
+                        f[2 * i + 1] = __uint_as_float(wd[i] & 0xffff0000u);
+                    } else {
+                        __half2 h = *(__half2 *)&wd[i];
+                        float2 v = __half22float2(h);
+                        f[2 * i] = v.x;
+                        f[2 * i + 1] = v.y;
+                    }
                 }
+                dot_units<NT>(f, 8, sx, padw, pad(u * 8), n, acc[rr]);
             }
-            dot_units<NT>(f, 8, sx, padw, pad(u * 8), n, acc[rr]);
         }
     }
 }
@@ -100,18 +111,27 @@ __device__ __forceinline__ void rows_half(const cu_w &w, int row0, int c0, int c
 template <int NT>
 __device__ __forceinline__ void rows_f32(const cu_w &w, int row0, int c0, int cl, const float *sx, int padw, int n,
                                          int lane, float (*acc)[NT]) {
-#pragma unroll 4
-    for (int u = lane; u < cl / 4; u += 32) {
-        float4 q[GV_RPW];
+    const int nu = cl / 4;
+    for (int u0 = lane; u0 < nu; u0 += 32 * GV_UB) {
+        float4 q[GV_RPW][GV_UB];
 #pragma unroll
         for (int rr = 0; rr < GV_RPW; rr++) {
-            int r = min(row0 + rr, w.rows - 1);
-            q[rr] = __ldg((const float4 *)(w.data + (long long)r * w.row_bytes + (long long)(c0 + u * 4) * 4));
+            const uint8_t *p = w.data + (long long)min(row0 + rr, w.rows - 1) * w.row_bytes + (long long)c0 * 4;
+#pragma unroll
+            for (int b = 0; b < GV_UB; b++) {
+                int u = u0 + 32 * b;
+                q[rr][b] = u < nu ? __ldg((const float4 *)(p + (long long)u * 16)) : make_float4(0, 0, 0, 0);
+            }
         }
 #pragma unroll
-        for (int rr = 0; rr < GV_RPW; rr++) {
-            float f[4] = {q[rr].x, q[rr].y, q[rr].z, q[rr].w};
-            dot_units<NT>(f, 4, sx, padw, pad(u * 4), n, acc[rr]);
+        for (int b = 0; b < GV_UB; b++) {
+            int u = u0 + 32 * b;
+            if (u >= nu) break;
+#pragma unroll
+            for (int rr = 0; rr < GV_RPW; rr++) {
+                float f[4] = {q[rr][b].x, q[rr][b].y, q[rr][b].z, q[rr][b].w};
+                dot_units<NT>(f, 4, sx, padw, pad(u * 4), n, acc[rr]);
+            }
         }
     }
 }
@@ -328,12 +348,13 @@ template <int NT, int K> static void launch_k(cu_impl *c, const gv_call &g, cons
     int chunk = chunk_for(NT);
     if (chunk > g.w->cols) chunk = (g.w->cols + 255) / 256 * 256;
     size_t smem = (size_t)NT * (size_t)(chunk + chunk / 32 * 4) * sizeof(float);
-    static int per_sm; /* resident blocks per SM of this variant at its largest staging */
-    if (!per_sm) {
-        size_t most = (size_t)NT * (size_t)(chunk_for(NT) + chunk_for(NT) / 32 * 4) * sizeof(float);
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_k<NT, K>, GV_WARPS * 32, most) != cudaSuccess ||
+    static int per_sm; /* resident blocks per SM of this variant, for the staging size last seen */
+    static size_t per_sm_smem;
+    if (!per_sm || per_sm_smem != smem) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_k<NT, K>, GV_WARPS * 32, smem) != cudaSuccess ||
             per_sm < 1)
             per_sm = 1;
+        per_sm_smem = smem;
     }
     unsigned groups = CU_BLOCKS(g.w->rows, GV_ROWS), fit = (unsigned)(c->sms * per_sm);
     /* one table launch covers many slots: the grid's y and z dimensions fill the GPU already */
