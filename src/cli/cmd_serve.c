@@ -9,6 +9,11 @@
 #include "server/engine.h"
 #include "server/http.h"
 
+/* sigwait only sees signals that are not ignored, and a parent may have left SIGINT ignored */
+static void on_signal(int sig) {
+    (void)sig;
+}
+
 static void usage(FILE *f) {
     fprintf(f, "usage: sluice serve MODEL [options]\n\n"
                "Serves MODEL over HTTP: OpenAI /v1/chat/completions, /v1/completions, /v1/models; Anthropic\n"
@@ -78,6 +83,9 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     /* signals are taken by sigwait below, so every thread started from here on blocks them */
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);

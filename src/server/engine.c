@@ -143,12 +143,14 @@ static void *worker(void *arg) {
         g->q_head = (g->q_head + 1) % g->q_cap;
         g->q_len--;
         g->busy = 1;
+        g->current = j;
         pthread_mutex_unlock(&g->mu);
         run_job(g, j);
-        sv_job_release(j);
         pthread_mutex_lock(&g->mu);
         g->busy = 0;
+        g->current = NULL; /* before the release: shutdown may look at it */
         pthread_mutex_unlock(&g->mu);
+        sv_job_release(j);
     }
 }
 
@@ -219,6 +221,11 @@ void sv_engine_shutdown(sv_engine *g) {
     pthread_mutex_lock(&g->mu);
     g->stopping = 1;
     pthread_cond_broadcast(&g->cv);
+    if (g->current) {
+        pthread_mutex_lock(&g->current->mu);
+        g->current->cancelled = 1;
+        pthread_mutex_unlock(&g->current->mu);
+    }
     /* waiting jobs end as cancelled, so their connections close */
     while (g->q_len) {
         sv_job *j = g->q[g->q_head];

@@ -52,6 +52,7 @@ typedef struct sv_engine {
     pthread_mutex_t mu; /* guards everything below */
     pthread_cond_t cv;
     int ready, stopping, busy;
+    sv_job *current; /* the job the worker runs, NULL when idle */
     sv_job **q;
     int q_cap, q_head, q_len;
     uint64_t seed_state;
