@@ -8,6 +8,7 @@ streaming deterministically:
   from the user)  -> <tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>
   prompt ends with "<think>" (enable_thinking)  -> <think>The user wants the weather.</think>Sunny skies over Paris.
   any other prompt                              -> Sunny skies over Paris.
+  a raw prompt ending with "<|loop|>"           -> " la" forever (for cancellation and load tests)
 
 Each reply ends with <|im_end|>. Run once from the repository root; the output is committed."""
 import json
@@ -22,6 +23,8 @@ VOCAB, HIDDEN, INTER, HEADS, KV, HEAD_DIM = 512, 32, 32, 2, 1, 16
 tok = json.load(open(os.path.join(TOK, "tokenizer.json")))
 added = [
     ("<|tool_turn|>", True),
+    ("<|loop|>", True),
+    (" la", False),
     ("<think>", False),
     ("</think>", False),
     ("<tool_call>", False),
@@ -50,6 +53,7 @@ chains = [
      "</tool_call>", "<|im_end|>"],
     ["<think>", "The user wants the weather.", "</think>", "Sunny"],
     ["Sunny", " skies", " over", " Paris.", "<|im_end|>"],
+    ["<|loop|>", " la", " la"],
 ]
 nxt = {}
 for c in chains:
@@ -102,7 +106,7 @@ with open(os.path.join(OUT, "model.safetensors"), "wb") as f:
 
 config = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": VOCAB, "hidden_size": HIDDEN,
           "intermediate_size": INTER, "num_hidden_layers": 1, "num_attention_heads": HEADS,
-          "num_key_value_heads": KV, "head_dim": HEAD_DIM, "max_position_embeddings": 4096, "rms_norm_eps": 1e-6,
+          "num_key_value_heads": KV, "head_dim": HEAD_DIM, "max_position_embeddings": 65536, "rms_norm_eps": 1e-6,
           "rope_theta": 10000.0, "tie_word_embeddings": False, "hidden_act": "silu", "torch_dtype": "float32"}
 json.dump(config, open(os.path.join(OUT, "config.json"), "w"), indent=1)
 json.dump(tok, open(os.path.join(OUT, "tokenizer.json"), "w"), ensure_ascii=False)

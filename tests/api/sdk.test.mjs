@@ -235,7 +235,7 @@ await test('ollama generate and model routes', async () => {
   assert.equal(tags.models[0].details.family, 'llama');
   const show = await ollama.show({ model: 'scripted_model' });
   assert.ok(show.capabilities.includes('tools'));
-  assert.equal(show.model_info['llama.context_length'], 4096);
+  assert.equal(show.model_info['llama.context_length'], 65536);
   const ps = await ollama.ps();
   assert.equal(ps.models.length, 1);
   await assert.rejects(ollama.chat({ model: 'm', messages: 'nope', stream: false }), /messages/);
