@@ -114,10 +114,12 @@ cmp() { jq -r '"\(.usage.prompt_tokens) \(.usage.prompt_tokens_details.cached_to
 post /v1/chat/completions "{\"messages\":$conv1,\"max_tokens\":6,\"temperature\":0}" >/dev/null
 read -r p1 c1 <<<"$(cmp)"
 [ "$c1" = 0 ] || fail "first request cached $c1"
+first=$(jq -r '.choices[0].message.content' "$T/body")
 # the same prompt again: resumes from the snapshot taken before its last token
 post /v1/chat/completions "{\"messages\":$conv1,\"max_tokens\":6,\"temperature\":0}" >/dev/null
 read -r p2 c2 <<<"$(cmp)"
 [ "$c2" = $((p1 - 1)) ] || fail "hybrid repeat: prompt $p2 cached $c2"
+[ "$(jq -r '.choices[0].message.content' "$T/body")" = "$first" ] || fail "greedy reply changed after a snapshot restore"
 # a different last message: resumes from the snapshot, not from zero
 post /v1/chat/completions '{"messages":[{"role":"user","content":"Weather?"},{"role":"assistant","content":"x"},{"role":"user","content":"y"}],"max_tokens":2}' >/dev/null
 read -r p3 c3 <<<"$(cmp)"
@@ -142,6 +144,11 @@ wait "${CURLS[@]}"
 grep -l '^HTTP/1.1 503' "$T"/q*.h | head -1 | xargs grep -qi '^Retry-After: 1' || fail "no 503 with Retry-After"
 grep -l '^HTTP/1.1 200' "$T"/q*.h | grep -q . || fail "no request served"
 curl -s "$U/health" | grep -q ok || fail "server died"
+
+# a short load run: concurrent clients on every route, some dropped mid-flight, all completed replies well formed
+(cd "$SRC" && node bench/serve_load.mjs "$(grep -o 'http://127.0.0.1:[0-9]*' "$T/hybrid.log" | head -1)" 40 8) \
+    || fail "load run"
+curl -s "$U/health" | grep -q ok || fail "server died under load"
 
 # the official SDKs
 API=$T/api; mkdir -p "$API"
