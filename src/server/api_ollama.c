@@ -304,7 +304,9 @@ static json_t *details(const sv_engine *g) {
     sl_human_count((double)g->m->n_params, params, sizeof params);
     for (char *p = params; *p; p++)
         if (*p == ' ') memmove(p, p + 1, strlen(p));
-    return json_pack("{s:s, s:s, s:s, s:[s], s:s, s:s}", "parent_model", "", "format", "safetensors", "family",
+    size_t n = strlen(g->dir);
+    const char *format = n > 5 && !strcmp(g->dir + n - 5, ".gguf") ? "gguf" : "safetensors";
+    return json_pack("{s:s, s:s, s:s, s:[s], s:s, s:s}", "parent_model", "", "format", format, "family",
                      g->m->cfg.model_type, "families", g->m->cfg.model_type, "parameter_size", params,
                      "quantization_level", "");
 }

@@ -157,6 +157,15 @@ static void *worker(void *arg) {
 static char *model_name(const char *arg) {
     size_t n = strlen(arg);
     while (n > 1 && arg[n - 1] == '/') n--;
+    /* a GGUF file by its name without .gguf, or by its folder when the file is just "model.gguf" */
+    if (n > 5 && !strcmp(arg + n - 5, ".gguf")) {
+        const char *base = arg + n;
+        while (base > arg && base[-1] != '/') base--;
+        if (strcmp(base, "model.gguf") || base == arg) return strndup(base, (size_t)(arg + n - 5 - base));
+        const char *dir = base - 1;
+        while (dir > arg && dir[-1] != '/') dir--;
+        return strndup(dir, (size_t)(base - 1 - dir));
+    }
     /* a directory is named by its last component; a Hub id keeps its owner/name form */
     if (sl_is_dir(arg)) {
         const char *s = arg + n;

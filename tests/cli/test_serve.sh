@@ -150,6 +150,14 @@ curl -s "$U/health" | grep -q ok || fail "server died"
     || fail "load run"
 curl -s "$U/health" | grep -q ok || fail "server died under load"
 
+# a GGUF file serves under its name (the folder's for model.gguf), with its chat template from the metadata
+start gguf "$FIX/gguf/qwen3_moe-Q4_K_M/model.gguf"
+curl -s "$URL/api/tags" | jq -e '.models[0].name == "qwen3_moe-Q4_K_M" and .models[0].details.format == "gguf"' \
+    >/dev/null || fail "GGUF /api/tags: $(curl -s "$URL/api/tags")"
+[ "$(post /v1/chat/completions '{"messages":[{"role":"user","content":"hi"}],"max_tokens":3}')" = 200 ] &&
+    jq -e '.usage.completion_tokens == 3 and .usage.prompt_tokens > 3' "$T/body" >/dev/null ||
+    fail "GGUF chat: $(cat "$T/body")"
+
 # the official SDKs
 API=$T/api; mkdir -p "$API"
 cp "$SRC/tests/api/package.json" "$SRC/tests/api/package-lock.json" "$SRC/tests/api/sdk.test.mjs" "$API/"
