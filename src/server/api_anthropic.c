@@ -286,6 +286,25 @@ static int parse(sv_engine *g, json_t *b, sv_job *j, int count_only, sv_error *e
             json_array_append_new(tools, json_pack("{s:s, s:o}", "type", "function", "function", fn));
         }
     }
+    if (tools && ctype && (!strcmp(ctype, "any") || !strcmp(ctype, "tool"))) {
+        const char *name = "";
+        if (!strcmp(ctype, "tool")) {
+            name = json_string_value(json_object_get(choice, "name"));
+            if (!name) {
+                sv_bad(er, 400, "tool_choice.name", "tool_choice of type \"tool\" needs a name");
+                goto fail;
+            }
+            if (sv_tool_choice_name(tools, name, "tool_choice.name", er)) goto fail;
+        }
+        if (!(j->force_tool = strdup(name))) {
+            sv_bad(er, 500, "", "out of memory");
+            goto fail;
+        }
+    } else if (ctype && strcmp(ctype, "auto") && strcmp(ctype, "none") && strcmp(ctype, "any") &&
+               strcmp(ctype, "tool")) {
+        sv_bad(er, 400, "tool_choice.type", "tool_choice.type must be auto, any, tool or none, got \"%s\"", ctype);
+        goto fail;
+    }
     int think = -1;
     json_t *th = json_object_get(b, "thinking");
     const char *ttype = json_string_value(json_object_get(th, "type"));

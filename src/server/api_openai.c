@@ -249,10 +249,16 @@ static int chat_messages(json_t *in, json_t **out, sv_error *er) {
     return 0;
 }
 
-static int chat_tools(json_t *b, json_t **tools, sv_error *er) {
+static int chat_tools(json_t *b, json_t **tools, sv_job *j, sv_error *er) {
     json_t *t;
     int rc = sv_get_array(b, "tools", "tools", &t, er);
-    if (rc <= 0) return rc;
+    if (rc < 0) return rc;
+    json_t *choice = json_object_get(b, "tool_choice");
+    if (rc == 0 || !json_array_size(t)) {
+        if (json_is_object(choice) || (json_is_string(choice) && !strcmp(json_string_value(choice), "required")))
+            return sv_bad(er, 400, "tool_choice", "tool_choice asks for a tool call but the request has no tools");
+        return 0;
+    }
     size_t i;
     json_t *x;
     json_array_foreach(t, i, x) {
@@ -264,10 +270,25 @@ static int chat_tools(json_t *b, json_t **tools, sv_error *er) {
                           path);
         }
     }
-    json_t *choice = json_object_get(b, "tool_choice");
     if (json_is_string(choice) && !strcmp(json_string_value(choice), "none")) return 0;
     if (choice && !json_is_null(choice) && !json_is_string(choice) && !json_is_object(choice))
         return sv_bad(er, 400, "tool_choice", "tool_choice must be \"none\", \"auto\", \"required\" or an object");
+    if (json_is_string(choice) && strcmp(json_string_value(choice), "auto") &&
+        strcmp(json_string_value(choice), "required"))
+        return sv_bad(er, 400, "tool_choice",
+                      "tool_choice must be \"none\", \"auto\", \"required\" or an object, got \"%s\"",
+                      json_string_value(choice));
+    const char *name = NULL;
+    if (json_is_object(choice)) {
+        name = json_string_value(json_object_get(json_object_get(choice, "function"), "name"));
+        if (!name)
+            return sv_bad(er, 400, "tool_choice.function.name",
+                          "tool_choice must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+        if (sv_tool_choice_name(t, name, "tool_choice.function.name", er)) return -1;
+    } else if (json_is_string(choice) && !strcmp(json_string_value(choice), "required")) {
+        name = "";
+    }
+    if (name && !(j->force_tool = strdup(name))) return sv_bad(er, 500, "", "out of memory");
     if (json_array_size(t)) *tools = json_incref(t);
     return 0;
 }
@@ -313,7 +334,7 @@ enum MHD_Result sv_openai_chat(sv_req *r) {
     sv_job *j = sv_job_for(g, "chatcmpl-");
     if (!j) return MHD_NO;
     if (parse_common(g, r->json, j, &er) || chat_messages(json_object_get(r->json, "messages"), &msgs, &er) ||
-        chat_tools(r->json, &tools, &er) || response_format(r->json, msgs, &er))
+        chat_tools(r->json, &tools, j, &er) || response_format(r->json, msgs, &er))
         goto bad;
     json_t *ctk = json_object_get(r->json, "chat_template_kwargs");
     if (json_is_boolean(json_object_get(ctk, "enable_thinking")))

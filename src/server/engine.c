@@ -31,7 +31,19 @@ uint64_t sv_engine_seed(sv_engine *g) {
 typedef struct run_ctx {
     sv_job *j;
     sl_tc_parser *parser;
+    int forced_fed; /* the prompt's forced tool-call opening went through the parser */
 } run_ctx;
+
+static void on_event(void *ud, const sl_tc_event *ev);
+
+/* The parser must see the tool-call opening the prompt ended with, as if the model had written it. */
+static void feed_forced(run_ctx *r) {
+    sv_job *j = r->j;
+    if (r->forced_fed || !r->parser || !j->forced) return;
+    r->forced_fed = 1;
+    sl_err e;
+    if (sl_tc_parser_feed(r->parser, j->forced, strlen(j->forced), on_event, j, &e)) j->content.oom = 1;
+}
 
 /* Keeps what every writer needs for the final response, then hands the event on. */
 static void on_event(void *ud, const sl_tc_event *ev) {
@@ -62,6 +74,7 @@ static int on_text(void *ud, const char *text, size_t len) {
         j->began = 1;
         j->w->begin(j);
     }
+    if (!j->cancelled) feed_forced(r);
     if (len && !j->cancelled) {
         if (r->parser) {
             sl_err e;
@@ -96,6 +109,7 @@ static void run_job(sv_engine *g, sv_job *j) {
         rc = sl_fail(&e, "out of memory");
     if (!rc) rc = sl_generate(g->s, g->tok, j->ids, j->n_ids, &j->gen, on_text, &r, &j->st, &e);
     pthread_mutex_lock(&j->mu);
+    if (!rc && !j->cancelled) feed_forced(&r);
     if (!rc && r.parser && !j->cancelled && sl_tc_parser_finish(r.parser, on_event, j, &e)) rc = -1;
     if (!rc && (j->content.oom || j->reasoning.oom)) rc = sl_fail(&e, "out of memory");
     if (!j->began && !j->cancelled) {

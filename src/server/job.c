@@ -24,6 +24,8 @@ void sv_job_release(sv_job *j) {
     free(j->ids);
     for (int i = 0; i < SV_MAX_STOPS; i++) free(j->stops[i]);
     json_decref(j->tools);
+    free(j->force_tool);
+    free(j->forced);
     json_decref(j->extra);
     sv_buf_free(&j->content);
     sv_buf_free(&j->reasoning);

@@ -45,6 +45,8 @@ struct sv_job {
     int parse_output;        /* split reasoning / tool calls out of the text (chat endpoints) */
     int starts_in_reasoning; /* the prompt opened a <think> block */
     json_t *tools;           /* OpenAI-style tool list for the parser, may be NULL */
+    char *force_tool;        /* tool_choice that forces a call: "" any tool, else the function name */
+    char *forced;            /* the call's opening the prompt ends with; the parser sees it before the output */
     json_t *extra;           /* API-specific settings the writer reads (model name, ...) */
     char id[48];
     const char *tool_prefix; /* id prefix of parsed tool calls ("call_" when NULL) */

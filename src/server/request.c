@@ -119,6 +119,46 @@ static int ends_in_think(const char *p, size_t n) {
     return 1;
 }
 
+/* The opening of a tool call in the template's own syntax, which the prompt ends with when tool_choice
+ * demands a call: Qwen3-Coder's XML form when the template writes <function=...>, else Hermes JSON. */
+static int forced_opening(const sv_engine *g, sv_job *j, int in_reasoning, sv_buf *out, sv_error *er) {
+    const char *src = g->tmpl_src ? g->tmpl_src : "";
+    if (!strstr(src, "<tool_call>"))
+        return sv_bad(er, 400, "tool_choice",
+                      "tool_choice asks for a tool call, but this model's chat template has no <tool_call> syntax "
+                      "to force; use \"auto\"");
+    /* a reasoning block the template opened is closed first: the call comes without reasoning */
+    if (in_reasoning) sv_buf_puts(out, "\n</think>\n\n");
+    /* any tool: the tag alone, so the model picks the function; a named one: the call up to the name */
+    sv_buf_puts(out, "<tool_call>");
+    if (!*j->force_tool) return 0;
+    if (strstr(src, "<function=")) {
+        sv_buf_puts(out, "\n<function=");
+        sv_buf_puts(out, j->force_tool);
+        sv_buf_puts(out, ">\n");
+    } else {
+        json_t *name = json_string(j->force_tool);
+        char *q = name ? json_dumps(name, JSON_ENCODE_ANY) : NULL;
+        json_decref(name);
+        if (!q) return sv_bad(er, 500, "", "out of memory");
+        sv_buf_puts(out, "\n{\"name\": ");
+        sv_buf_puts(out, q);
+        sv_buf_puts(out, ", ");
+        free(q);
+    }
+    return 0;
+}
+
+int sv_tool_choice_name(json_t *tools, const char *name, const char *field, sv_error *er) {
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        const char *n = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+        if (n && !strcmp(n, name)) return 0;
+    }
+    return sv_bad(er, 400, field, "%s names '%s', which is not among the request's tools", field, name);
+}
+
 int sv_prompt_chat(sv_engine *g, json_t *messages, json_t *tools, int enable_thinking, sv_job *j, sv_error *er) {
     if (!g->tmpl)
         return sv_bad(er, 400, "messages",
@@ -132,6 +172,27 @@ int sv_prompt_chat(sv_engine *g, json_t *messages, json_t *tools, int enable_thi
     if (sl_chat_render(g->tmpl, &in, sl_tokenizer_bos(g->tok), sl_tokenizer_eos(g->tok), &prompt, &len, &e))
         return sv_bad(er, 400, "messages", "messages: the chat template cannot render this conversation: %s", e.msg);
     j->starts_in_reasoning = ends_in_think(prompt, len);
+    if (j->force_tool) {
+        sv_buf open = {0};
+        if (forced_opening(g, j, j->starts_in_reasoning, &open, er)) {
+            sv_buf_free(&open);
+            free(prompt);
+            return -1;
+        }
+        char *full = malloc(len + open.len + 1);
+        if (!full || open.oom || !(j->forced = strdup(open.p))) {
+            free(full);
+            sv_buf_free(&open);
+            free(prompt);
+            return sv_bad(er, 500, "", "out of memory");
+        }
+        memcpy(full, prompt, len);
+        memcpy(full + len, open.p, open.len + 1);
+        free(prompt);
+        prompt = full;
+        len += open.len;
+        sv_buf_free(&open);
+    }
     /* the template wrote any BOS itself, so no post-processor specials here */
     int rc = sl_tokenizer_encode(g->tok, prompt, len, 0, &j->ids, &j->n_ids, &e);
     free(prompt);

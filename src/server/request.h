@@ -26,6 +26,10 @@ int sv_set_stops(sv_job *j, json_t *v, const char *path, sv_error *er);
 /* Renders OpenAI-style messages (and tools, may be NULL) with the model's chat template into j->ids;
  * enable_thinking -1 leaves it to the template; extra may add template variables. Sets
  * starts_in_reasoning when the prompt ends inside an opened <think> block. */
+/* 0 when a function called `name` is among the OpenAI-style tools, else a 400 naming `field`. */
+int sv_tool_choice_name(json_t *tools, const char *name, const char *field, sv_error *er);
+/* Renders and tokenizes a chat. With j->force_tool set, the prompt ends with the opening of a tool call
+ * (j->forced), so the model can only continue it. */
 int sv_prompt_chat(sv_engine *g, json_t *messages, json_t *tools, int enable_thinking, sv_job *j, sv_error *er);
 /* Tokenizes text as is (no template). */
 int sv_prompt_text(sv_engine *g, const char *text, size_t len, sv_job *j, sv_error *er);

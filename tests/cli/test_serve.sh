@@ -150,6 +150,25 @@ curl -s "$U/health" | grep -q ok || fail "server died"
     || fail "load run"
 curl -s "$U/health" | grep -q ok || fail "server died under load"
 
+# tool_choice: after a tool result the scripted model answers in text, unless the choice forces a call, which
+# the prompt then opens in the template's own syntax
+URL=$U
+AFTER='"messages":[{"role":"user","content":"Weather?"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"sunny"}]'
+[ "$(post /v1/chat/completions "{$AFTER,$TOOLS,\"tool_choice\":\"auto\"}")" = 200 ] &&
+    jq -e '.choices[0].message.content == "Sunny skies over Paris."' "$T/body" >/dev/null || fail "auto after a tool result"
+for tc in '"required"' '{"type":"function","function":{"name":"get_weather"}}'; do
+    [ "$(post /v1/chat/completions "{$AFTER,$TOOLS,\"tool_choice\":$tc}")" = 200 ] &&
+        jq -e '.choices[0].finish_reason == "tool_calls" and .choices[0].message.tool_calls[0].function.name == "get_weather"
+               and (.choices[0].message.tool_calls[0].function.arguments | fromjson) == {"city": "Paris"}' "$T/body" \
+        >/dev/null || fail "tool_choice $tc did not force a call: $(cat "$T/body")"
+done
+[ "$(post /v1/chat/completions "{$AFTER,$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"nope\"}}}")" = 400 ] &&
+    jq -e '.error.param == "tool_choice.function.name"' "$T/body" >/dev/null || fail "unknown forced tool: $(cat "$T/body")"
+[ "$(post /v1/chat/completions "{$AFTER,\"tool_choice\":\"required\"}")" = 400 ] || fail "required without tools"
+[ "$(post /v1/messages "{\"model\":\"m\",\"max_tokens\":30,\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"},{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"get_weather\",\"input\":{}}]},{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"t1\",\"content\":\"sunny\"}]}],\"tools\":[{\"name\":\"get_weather\",\"input_schema\":{\"type\":\"object\"}}],\"tool_choice\":{\"type\":\"any\"}}")" = 200 ] &&
+    jq -e '.stop_reason == "tool_use" and .content[0].type == "tool_use" and .content[0].input == {"city": "Paris"}' \
+        "$T/body" >/dev/null || fail "Anthropic tool_choice any: $(cat "$T/body")"
+
 # a GGUF file serves under its name (the folder's for model.gguf), with its chat template from the metadata
 start gguf "$FIX/gguf/qwen3_moe-Q4_K_M/model.gguf"
 curl -s "$URL/api/tags" | jq -e '.models[0].name == "qwen3_moe-Q4_K_M" and .models[0].details.format == "gguf"' \
