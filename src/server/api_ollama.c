@@ -244,10 +244,7 @@ enum MHD_Result sv_ollama_chat(sv_req *r) {
     int rc = sv_get_array(r->json, "tools", "tools", &t, &er);
     if (rc < 0) goto bad;
     if (rc && json_array_size(t)) tools = json_incref(t);
-    if (sv_prompt_chat(g, msgs, tools, think, j, &er) || sv_check_context(g, j, "options.num_predict", &er)) goto bad;
-    json_object_set_new(j->extra, "chat", json_true());
-    j->parse_output = 1;
-    j->tools = tools;
+    if (sv_chat_prepare(g, j, msgs, tools, think, "options.num_predict", &er)) goto bad;
     json_decref(msgs);
     return sv_reply_job(r, j, j->stream ? "application/x-ndjson" : "application/json");
 bad:

@@ -340,10 +340,7 @@ enum MHD_Result sv_openai_chat(sv_req *r) {
     if (json_is_boolean(json_object_get(ctk, "enable_thinking")))
         think = json_is_true(json_object_get(ctk, "enable_thinking"));
     if (sv_get_bool(r->json, "enable_thinking", "enable_thinking", &think, &er) < 0) goto bad;
-    if (sv_prompt_chat(g, msgs, tools, think, j, &er) || sv_check_context(g, j, "max_tokens", &er)) goto bad;
-    json_object_set_new(j->extra, "chat", json_true());
-    j->parse_output = 1;
-    j->tools = tools;
+    if (sv_chat_prepare(g, j, msgs, tools, think, "max_tokens", &er)) goto bad;
     json_decref(msgs);
     return sv_reply_job(r, j, j->stream ? "text/event-stream" : "application/json");
 bad:

@@ -200,6 +200,16 @@ int sv_prompt_chat(sv_engine *g, json_t *messages, json_t *tools, int enable_thi
     return 0;
 }
 
+int sv_chat_prepare(sv_engine *g, sv_job *j, json_t *messages, json_t *tools, int enable_thinking,
+                    const char *limit_field, sv_error *er) {
+    if (sv_prompt_chat(g, messages, tools, enable_thinking, j, er) || sv_check_context(g, j, limit_field, er))
+        return -1;
+    json_object_set_new(j->extra, "chat", json_true());
+    j->parse_output = 1;
+    j->tools = tools;
+    return 0;
+}
+
 int sv_prompt_text(sv_engine *g, const char *text, size_t len, sv_job *j, sv_error *er) {
     sl_err e = {{0}};
     if (sl_tokenizer_encode(g->tok, text, len, 1, &j->ids, &j->n_ids, &e))

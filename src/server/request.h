@@ -26,6 +26,11 @@ int sv_set_stops(sv_job *j, json_t *v, const char *path, sv_error *er);
 /* Renders OpenAI-style messages (and tools, may be NULL) with the model's chat template into j->ids;
  * enable_thinking -1 leaves it to the template; extra may add template variables. Sets
  * starts_in_reasoning when the prompt ends inside an opened <think> block. */
+/* A chat job: renders the conversation into j, checks it fits the context (limit_field names the
+ * request's output-length field in errors) and marks the output for reasoning / tool-call parsing. On
+ * success the job owns `tools`. */
+int sv_chat_prepare(sv_engine *g, sv_job *j, json_t *messages, json_t *tools, int enable_thinking,
+                    const char *limit_field, sv_error *er);
 /* 0 when a function called `name` is among the OpenAI-style tools, else a 400 naming `field`. */
 int sv_tool_choice_name(json_t *tools, const char *name, const char *field, sv_error *er);
 /* Renders and tokenizes a chat. With j->force_tool set, the prompt ends with the opening of a tool call
