@@ -125,7 +125,7 @@ static const sv_writer writer = {w_begin, w_event, w_finish, w_fail};
 static int parse_common(sv_engine *g, json_t *b, sv_job *j, sv_error *er) {
     double d;
     long long n;
-    int rc, flag;
+    int rc;
     sl_sampler_params *sp = &j->gen.sampling;
     if ((rc = sv_get_number(b, "temperature", "temperature", 0, 2, &d, er)) < 0) return -1;
     if (rc) sp->temperature = (float)d;
@@ -150,8 +150,10 @@ static int parse_common(sv_engine *g, json_t *b, sv_job *j, sv_error *er) {
     json_t *so;
     if ((rc = sv_get_object(b, "stream_options", "stream_options", &so, er)) < 0) return -1;
     if (rc && sv_get_bool(so, "include_usage", "stream_options.include_usage", &j->include_usage, er) < 0) return -1;
-    if (sv_get_bool(b, "logprobs", "logprobs", &flag, er) < 0) return -1;
-    if (flag == 1) return sv_bad(er, 400, "logprobs", "logprobs is not supported");
+    /* a boolean in chat completions, a count in legacy completions: only "off" is accepted */
+    json_t *lp = json_object_get(b, "logprobs");
+    if (lp && !json_is_null(lp) && !json_is_false(lp) && !(json_is_integer(lp) && json_integer_value(lp) == 0))
+        return sv_bad(er, 400, "logprobs", "logprobs is not supported");
     j->extra = json_pack("{s:s}", "model", g->name);
     j->w = &writer;
     return 0;

@@ -150,6 +150,13 @@ curl -s "$U/health" | grep -q ok || fail "server died"
     || fail "load run"
 curl -s "$U/health" | grep -q ok || fail "server died under load"
 
+# logprobs: "off" in either spelling is accepted, asking for them is a 400 naming the field
+URL=$U
+[ "$(post /v1/chat/completions "{$ASK,\"logprobs\":false,\"max_tokens\":2}")" = 200 ] || fail "logprobs false"
+[ "$(post /v1/completions '{"prompt":"Hi","logprobs":0,"max_tokens":2}')" = 200 ] || fail "logprobs 0"
+[ "$(post /v1/chat/completions "{$ASK,\"logprobs\":true}")" = 400 ] && jq -e '.error.param == "logprobs"' "$T/body" \
+    >/dev/null || fail "logprobs true: $(cat "$T/body")"
+
 # tool_choice: after a tool result the scripted model answers in text, unless the choice forces a call, which
 # the prompt then opens in the template's own syntax
 URL=$U
