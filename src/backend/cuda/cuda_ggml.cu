@@ -43,6 +43,12 @@ __device__ __forceinline__ float f16at(const uint8_t *p) {
     return __half2float(__ushort_as_half((unsigned short)u16at(p)));
 }
 
+/* exact float of a small integer (|v| < 2^22) by the 1.5 * 2^23 bias: full-rate integer add and float
+ * subtract, where an int-to-float conversion runs at a quarter of the rate */
+__device__ __forceinline__ float i2f(int v) {
+    return __int_as_float(0x4B400000 + v) - 12582912.0f;
+}
+
 /* 16-entry signed byte tables held as four words: entry i is byte i of k0..k3 */
 __device__ __forceinline__ int lut16(unsigned k0, unsigned k1, unsigned k2, unsigned k3, unsigned i) {
     unsigned lo = __byte_perm(k0, k1, i & 7), hi = __byte_perm(k2, k3, i & 7);
@@ -65,7 +71,7 @@ __device__ __forceinline__ void grid8(float *y, float db, unsigned g0, unsigned 
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         unsigned g = ((j < 4 ? g0 : g1) >> (8 * (j & 3))) & 0xFFu;
-        y[j] = db * (float)g * ((signs >> j) & 1u ? -1.0f : 1.0f);
+        y[j] = db * i2f(g) * ((signs >> j) & 1u ? -1.0f : 1.0f);
     }
 }
 
@@ -79,8 +85,8 @@ template <> struct gq<SL_GGML_Q4_0> {
         float d = f16at(b);
 #pragma unroll
         for (int j = 0; j < 16; j++) {
-            y[j] = (float)((b[2 + j] & 15) - 8) * d;
-            y[j + 16] = (float)((b[2 + j] >> 4) - 8) * d;
+            y[j] = i2f((b[2 + j] & 15) - 8) * d;
+            y[j + 16] = i2f((b[2 + j] >> 4) - 8) * d;
         }
     }
 };
@@ -91,8 +97,8 @@ template <> struct gq<SL_GGML_Q4_1> {
         float d = f16at(b), m = f16at(b + 2);
 #pragma unroll
         for (int j = 0; j < 16; j++) {
-            y[j] = (float)(b[4 + j] & 15) * d + m;
-            y[j + 16] = (float)(b[4 + j] >> 4) * d + m;
+            y[j] = i2f(b[4 + j] & 15) * d + m;
+            y[j + 16] = i2f(b[4 + j] >> 4) * d + m;
         }
     }
 };
@@ -105,8 +111,8 @@ template <> struct gq<SL_GGML_Q5_0> {
 #pragma unroll
         for (int j = 0; j < 16; j++) {
             int h0 = (int)((qh >> j) & 1) << 4, h1 = (int)((qh >> (j + 16)) & 1) << 4;
-            y[j] = (float)(((b[6 + j] & 15) | h0) - 16) * d;
-            y[j + 16] = (float)(((b[6 + j] >> 4) | h1) - 16) * d;
+            y[j] = i2f(((b[6 + j] & 15) | h0) - 16) * d;
+            y[j + 16] = i2f(((b[6 + j] >> 4) | h1) - 16) * d;
         }
     }
 };
@@ -119,8 +125,8 @@ template <> struct gq<SL_GGML_Q5_1> {
 #pragma unroll
         for (int j = 0; j < 16; j++) {
             int h0 = (int)((qh >> j) & 1) << 4, h1 = (int)((qh >> (j + 16)) & 1) << 4;
-            y[j] = (float)((b[8 + j] & 15) | h0) * d + m;
-            y[j + 16] = (float)((b[8 + j] >> 4) | h1) * d + m;
+            y[j] = i2f((b[8 + j] & 15) | h0) * d + m;
+            y[j + 16] = i2f((b[8 + j] >> 4) | h1) * d + m;
         }
     }
 };
@@ -130,7 +136,7 @@ template <> struct gq<SL_GGML_Q8_0> {
     static __device__ __forceinline__ void unit(const uint8_t *b, int, float *y) {
         float d = f16at(b);
 #pragma unroll
-        for (int j = 0; j < 32; j++) y[j] = (float)(signed char)b[2 + j] * d;
+        for (int j = 0; j < 32; j++) y[j] = i2f((signed char)b[2 + j]) * d;
     }
 };
 
@@ -140,8 +146,8 @@ template <> struct gq<SL_GGML_IQ4_NL> {
         float d = f16at(b);
 #pragma unroll
         for (int j = 0; j < 16; j++) {
-            y[j] = d * (float)iq4nl(b[2 + j] & 15u);
-            y[j + 16] = d * (float)iq4nl((unsigned)b[2 + j] >> 4);
+            y[j] = d * i2f(iq4nl(b[2 + j] & 15u));
+            y[j + 16] = d * i2f(iq4nl((unsigned)b[2 + j] >> 4));
         }
     }
 };
@@ -152,8 +158,8 @@ template <> struct gq<SL_GGML_MXFP4> {
         float d = ldexpf(1.0f, (int)b[0] - 128); /* 2^(e-127), halved for the doubled table */
 #pragma unroll
         for (int j = 0; j < 16; j++) {
-            y[j] = (float)mxfp4v(b[1 + j] & 15u) * d;
-            y[j + 16] = (float)mxfp4v((unsigned)b[1 + j] >> 4) * d;
+            y[j] = i2f(mxfp4v(b[1 + j] & 15u)) * d;
+            y[j + 16] = i2f(mxfp4v((unsigned)b[1 + j] >> 4)) * d;
         }
     }
 };
@@ -167,9 +173,9 @@ template <> struct gq<SL_GGML_Q2_K> {
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             unsigned sc = b[is + h];
-            float dl = d * (float)(sc & 15), ml = dmin * (float)(sc >> 4);
+            float dl = d * i2f(sc & 15), ml = dmin * i2f(sc >> 4);
 #pragma unroll
-            for (int l = 0; l < 16; l++) y[16 * h + l] = dl * (float)((q[16 * h + l] >> shift) & 3) - ml;
+            for (int l = 0; l < 16; l++) y[16 * h + l] = dl * i2f((q[16 * h + l] >> shift) & 3) - ml;
         }
     }
 };
@@ -186,10 +192,10 @@ template <> struct gq<SL_GGML_Q3_K> {
             int j = 2 * s + h;
             int lo = j < 8 ? sc[j] & 15 : sc[j - 8] >> 4;
             int hi = (sc[8 + j % 4] >> (2 * (j / 4))) & 3;
-            float dl = d * (float)((lo | (hi << 4)) - 32);
+            float dl = d * i2f((lo | (hi << 4)) - 32);
 #pragma unroll
             for (int l = 16 * h; l < 16 * h + 16; l++)
-                y[l] = dl * (float)(((q[l] >> shift) & 3) - ((b[l] & m) ? 0 : 4));
+                y[l] = dl * i2f(((q[l] >> shift) & 3) - ((b[l] & m) ? 0 : 4));
         }
     }
 };
@@ -205,16 +211,31 @@ __device__ __forceinline__ void k4_scale_min(int j, const uint8_t *q, int *sc, i
     }
 }
 
+/* Q4_K blocks are 144 bytes, so with 16-byte aligned rows every field is word aligned: the unit's
+ * 32 bytes of nibbles come in two 128-bit reads, and each value is one byte permute into a float */
 template <> struct gq<SL_GGML_Q4_K> {
     static constexpr int BS = 256, BB = 144;
     static __device__ __forceinline__ void unit(const uint8_t *b, int s, float *y) {
-        int sc, mn;
-        k4_scale_min(s, b + 4, &sc, &mn);
-        float dl = f16at(b) * (float)sc, ml = f16at(b + 2) * (float)mn;
-        const uint8_t *q = b + 16 + 32 * (s >> 1);
+        unsigned dm = *(const unsigned *)b;
+        const unsigned *sw = (const unsigned *)(b + 4);
+        /* k4_scale_min on the three scale words: byte s & 3 of each */
+        int j = 8 * (s & 3);
+        int b0 = (sw[0] >> j) & 255, b1 = (sw[1] >> j) & 255, b2 = (sw[2] >> j) & 255;
+        int sc = s < 4 ? b0 & 63 : (b2 & 15) | ((b0 >> 6) << 4);
+        int mn = s < 4 ? b1 & 63 : (b2 >> 4) | ((b1 >> 6) << 4);
+        float dl = __half2float(__ushort_as_half((unsigned short)dm)) * i2f(sc);
+        float ml = __half2float(__ushort_as_half((unsigned short)(dm >> 16))) * i2f(mn);
+        const uint4 *qv = (const uint4 *)(b + 16 + 32 * (s >> 1));
+        uint4 a = qv[0], c = qv[1];
+        unsigned wq[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
         int sh = 4 * (s & 1);
 #pragma unroll
-        for (int l = 0; l < 32; l++) y[l] = dl * (float)((q[l] >> sh) & 15) - ml;
+        for (int i = 0; i < 8; i++) {
+            unsigned m = (wq[i] >> sh) & 0x0F0F0F0Fu;
+#pragma unroll
+            for (int k = 0; k < 4; k++) /* 2^23 + nibble, minus 2^23 */
+                y[4 * i + k] = dl * (__uint_as_float(__byte_perm(m, 0x4B000000u, 0x7440 + k)) - 8388608.0f) - ml;
+        }
     }
 };
 
@@ -223,11 +244,11 @@ template <> struct gq<SL_GGML_Q5_K> {
     static __device__ __forceinline__ void unit(const uint8_t *b, int s, float *y) {
         int sc, mn;
         k4_scale_min(s, b + 4, &sc, &mn);
-        float dl = f16at(b) * (float)sc, ml = f16at(b + 2) * (float)mn;
+        float dl = f16at(b) * i2f(sc), ml = f16at(b + 2) * i2f(mn);
         const uint8_t *qh = b + 16, *ql = b + 48 + 32 * (s >> 1);
         int sh = 4 * (s & 1);
 #pragma unroll
-        for (int l = 0; l < 32; l++) y[l] = dl * (float)(((ql[l] >> sh) & 15) + ((qh[l] >> s) & 1 ? 16 : 0)) - ml;
+        for (int l = 0; l < 32; l++) y[l] = dl * i2f(((ql[l] >> sh) & 15) + ((qh[l] >> s) & 1 ? 16 : 0)) - ml;
     }
 };
 
@@ -242,7 +263,7 @@ template <> struct gq<SL_GGML_Q6_K> {
 #pragma unroll
         for (int l = 0; l < 32; l++) {
             int q = (((ql[l] >> lsh) & 15) | (((qh[l] >> hsh) & 3) << 4)) - 32;
-            y[l] = d * (float)sc[l / 16] * (float)q;
+            y[l] = d * i2f(sc[l / 16]) * i2f(q);
         }
     }
 };
@@ -252,12 +273,12 @@ template <> struct gq<SL_GGML_IQ4_XS> {
     static __device__ __forceinline__ void unit(const uint8_t *b, int s, float *y) {
         unsigned sh = u16at(b + 2);
         int ls = ((b[4 + s / 2] >> (4 * (s % 2))) & 15) | (((sh >> (2 * s)) & 3) << 4);
-        float dl = f16at(b) * (float)(ls - 32);
+        float dl = f16at(b) * i2f(ls - 32);
         const uint8_t *qs = b + 8 + 16 * s;
 #pragma unroll
         for (int j = 0; j < 16; j++) {
-            y[j] = dl * (float)iq4nl(qs[j] & 15u);
-            y[j + 16] = dl * (float)iq4nl((unsigned)qs[j] >> 4);
+            y[j] = dl * i2f(iq4nl(qs[j] & 15u));
+            y[j + 16] = dl * i2f(iq4nl((unsigned)qs[j] >> 4));
         }
     }
 };
@@ -267,7 +288,7 @@ template <> struct gq<SL_GGML_IQ2_XXS> {
     static __device__ __forceinline__ void unit(const uint8_t *b, int s, float *y) {
         const uint8_t *q = b + 2 + 8 * s;
         unsigned sgn = u32at(q + 4);
-        float db = f16at(b) * (0.5f + (float)(sgn >> 28)) * 0.25f;
+        float db = f16at(b) * (0.5f + i2f(sgn >> 28)) * 0.25f;
 #pragma unroll
         for (int l = 0; l < 4; l++) {
             uint64_t g = g_iq2xxs[q[l]];
@@ -281,7 +302,7 @@ template <> struct gq<SL_GGML_IQ2_XS> {
     static __device__ __forceinline__ void unit(const uint8_t *b, int s, float *y) {
         float d = f16at(b);
         unsigned sc = b[66 + s];
-        float db0 = d * (0.5f + (float)(sc & 15)) * 0.25f, db1 = d * (0.5f + (float)(sc >> 4)) * 0.25f;
+        float db0 = d * (0.5f + i2f(sc & 15)) * 0.25f, db1 = d * (0.5f + i2f(sc >> 4)) * 0.25f;
 #pragma unroll
         for (int l = 0; l < 4; l++) {
             unsigned q = u16at(b + 2 + 2 * (4 * s + l));
@@ -297,7 +318,7 @@ template <> struct gq<SL_GGML_IQ2_S> {
         float d = f16at(b);
         const uint8_t *qs = b + 2 + 4 * s, *signs = b + 34 + 4 * s;
         unsigned qh = b[66 + s], sc = b[74 + s];
-        float db0 = d * (0.5f + (float)(sc & 15)) * 0.25f, db1 = d * (0.5f + (float)(sc >> 4)) * 0.25f;
+        float db0 = d * (0.5f + i2f(sc & 15)) * 0.25f, db1 = d * (0.5f + i2f(sc >> 4)) * 0.25f;
 #pragma unroll
         for (int l = 0; l < 4; l++) {
             uint64_t g = g_iq2s[qs[l] | ((qh << (8 - 2 * l)) & 0x300)];
@@ -311,7 +332,7 @@ template <> struct gq<SL_GGML_IQ3_XXS> {
     static __device__ __forceinline__ void unit(const uint8_t *b, int s, float *y) {
         const uint8_t *qs = b + 2 + 8 * s;
         unsigned aux = u32at(b + 66 + 4 * s);
-        float db = f16at(b) * (0.5f + (float)(aux >> 28)) * 0.5f;
+        float db = f16at(b) * (0.5f + i2f(aux >> 28)) * 0.5f;
 #pragma unroll
         for (int l = 0; l < 4; l++)
             grid8(y + 8 * l, db, g_iq3xxs[qs[2 * l]], g_iq3xxs[qs[2 * l + 1]], iq_signs((aux >> (7 * l)) & 127));
@@ -323,7 +344,7 @@ template <> struct gq<SL_GGML_IQ3_S> {
     static __device__ __forceinline__ void unit(const uint8_t *b, int s, float *y) {
         const uint8_t *qs = b + 2 + 8 * s, *signs = b + 74 + 4 * s;
         unsigned qh = b[66 + s];
-        float db = f16at(b) * (float)(1 + 2 * ((b[106 + s / 2] >> (4 * (s % 2))) & 15));
+        float db = f16at(b) * i2f(1 + 2 * ((b[106 + s / 2] >> (4 * (s % 2))) & 15));
 #pragma unroll
         for (int l = 0; l < 4; l++)
             grid8(y + 8 * l, db, g_iq3s[qs[2 * l] | ((qh << (8 - 2 * l)) & 256)],
@@ -336,13 +357,13 @@ template <> struct gq<SL_GGML_IQ1_S> {
     static __device__ __forceinline__ void unit(const uint8_t *b, int s, float *y) {
         const uint8_t *qs = b + 2 + 4 * s;
         unsigned qh = u16at(b + 34 + 2 * s);
-        float dl = f16at(b) * (float)(2 * ((qh >> 12) & 7) + 1);
+        float dl = f16at(b) * i2f(2 * ((qh >> 12) & 7) + 1);
         float delta = qh & 0x8000 ? -0.125f : 0.125f;
 #pragma unroll
         for (int l = 0; l < 4; l++) {
             uint64_t g = g_iq1s[qs[l] | (((qh >> (3 * l)) & 7) << 8)];
 #pragma unroll
-            for (int j = 0; j < 8; j++) y[8 * l + j] = dl * ((float)(signed char)(g >> (8 * j)) + delta);
+            for (int j = 0; j < 8; j++) y[8 * l + j] = dl * (i2f((signed char)(g >> (8 * j))) + delta);
         }
     }
 };
@@ -463,25 +484,31 @@ __global__ void __launch_bounds__(GG_WARPS * 32)
             __syncwarp();
             int v = lane * 32;
             if (v < nv) {
+                /* both rows decoded first, so each token's input is read from shared memory once */
+                float wv[GG_RPW][32];
+#pragma unroll
+                for (int rr = 0; rr < GG_RPW; rr++)
+                    gq<T>::unit(stage + rr * SPAN + off[rr] + v / BS * BB, (v % BS) >> 5, wv[rr]);
                 const float *xu = sx + gpad(v0 + v);
 #pragma unroll
-                for (int rr = 0; rr < GG_RPW; rr++) {
-                    float wv[32];
-                    gq<T>::unit(stage + rr * SPAN + off[rr] + v / BS * BB, (v % BS) >> 5, wv);
+                for (int t = 0; t < NT; t++) {
+                    if (t >= n) break;
+                    const float4 *xv = (const float4 *)(xu + t * padw);
+                    float s0[GG_RPW], s1[GG_RPW];
 #pragma unroll
-                    for (int t = 0; t < NT; t++) {
-                        if (t >= n) break;
-                        const float4 *xv = (const float4 *)(xu + t * padw);
-                        float s0 = 0, s1 = 0;
+                    for (int rr = 0; rr < GG_RPW; rr++) s0[rr] = s1[rr] = 0;
 #pragma unroll
-                        for (int i = 0; i < 8; i += 2) {
-                            float4 p = xv[i], q = xv[i + 1];
-                            s0 += wv[4 * i] * p.x + wv[4 * i + 1] * p.y + wv[4 * i + 2] * p.z + wv[4 * i + 3] * p.w;
-                            s1 += wv[4 * i + 4] * q.x + wv[4 * i + 5] * q.y + wv[4 * i + 6] * q.z +
-                                  wv[4 * i + 7] * q.w;
+                    for (int i = 0; i < 8; i += 2) {
+                        float4 p = xv[i], q = xv[i + 1];
+#pragma unroll
+                        for (int rr = 0; rr < GG_RPW; rr++) {
+                            const float *w = wv[rr] + 4 * i;
+                            s0[rr] += w[0] * p.x + w[1] * p.y + w[2] * p.z + w[3] * p.w;
+                            s1[rr] += w[4] * q.x + w[5] * q.y + w[6] * q.z + w[7] * q.w;
                         }
-                        acc[rr][t] += s0 + s1;
                     }
+#pragma unroll
+                    for (int rr = 0; rr < GG_RPW; rr++) acc[rr][t] += s0[rr] + s1[rr];
                 }
             }
             __syncwarp();
