@@ -8,9 +8,9 @@
 #   3. the whole Criterion model suite with SLUICE_BACKEND=cuda (the GGUF fixtures, tests/fixtures/gguf/*,
 #      included), and the GGML quant suite, whose CUDA twins check every block type's GEMV, prefill
 #      GEMM, embedding and MoE path on the GPU against the CPU reference;
-#   4. decode/prefill timings with `sluice bench` on generated bf16 models, with recorded decode steps
-#      (CUDA graphs) on and off; with SYNTH=1 also the synthetic qwen3.5-35b-a3b in MLX4 and in GGUF Q4_K
-#      (SYNTH_LAYERS=L writes only L layers of each: the full pair needs about 40 GB of disk).
+#   4. decode/prefill timings with `sluice bench --synthetic` (BENCH="shape:quant ..."; quant q4k is a
+#      GGUF Q4_K file), with recorded decode steps (CUDA graphs) on and off;
+#   5. with PROFILE=shape:quant, GPU time per kernel over a few decode steps (Nsight Compute).
 #
 #   tools/gpu-check.sh                 build here and check
 #   tools/gpu-check.sh --bundle DIR    build here (no GPU needed) and pack the binaries with the shared
@@ -83,22 +83,36 @@ echo "GGML quant suite with its CUDA twins: $([ $q -eq 0 ] && echo passed || ech
 [ -n "${DIAG:-}" ] && { fixtures fp32 SLUICE_CUDA_GEMV_MAX=100000; fixtures nographs SLUICE_CUDA_GRAPHS=0; } |
     tee -a "$OUT/fixtures.txt"
 
-# 4: timings on generated models (needs python3; the shapes are in tools/make_bench_model.py)
-if command -v python3 >/dev/null; then
-    for shape in ${BENCH_SHAPES:-qwen3-0.6b qwen3-moe-1b}; do
-        m=/tmp/sluice-bench-$shape
-        [ -f "$m/config.json" ] || python3 tools/make_bench_model.py "$m" --shape "$shape" >/dev/null
-        for graphs in 1 0; do
-            echo "== $shape, recorded decode steps $([ $graphs = 1 ] && echo on || echo off)"
-            SLUICE_CUDA_GRAPHS=$graphs "$BIN/sluice" bench "$m" --backend cuda -p 512 -n 128 -r 3
-        done
-    done 2>&1 | tee "$OUT/bench.txt"
-fi
-if [ -n "${SYNTH:-}" ]; then
-    for q in mlx4 q4k; do
-        echo "== synthetic qwen3.5-35b-a3b $q${SYNTH_LAYERS:+, $SYNTH_LAYERS layers}"
-        "$BIN/sluice" bench --synthetic qwen3.5-35b-a3b --quant $q ${SYNTH_LAYERS:+--layers $SYNTH_LAYERS} \
-            --backend cuda -p 512 -n 128 -r 3
-    done 2>&1 | tee "$OUT/bench_synthetic.txt"
+# 4: timings on synthetic checkpoints (`sluice bench --synthetic`), decode steps recorded (CUDA graphs)
+# and, for comparison, issued kernel by kernel
+for spec in ${BENCH:-llama3-8b:bf16 qwen3.5-35b-a3b:mlx4}; do
+    shape=${spec%%:*} quant=${spec##*:}
+    for graphs in 1 0; do
+        echo "== $shape $quant, recorded decode steps $([ $graphs = 1 ] && echo on || echo off)"
+        SLUICE_CUDA_GRAPHS=$graphs "$BIN/sluice" bench --synthetic "$shape" --quant "$quant" --dir "/tmp/sl-$shape-$quant" \
+            --backend cuda -p 512 -n 128 -r 2
+    done
+done 2>&1 | tee "$OUT/bench.txt"
+
+# 5 (PROFILE=shape:quant): GPU time per kernel over a few decode steps, from Nsight Compute
+if [ -n "${PROFILE:-}" ] && command -v ncu >/dev/null; then
+    shape=${PROFILE%%:*} quant=${PROFILE##*:}
+    SLUICE_CUDA_GRAPHS=0 ncu --csv --metrics gpu__time_duration.sum -c "${PROFILE_KERNELS:-3000}" \
+        "$BIN/sluice" bench --synthetic "$shape" --quant "$quant" --dir "/tmp/sl-$shape-$quant" --backend cuda \
+        -p 1 -n 4 >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
+    python3 - "$OUT/ncu.csv" <<'PY' | tee "$OUT/profile.txt"
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+head = rows[0]; k = head.index("Kernel Name"); v = head.index("Metric Value"); u = head.index("Metric Unit")
+scale = {"nsecond": 1, "usecond": 1e3, "msecond": 1e6, "second": 1e9}
+tot = collections.defaultdict(float); cnt = collections.Counter()
+for r in rows[1:]:
+    name = r[k].split("(")[0]
+    tot[name] += float(r[v].replace(",", "")) * scale.get(r[u], 1); cnt[name] += 1
+all_ns = sum(tot.values())
+print(f"{'kernel':40s} {'calls':>6s} {'total us':>10s} {'avg us':>8s} {'share':>6s}")
+for n, t in sorted(tot.items(), key=lambda x: -x[1]):
+    print(f"{n[:40]:40s} {cnt[n]:6d} {t/1e3:10.1f} {t/1e3/cnt[n]:8.2f} {100*t/all_ns:5.1f}%")
+PY
 fi
 exit $suite

@@ -143,7 +143,8 @@ FIXTURE(qwen3_5_moe)
 FIXTURE(qwen3_5_moe_long)
 FIXTURE(qwen3_5_moe_mlx4)
 
-/* GGUF files written by llama.cpp's converter and quantizer; references from their dequantised weights */
+/* GGUF files written by llama.cpp's converter and quantizer; references from their dequantised weights (on
+ * CUDA too: the GGML block formats have kernels there) */
 #define GGUF_FIXTURE(n, dir)                                                                                           \
     Test(gguf, n) {                                                                                                    \
         check_fixture_in("gguf", dir);                                                                                 \

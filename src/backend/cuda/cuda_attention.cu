@@ -21,6 +21,7 @@ struct att_args {
 };
 
 __global__ void __launch_bounds__(ATT_Q * 32) att_prefill_k(att_args a, int tk) {
+    cu_pdl_enter();
     extern __shared__ float sm[];
     int ldk = a.hd + 1; /* padded rows: lanes reading one column each hit distinct banks */
     float *ks = sm, *vs = ks + tk * ldk, *qs = vs + tk * ldk;
@@ -85,6 +86,7 @@ __global__ void __launch_bounds__(ATT_Q * 32) att_prefill_k(att_args a, int tk) 
 
 /* One slice of the cache for one query head: partial max, sum and weighted values. */
 __global__ void __launch_bounds__(DEC_WARPS * 32) att_decode_k(att_args a, int splits, float *part) {
+    cu_pdl_enter();
     __shared__ float red[DEC_WARPS][ATT_MAXD * 32 + 2];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int h = blockIdx.y, sp = blockIdx.x, kvh = h / (a.n_heads / a.n_kv);
@@ -152,6 +154,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) att_decode_k(att_args a, int s
 }
 
 __global__ void att_merge_k(const float *part, int splits, int hd, float *out) {
+    cu_pdl_enter();
     int h = blockIdx.x;
     const float *ph = part + (long long)h * splits * (hd + 2);
     float M = -INFINITY;
@@ -188,13 +191,13 @@ void cu_attention(sl_backend *b, const float *q, const float *kc, const float *v
         }
         size_t need = (size_t)n_heads * DEC_SPLITS * (size_t)(head_dim + 2) * sizeof(float);
         if (cu_grow(c, (void **)&c->att_part, &c->att_part_len, need, "attention partials")) return;
-        att_decode_k<<<dim3((unsigned)splits, (unsigned)n_heads), DEC_WARPS * 32, 0, c->st>>>(a, splits,
+        cu_launch(c, att_decode_k, dim3((unsigned)splits, (unsigned)n_heads), DEC_WARPS * 32, 0, a, splits,
                                                                                            c->att_part);
-        att_merge_k<<<n_heads, 128, 0, c->st>>>(c->att_part, splits, head_dim, out);
+        cu_launch(c, att_merge_k, n_heads, 128, 0, c->att_part, splits, head_dim, out);
     } else {
         int tk = head_dim <= 128 ? 32 : 16;
         size_t smem = ((size_t)2 * tk * (head_dim + 1) + (size_t)ATT_Q * head_dim) * sizeof(float);
-        att_prefill_k<<<dim3(CU_BLOCKS(n, ATT_Q), (unsigned)n_heads), ATT_Q * 32, smem, c->st>>>(a, tk);
+        cu_launch(c, att_prefill_k, dim3(CU_BLOCKS(n, ATT_Q), (unsigned)n_heads), ATT_Q * 32, smem, a, tk);
     }
     cu_check_launch(c, "attention");
 }

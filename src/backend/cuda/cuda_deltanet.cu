@@ -10,6 +10,7 @@
 
 __global__ void conv1d_silu_k(const float *x, int n, int channels, const float *w, int kernel, float *state,
                               float *out) {
+    cu_pdl_enter();
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= channels) return;
     int hist = kernel - 1;
@@ -34,7 +35,7 @@ void cu_conv1d_silu(sl_backend *b, const float *x, int n, int channels, const fl
                     float *out) {
     cu_impl *c = cu_of(b);
     if (channels <= 0) return;
-    conv1d_silu_k<<<CU_BLOCKS(channels, 128), 128, 0, c->st>>>(x, n, channels, w, kernel, state, out);
+    cu_launch(c, conv1d_silu_k, CU_BLOCKS(channels, 128), 128, 0, x, n, channels, w, kernel, state, out);
     cu_check_launch(c, "conv1d");
 }
 
@@ -45,6 +46,7 @@ __device__ __forceinline__ float softplus(float x) {
 __global__ void __launch_bounds__(DN_COLS) deltanet_k(sl_deltanet_dims d, const float *qkv, const float *a,
                                                       const float *bb, const float *A_log, const float *dt_bias,
                                                       float *state, int n, float *out) {
+    cu_pdl_enter();
     extern __shared__ float sm[];
     int kd = d.k_dim, vd = d.v_dim, nk = d.n_k_heads, nv = d.n_v_heads;
     float *S = sm, *q = S + kd * DN_COLS, *k = q + kd;
@@ -103,6 +105,6 @@ void cu_deltanet(sl_backend *b, const sl_deltanet_dims *d, const float *qkv, con
         return;
     }
     dim3 grid((unsigned)d->n_v_heads, CU_BLOCKS(d->v_dim, DN_COLS));
-    deltanet_k<<<grid, DN_COLS, smem, c->st>>>(*d, qkv, a, bb, A_log, dt_bias, state, n, out);
+    cu_launch(c, deltanet_k, grid, DN_COLS, smem, *d, qkv, a, bb, A_log, dt_bias, state, n, out);
     cu_check_launch(c, "deltanet");
 }

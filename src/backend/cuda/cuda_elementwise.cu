@@ -5,6 +5,7 @@
 #include "backend/cuda/cuda_int.cuh"
 
 __global__ void rmsnorm_k(const float *x, const float *w, int dim, float eps, float *y) {
+    cu_pdl_enter();
     __shared__ float sh[32];
     const float *xr = x + (long long)blockIdx.x * dim;
     float *yr = y + (long long)blockIdx.x * dim;
@@ -21,11 +22,12 @@ static int norm_threads(int dim) {
 void cu_rmsnorm(sl_backend *b, const float *x, const float *w, int rows, int dim, float eps, float *y) {
     cu_impl *c = cu_of(b);
     if (rows <= 0) return;
-    rmsnorm_k<<<rows, norm_threads(dim), 0, c->st>>>(x, w, dim, eps, y);
+    cu_launch(c, rmsnorm_k, rows, norm_threads(dim), 0, x, w, dim, eps, y);
     cu_check_launch(c, "rmsnorm");
 }
 
 __global__ void gated_rmsnorm_k(float *x, const float *z, const float *w, int dim, float eps) {
+    cu_pdl_enter();
     __shared__ float sh[32];
     float *xr = x + (long long)blockIdx.x * dim;
     const float *zr = z + (long long)blockIdx.x * dim;
@@ -38,13 +40,14 @@ __global__ void gated_rmsnorm_k(float *x, const float *z, const float *w, int di
 void cu_gated_rmsnorm(sl_backend *b, float *x, const float *z, const float *w, int rows, int dim, float eps) {
     cu_impl *c = cu_of(b);
     if (rows <= 0) return;
-    gated_rmsnorm_k<<<rows, norm_threads(dim), 0, c->st>>>(x, z, w, dim, eps);
+    cu_launch(c, gated_rmsnorm_k, rows, norm_threads(dim), 0, x, z, w, dim, eps);
     cu_check_launch(c, "gated rmsnorm");
 }
 
 /* one thread per (token, head, frequency) pair */
 __global__ void rope_k(float *x, int n, int stride, int n_heads, int head_dim, int half, int pos0, const int *dpos,
                        const float *inv_freq, float attn_factor) {
+    cu_pdl_enter();
     long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= (long long)n * n_heads * half) return;
     int f = (int)(e % half), h = (int)(e / half % n_heads), i = (int)(e / half / n_heads);
@@ -65,13 +68,14 @@ void cu_rope(sl_backend *b, float *x, int n, int stride, int n_heads, int head_d
     int half = rot_dim / 2;
     long long total = (long long)n * n_heads * half;
     if (total <= 0) return;
-    rope_k<<<CU_BLOCKS(total, 256), 256, 0, c->st>>>(x, n, stride, n_heads, head_dim, half, pos0, cu_dpos(c),
+    cu_launch(c, rope_k, CU_BLOCKS(total, 256), 256, 0, x, n, stride, n_heads, head_dim, half, pos0, cu_dpos(c),
                                                     inv_freq, attn_factor);
     cu_check_launch(c, "rope");
 }
 
 __global__ void copy_rows_k(float *dst, int dst_stride, const float *src, int src_stride, int n, int width,
                             const int *drow0) {
+    cu_pdl_enter();
     long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= (long long)n * width) return;
     int i = (int)(e / width), j = (int)(e % width);
@@ -83,7 +87,7 @@ void cu_copy_rows(sl_backend *b, float *dst, int dst_stride, const float *src, i
     cu_impl *c = cu_of(b);
     long long total = (long long)n * width;
     if (total <= 0) return;
-    copy_rows_k<<<CU_BLOCKS(total, 256), 256, 0, c->st>>>(dst, dst_stride, src, src_stride, n, width, NULL);
+    cu_launch(c, copy_rows_k, CU_BLOCKS(total, 256), 256, 0, dst, dst_stride, src, src_stride, n, width, NULL);
     cu_check_launch(c, "copy rows");
 }
 
@@ -93,11 +97,12 @@ void cu_kv_store(sl_backend *b, float *cache, int pos, const float *x, int n, in
     if (total <= 0) return;
     const int *dpos = cu_dpos(c);
     float *dst = dpos ? cache : cache + (long long)pos * width;
-    copy_rows_k<<<CU_BLOCKS(total, 256), 256, 0, c->st>>>(dst, width, x, width, n, width, dpos);
+    cu_launch(c, copy_rows_k, CU_BLOCKS(total, 256), 256, 0, dst, width, x, width, n, width, dpos);
     cu_check_launch(c, "KV cache store");
 }
 
 __global__ void add_k(float *y, const float *x, long long len) {
+    cu_pdl_enter();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < len) y[i] += x[i];
 }
@@ -105,11 +110,12 @@ __global__ void add_k(float *y, const float *x, long long len) {
 void cu_add(sl_backend *b, float *y, const float *x, size_t len) {
     cu_impl *c = cu_of(b);
     if (!len) return;
-    add_k<<<CU_BLOCKS(len, 256), 256, 0, c->st>>>(y, x, (long long)len);
+    cu_launch(c, add_k, CU_BLOCKS(len, 256), 256, 0, y, x, (long long)len);
     cu_check_launch(c, "add");
 }
 
 __global__ void swiglu_k(const float *g, const float *u, long long len, float *out) {
+    cu_pdl_enter();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < len) out[i] = g[i] * cu_sigmoid(g[i]) * u[i];
 }
@@ -117,11 +123,12 @@ __global__ void swiglu_k(const float *g, const float *u, long long len, float *o
 void cu_swiglu(sl_backend *b, const float *g, const float *u, size_t len, float *out) {
     cu_impl *c = cu_of(b);
     if (!len) return;
-    swiglu_k<<<CU_BLOCKS(len, 256), 256, 0, c->st>>>(g, u, (long long)len, out);
+    cu_launch(c, swiglu_k, CU_BLOCKS(len, 256), 256, 0, g, u, (long long)len, out);
     cu_check_launch(c, "swiglu");
 }
 
 __global__ void mul_sigmoid_k(float *x, const float *g, long long len) {
+    cu_pdl_enter();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < len) x[i] *= cu_sigmoid(g[i]);
 }
@@ -129,11 +136,12 @@ __global__ void mul_sigmoid_k(float *x, const float *g, long long len) {
 void cu_mul_sigmoid(sl_backend *b, float *x, const float *g, size_t len) {
     cu_impl *c = cu_of(b);
     if (!len) return;
-    mul_sigmoid_k<<<CU_BLOCKS(len, 256), 256, 0, c->st>>>(x, g, (long long)len);
+    cu_launch(c, mul_sigmoid_k, CU_BLOCKS(len, 256), 256, 0, x, g, (long long)len);
     cu_check_launch(c, "sigmoid gate");
 }
 
 __global__ void scale_rows_sigmoid_k(float *x, const float *s, int dim, long long len) {
+    cu_pdl_enter();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < len) x[i] *= cu_sigmoid(s[i / dim]);
 }
@@ -142,6 +150,6 @@ void cu_scale_rows_sigmoid(sl_backend *b, float *x, const float *s, int rows, in
     cu_impl *c = cu_of(b);
     long long len = (long long)rows * dim;
     if (len <= 0) return;
-    scale_rows_sigmoid_k<<<CU_BLOCKS(len, 256), 256, 0, c->st>>>(x, s, dim, len);
+    cu_launch(c, scale_rows_sigmoid_k, CU_BLOCKS(len, 256), 256, 0, x, s, dim, len);
     cu_check_launch(c, "row sigmoid gate");
 }

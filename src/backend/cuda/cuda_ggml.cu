@@ -432,6 +432,7 @@ __global__ void __launch_bounds__(GG_WARPS * 32)
                 long long xs, int n, float *y, long long ys, long long yz, int act, long long act_off, int chunk) {
     constexpr int BS = gq<T>::BS, BB = gq<T>::BB, SPAN = gg_span<T>();
     extern __shared__ float4 smem4[];
+    cu_pdl_enter();
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     uint8_t *stage = (uint8_t *)smem4 + warp * GG_RPW * SPAN;
     float *sx = (float *)((uint8_t *)smem4 + GG_ROWS * SPAN);
@@ -537,9 +538,8 @@ struct gemv_f {
         if (chunk > g->w->cols) chunk = (g->w->cols + 255) / 256 * 256;
         size_t smem = (size_t)GG_ROWS * SPAN + (size_t)NT * (size_t)(chunk + chunk / 32 * 4) * sizeof(float);
         dim3 grid(CU_BLOCKS(g->w->rows, GG_ROWS), (unsigned)g->slots, (unsigned)g->nz);
-        ggml_gemv_k<NT, T><<<grid, GG_WARPS * 32, smem, c->st>>>(*g->w, g->table, g->ids, g->which, g->x_div, x,
-                                                                 g->x_stride, n, y, g->y_stride, g->yz, g->act,
-                                                                 g->act_off, chunk);
+        cu_launch(c, ggml_gemv_k<NT, T>, grid, GG_WARPS * 32, smem, *g->w, g->table, g->ids, g->which, g->x_div, x,
+                  g->x_stride, n, y, g->y_stride, g->yz, g->act, g->act_off, chunk);
     }
     template <int T> void run() {
         if (n == 1)
@@ -570,6 +570,7 @@ void cu_ggml_gemv(cu_impl *c, const gv_call &g, int n) {
 /* one thread per unit of 32 values: hi = bf16(v), lo = bf16(v - hi) */
 template <int T> __global__ void ggml_dequant_k(cu_w w, __nv_bfloat16 *hi, __nv_bfloat16 *lo) {
     constexpr int BS = gq<T>::BS, BB = gq<T>::BB;
+    cu_pdl_enter();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x, upr = w.cols / 32;
     if (i >= (long long)w.rows * upr) return;
     long long r = i / upr, v = (i % upr) * 32;
@@ -595,7 +596,7 @@ struct dequant_f {
     __nv_bfloat16 *hi, *lo;
     template <int T> void run() {
         long long units = (long long)w->rows * (w->cols / 32);
-        ggml_dequant_k<T><<<CU_BLOCKS(units, 128), 128, 0, c->st>>>(*w, hi, lo);
+        cu_launch(c, ggml_dequant_k<T>, CU_BLOCKS(units, 128), 128, 0, *w, hi, lo);
     }
 };
 
@@ -606,6 +607,7 @@ void cu_ggml_dequant_split(cu_impl *c, const cu_w *w, __nv_bfloat16 *hi, __nv_bf
 
 template <int T> __global__ void ggml_embed_k(cu_w w, const int32_t *ids, const int32_t *step_tok, float *out) {
     constexpr int BS = gq<T>::BS, BB = gq<T>::BB;
+    cu_pdl_enter();
     int i = blockIdx.y, v = (blockIdx.x * blockDim.x + threadIdx.x) * 32;
     if (v >= w.cols) return;
     long long id = step_tok ? *step_tok : ids[i];
@@ -624,7 +626,7 @@ struct embed_f {
     float *out;
     template <int T> void run() {
         dim3 grid(CU_BLOCKS(w->cols / 32, 64), (unsigned)n);
-        ggml_embed_k<T><<<grid, 64, 0, c->st>>>(*w, ids, step_tok, out);
+        cu_launch(c, ggml_embed_k<T>, grid, 64, 0, *w, ids, step_tok, out);
     }
 };
 

@@ -68,6 +68,7 @@ struct cu_impl {
     cu_step *d_step, *h_step;
     int capturing, steps_off;
     double bandwidth, flops; /* measured bounds, 0 until measured */
+    int pdl;                 /* programmatic dependent launch (sm_90+, SLUICE_CUDA_PDL=0 turns it off) */
 };
 
 static inline cu_impl *cu_of(sl_backend *b) {
@@ -85,6 +86,39 @@ static inline const int *cu_dpos(cu_impl *c) {
     return c->capturing ? &c->d_step->pos : NULL;
 }
 cu_w cu_w_of(const sl_weight *w);
+
+/* Programmatic dependent launch (Hopper): each kernel lets the next one be scheduled as soon as all of
+ * its own blocks are running, and waits for the previous kernel's results before touching memory, so
+ * launch latency and the next kernel's prologue (weight prefetch) overlap the current kernel. Every
+ * kernel starts with cu_pdl_enter() (or waits itself before reading any input); on older GPUs both are
+ * no-ops and launches serialise as usual. */
+__device__ __forceinline__ void cu_pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void cu_pdl_enter() {
+    cu_pdl_wait();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
+template <typename... KArgs, typename... Args>
+static inline void cu_launch(cu_impl *c, void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = c->st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = c->pdl ? 1 : 0;
+    cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
+}
 
 #define CU_BLOCKS(n, t) ((unsigned)(((size_t)(n) + (t)-1) / (t)))
 

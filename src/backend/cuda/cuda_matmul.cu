@@ -4,7 +4,7 @@
  * times the input rounded to bf16, accumulated in fp32. */
 #include "backend/cuda/cuda_int.cuh"
 
-#define GV_WARPS 4
+#define GV_WARPS 8
 #define GV_RPW 2 /* rows per warp: their loads are issued together */
 #define GV_ROWS (GV_WARPS * GV_RPW)
 #define GV_SMEM 40960 /* bytes of staged input per block */
@@ -64,35 +64,46 @@ __device__ __forceinline__ void dot_units(const float *f, int V, const float *sx
     }
 }
 
+#define GV_UB 4 /* units per lane loaded before any is used: GV_RPW * GV_UB 128-bit loads in flight */
+
 /* bf16 / f16 rows: units of 8 values (one 128-bit load) */
 template <int NT, bool BF>
 __device__ __forceinline__ void rows_half(const cu_w &w, int row0, int c0, int cl, const float *sx, int padw, int n,
                                           int lane, float (*acc)[NT]) {
-#pragma unroll 4
-    for (int u = lane; u < cl / 8; u += 32) {
-        uint4 q[GV_RPW];
+    const int nu = cl / 8;
+    for (int u0 = lane; u0 < nu; u0 += 32 * GV_UB) {
+        uint4 q[GV_RPW][GV_UB];
 #pragma unroll
         for (int rr = 0; rr < GV_RPW; rr++) {
-            int r = min(row0 + rr, w.rows - 1);
-            q[rr] = __ldg((const uint4 *)(w.data + (long long)r * w.row_bytes + (long long)(c0 + u * 8) * 2));
+            const uint8_t *p = w.data + (long long)min(row0 + rr, w.rows - 1) * w.row_bytes + (long long)c0 * 2;
+#pragma unroll
+            for (int b = 0; b < GV_UB; b++) {
+                int u = u0 + 32 * b;
+                q[rr][b] = u < nu ? __ldg((const uint4 *)(p + (long long)u * 16)) : make_uint4(0, 0, 0, 0);
+            }
         }
 #pragma unroll
-        for (int rr = 0; rr < GV_RPW; rr++) {
-            unsigned wd[4] = {q[rr].x, q[rr].y, q[rr].z, q[rr].w};
-            float f[8];
+        for (int b = 0; b < GV_UB; b++) {
+            int u = u0 + 32 * b;
+            if (u >= nu) break;
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                if (BF) {
-                    f[2 * i] = __uint_as_float(wd[i] << 16);
-                    f[2 * i + 1] = __uint_as_float(wd[i] & 0xffff0000u);
-                } else {
-                    __half2 h = *(__half2 *)&wd[i];
-                    float2 v = __half22float2(h);
-                    f[2 * i] = v.x;
-                    f[2 * i + 1] = v.y;
+            for (int rr = 0; rr < GV_RPW; rr++) {
+                unsigned wd[4] = {q[rr][b].x, q[rr][b].y, q[rr][b].z, q[rr][b].w};
+                float f[8];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    if (BF) {
+                        f[2 * i] = __uint_as_float(wd[i] << 16);
+                        f[2 * i + 1] = __uint_as_float(wd[i] & 0xffff0000u);
+                    } else {
+                        __half2 h = *(__half2 *)&wd[i];
+                        float2 v = __half22float2(h);
+                        f[2 * i] = v.x;
+                        f[2 * i + 1] = v.y;
+                    }
                 }
+                dot_units<NT>(f, 8, sx, padw, pad(u * 8), n, acc[rr]);
             }
-            dot_units<NT>(f, 8, sx, padw, pad(u * 8), n, acc[rr]);
         }
     }
 }
@@ -100,18 +111,27 @@ __device__ __forceinline__ void rows_half(const cu_w &w, int row0, int c0, int c
 template <int NT>
 __device__ __forceinline__ void rows_f32(const cu_w &w, int row0, int c0, int cl, const float *sx, int padw, int n,
                                          int lane, float (*acc)[NT]) {
-#pragma unroll 4
-    for (int u = lane; u < cl / 4; u += 32) {
-        float4 q[GV_RPW];
+    const int nu = cl / 4;
+    for (int u0 = lane; u0 < nu; u0 += 32 * GV_UB) {
+        float4 q[GV_RPW][GV_UB];
 #pragma unroll
         for (int rr = 0; rr < GV_RPW; rr++) {
-            int r = min(row0 + rr, w.rows - 1);
-            q[rr] = __ldg((const float4 *)(w.data + (long long)r * w.row_bytes + (long long)(c0 + u * 4) * 4));
+            const uint8_t *p = w.data + (long long)min(row0 + rr, w.rows - 1) * w.row_bytes + (long long)c0 * 4;
+#pragma unroll
+            for (int b = 0; b < GV_UB; b++) {
+                int u = u0 + 32 * b;
+                q[rr][b] = u < nu ? __ldg((const float4 *)(p + (long long)u * 16)) : make_float4(0, 0, 0, 0);
+            }
         }
 #pragma unroll
-        for (int rr = 0; rr < GV_RPW; rr++) {
-            float f[4] = {q[rr].x, q[rr].y, q[rr].z, q[rr].w};
-            dot_units<NT>(f, 4, sx, padw, pad(u * 4), n, acc[rr]);
+        for (int b = 0; b < GV_UB; b++) {
+            int u = u0 + 32 * b;
+            if (u >= nu) break;
+#pragma unroll
+            for (int rr = 0; rr < GV_RPW; rr++) {
+                float f[4] = {q[rr][b].x, q[rr][b].y, q[rr][b].z, q[rr][b].w};
+                dot_units<NT>(f, 4, sx, padw, pad(u * 4), n, acc[rr]);
+            }
         }
     }
 }
@@ -208,7 +228,45 @@ __device__ __forceinline__ void rows_elem(const cu_w &w, int row0, int c0, int c
  * stages the input in chunks of `chunk` columns. Grid z selects weight `which + z` and output
  * y + z * yz (gate and up in one launch). With act, the input is silu(x) * x[act_off + ...], the
  * SwiGLU of a gate/up pair, formed while staging. */
-template <int NT>
+/* Copies columns [c0, c0 + cl) of the n input rows into shared memory (padded layout); with act, the
+ * SwiGLU silu(x) * x[act_off + ...] of a gate/up pair instead. */
+__device__ __forceinline__ void stage(const float *x, int cols, int c0, int cl, int n, int act, long long act_off,
+                                      float *sx, int padw) {
+    for (int t = 0; t < n; t++) {
+        const float *xt = x + (long long)t * cols + c0;
+        float *st = sx + t * padw;
+        if (act) {
+            for (int j = threadIdx.x; j < cl; j += blockDim.x) {
+                float g = xt[j];
+                st[pad(j)] = g * cu_sigmoid(g) * xt[act_off + j];
+            }
+        } else if ((cols & 3) == 0) { /* 128-bit loads; 4 consecutive inputs stay contiguous */
+            for (int j = threadIdx.x * 4; j < cl; j += blockDim.x * 4)
+                if (j + 3 < cl)
+                    *(float4 *)(st + pad(j)) = *(const float4 *)(xt + j);
+                else
+                    for (int q = j; q < cl; q++) st[pad(q)] = xt[q];
+        } else {
+            for (int j = threadIdx.x; j < cl; j += blockDim.x) st[pad(j)] = xt[j];
+        }
+    }
+}
+
+/* Kernel variants per storage format keep each one's registers (and so its occupancy) to its own need. */
+enum { KIND_ELEM = 0, KIND_BF16 = 1, KIND_F16 = 2, KIND_F32 = 3, KIND_MLX = 10 /* + bits */ };
+
+__host__ __device__ __forceinline__ int kind_of(const cu_w &w) {
+    if (!w.vec) return KIND_ELEM;
+    switch (w.fmt) {
+    case SL_WF_BF16: return KIND_BF16;
+    case SL_WF_F16: return KIND_F16;
+    case SL_WF_F32: return KIND_F32;
+    case SL_WF_MLX: return KIND_MLX + w.bits;
+    default: return KIND_ELEM;
+    }
+}
+
+template <int NT, int K>
 __global__ void __launch_bounds__(GV_WARPS * 32)
     gemv_k(cu_w w0, const cu_expert *table, const int32_t *ids, int which, int x_div, const float *x, long long xs,
            int n, float *y, long long ys, long long yz, int act, long long act_off, int chunk) {
@@ -216,69 +274,56 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     float *sx = (float *)smem4;
     int slot = blockIdx.y;
     cu_w w = w0;
+    if (!table) { /* the weights do not depend on earlier kernels: start fetching them into L2 */
+        int r0 = blockIdx.x * GV_ROWS, r1 = min(r0 + GV_ROWS, w.rows);
+        if (r0 < r1) {
+            const uint8_t *p = w.data + (long long)r0 * w.row_bytes;
+            long long bytes = (long long)(r1 - r0) * w.row_bytes;
+            for (long long o = (long long)threadIdx.x * 128; o < bytes; o += (long long)blockDim.x * 128)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o));
+        }
+    }
+    cu_pdl_enter();
     if (table) w = table[ids[slot]].w[which + blockIdx.z];
     x += (long long)(slot / x_div) * xs;
     y += (long long)slot * ys + (long long)blockIdx.z * yz;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int row0 = blockIdx.x * GV_ROWS + warp * GV_RPW;
-    if ((int)blockIdx.x * GV_ROWS >= w.rows) return; /* experts of a table share their shape */
-    float acc[GV_RPW][NT];
+    int padw = pad(chunk), single = w.cols <= chunk;
+    /* grid-stride over groups of GV_ROWS rows: the grid is sized to the GPU, so there is no ragged
+     * last wave, and with one chunk the input is staged once per block */
+    for (int rb = blockIdx.x; rb * GV_ROWS < w.rows; rb += gridDim.x) {
+        int row0 = rb * GV_ROWS + warp * GV_RPW;
+        float acc[GV_RPW][NT];
 #pragma unroll
-    for (int rr = 0; rr < GV_RPW; rr++)
+        for (int rr = 0; rr < GV_RPW; rr++)
 #pragma unroll
-        for (int t = 0; t < NT; t++) acc[rr][t] = 0;
-    int padw = pad(chunk);
-    for (int c0 = 0; c0 < w.cols; c0 += chunk) {
-        int cl = min(chunk, w.cols - c0);
-        __syncthreads();
-        for (int t = 0; t < n; t++) {
-            const float *xt = x + (long long)t * w.cols + c0;
-            float *st = sx + t * padw;
-            if (act) {
-                for (int j = threadIdx.x; j < cl; j += blockDim.x) {
-                    float g = xt[j];
-                    st[pad(j)] = g * cu_sigmoid(g) * xt[act_off + j];
-                }
-            } else if ((w.cols & 3) == 0) { /* 128-bit loads; 4 consecutive inputs stay contiguous */
-                for (int j = threadIdx.x * 4; j < cl; j += blockDim.x * 4)
-                    if (j + 3 < cl)
-                        *(float4 *)(st + pad(j)) = *(const float4 *)(xt + j);
-                    else
-                        for (int q = j; q < cl; q++) st[pad(q)] = xt[q];
-            } else {
-                for (int j = threadIdx.x; j < cl; j += blockDim.x) st[pad(j)] = xt[j];
+            for (int t = 0; t < NT; t++) acc[rr][t] = 0;
+        for (int c0 = 0; c0 < w.cols; c0 += chunk) {
+            int cl = min(chunk, w.cols - c0);
+            if (!single || rb == (int)blockIdx.x) {
+                __syncthreads();
+                stage(x, w.cols, c0, cl, n, act, act_off, sx, padw);
+                __syncthreads();
             }
-        }
-        __syncthreads();
-        if (row0 >= w.rows) continue;
-        if (!w.vec) {
-            rows_elem<NT>(w, row0, c0, cl, sx, padw, n, lane, acc);
-            continue;
-        }
-        switch (w.fmt) {
-        case SL_WF_BF16: rows_half<NT, true>(w, row0, c0, cl, sx, padw, n, lane, acc); break;
-        case SL_WF_F16: rows_half<NT, false>(w, row0, c0, cl, sx, padw, n, lane, acc); break;
-        case SL_WF_F32: rows_f32<NT>(w, row0, c0, cl, sx, padw, n, lane, acc); break;
-        case SL_WF_MLX:
-            switch (w.bits) {
-            case 2: rows_mlx<NT, 2>(w, row0, c0, cl, sx, padw, n, lane, acc); break;
-            case 3: rows_mlx<NT, 3>(w, row0, c0, cl, sx, padw, n, lane, acc); break;
-            case 4: rows_mlx<NT, 4>(w, row0, c0, cl, sx, padw, n, lane, acc); break;
-            case 5: rows_mlx<NT, 5>(w, row0, c0, cl, sx, padw, n, lane, acc); break;
-            case 6: rows_mlx<NT, 6>(w, row0, c0, cl, sx, padw, n, lane, acc); break;
-            default: rows_mlx<NT, 8>(w, row0, c0, cl, sx, padw, n, lane, acc); break;
+            if (row0 >= w.rows) continue;
+            if (kind_of(w) != K) { /* an expert of another format than the one the launch was built for */
+                rows_elem<NT>(w, row0, c0, cl, sx, padw, n, lane, acc);
+                continue;
             }
-            break;
-        default: break;
+            if constexpr (K == KIND_BF16) rows_half<NT, true>(w, row0, c0, cl, sx, padw, n, lane, acc);
+            else if constexpr (K == KIND_F16) rows_half<NT, false>(w, row0, c0, cl, sx, padw, n, lane, acc);
+            else if constexpr (K == KIND_F32) rows_f32<NT>(w, row0, c0, cl, sx, padw, n, lane, acc);
+            else if constexpr (K > KIND_MLX) rows_mlx<NT, K - KIND_MLX>(w, row0, c0, cl, sx, padw, n, lane, acc);
+            else rows_elem<NT>(w, row0, c0, cl, sx, padw, n, lane, acc);
         }
-    }
 #pragma unroll
-    for (int rr = 0; rr < GV_RPW; rr++) {
-        int r = row0 + rr;
+        for (int rr = 0; rr < GV_RPW; rr++) {
+            int r = row0 + rr;
 #pragma unroll
-        for (int t = 0; t < NT; t++) {
-            float v = warp_sum(acc[rr][t]);
-            if (lane == 0 && t < n && r < w.rows) y[(long long)t * w.rows + r] = v + (w.bias ? w.bias[r] : 0.0f);
+            for (int t = 0; t < NT; t++) {
+                float v = warp_sum(acc[rr][t]);
+                if (lane == 0 && t < n && r < w.rows) y[(long long)t * w.rows + r] = v + (w.bias ? w.bias[r] : 0.0f);
+            }
         }
     }
 }
@@ -288,13 +333,39 @@ static int chunk_for(int nt) {
     return c < 256 ? 256 : c;
 }
 
-template <int NT> static void launch_nt(cu_impl *c, const gv_call &g, const float *x, int n, float *y) {
+template <int NT, int K> static void launch_k(cu_impl *c, const gv_call &g, const float *x, int n, float *y) {
     int chunk = chunk_for(NT);
     if (chunk > g.w->cols) chunk = (g.w->cols + 255) / 256 * 256;
     size_t smem = (size_t)NT * (size_t)(chunk + chunk / 32 * 4) * sizeof(float);
-    dim3 grid(CU_BLOCKS(g.w->rows, GV_ROWS), (unsigned)g.slots, (unsigned)g.nz);
-    gemv_k<NT><<<grid, GV_WARPS * 32, smem, c->st>>>(*g.w, g.table, g.ids, g.which, g.x_div, x, g.x_stride, n, y,
-                                                     g.y_stride, g.yz, g.act, g.act_off, chunk);
+    static int per_sm; /* resident blocks per SM of this variant, for the staging size last seen */
+    static size_t per_sm_smem;
+    if (!per_sm || per_sm_smem != smem) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_k<NT, K>, GV_WARPS * 32, smem) != cudaSuccess ||
+            per_sm < 1)
+            per_sm = 1;
+        per_sm_smem = smem;
+    }
+    unsigned groups = CU_BLOCKS(g.w->rows, GV_ROWS), fit = (unsigned)(c->sms * per_sm);
+    /* one table launch covers many slots: the grid's y and z dimensions fill the GPU already */
+    if (g.slots * g.nz > 1) fit = (fit + (unsigned)(g.slots * g.nz) - 1) / (unsigned)(g.slots * g.nz);
+    dim3 grid(groups < fit ? groups : fit, (unsigned)g.slots, (unsigned)g.nz);
+    cu_launch(c, gemv_k<NT, K>, grid, GV_WARPS * 32, smem, *g.w, g.table, g.ids, g.which, g.x_div, x, g.x_stride, n,
+              y, g.y_stride, g.yz, g.act, g.act_off, chunk);
+}
+
+template <int NT> static void launch_nt(cu_impl *c, const gv_call &g, const float *x, int n, float *y) {
+    switch (kind_of(*g.w)) {
+    case KIND_BF16: launch_k<NT, KIND_BF16>(c, g, x, n, y); break;
+    case KIND_F16: launch_k<NT, KIND_F16>(c, g, x, n, y); break;
+    case KIND_F32: launch_k<NT, KIND_F32>(c, g, x, n, y); break;
+    case KIND_MLX + 2: launch_k<NT, KIND_MLX + 2>(c, g, x, n, y); break;
+    case KIND_MLX + 3: launch_k<NT, KIND_MLX + 3>(c, g, x, n, y); break;
+    case KIND_MLX + 4: launch_k<NT, KIND_MLX + 4>(c, g, x, n, y); break;
+    case KIND_MLX + 5: launch_k<NT, KIND_MLX + 5>(c, g, x, n, y); break;
+    case KIND_MLX + 6: launch_k<NT, KIND_MLX + 6>(c, g, x, n, y); break;
+    case KIND_MLX + 8: launch_k<NT, KIND_MLX + 8>(c, g, x, n, y); break;
+    default: launch_k<NT, KIND_ELEM>(c, g, x, n, y); break;
+    }
 }
 
 static void gemv_run(cu_impl *c, const gv_call &g, int n) {
@@ -346,6 +417,7 @@ void cu_moe_gemv(cu_impl *c, const cu_w *gate, const cu_w *up, const cu_w *down,
 }
 
 __global__ void dequant_split_k(cu_w w, __nv_bfloat16 *hi, __nv_bfloat16 *lo) {
+    cu_pdl_enter();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x, total = (long long)w.rows * w.cols;
     if (i >= total) return;
     float v = w_elem(w, (int)(i / w.cols), (int)(i % w.cols));
@@ -355,6 +427,7 @@ __global__ void dequant_split_k(cu_w w, __nv_bfloat16 *hi, __nv_bfloat16 *lo) {
 }
 
 __global__ void split_bf16_k(const float *x, long long len, __nv_bfloat16 *hi, __nv_bfloat16 *lo) {
+    cu_pdl_enter();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= len) return;
     __nv_bfloat16 h = __float2bfloat16(x[i]);
@@ -363,6 +436,7 @@ __global__ void split_bf16_k(const float *x, long long len, __nv_bfloat16 *hi, _
 }
 
 __global__ void add_bias_k(float *y, const float *bias, int rows, long long len) {
+    cu_pdl_enter();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < len) y[i] += bias[i % rows];
 }
@@ -389,7 +463,7 @@ void cu_matmul(sl_backend *b, const sl_weight *sw, const float *x, int n, float 
     size_t xlen = (size_t)n * (size_t)w.cols, wlen = (size_t)w.rows * (size_t)w.cols;
     if (cu_grow(c, &c->xtmp, &c->xtmp_len, xlen * 2 * (exact ? 2 : 1), "matmul input")) return;
     __nv_bfloat16 *xhi = (__nv_bfloat16 *)c->xtmp, *xlo = exact ? xhi + xlen : NULL;
-    split_bf16_k<<<CU_BLOCKS(xlen, 256), 256, 0, c->st>>>(x, (long long)xlen, xhi, xlo);
+    cu_launch(c, split_bf16_k, CU_BLOCKS(xlen, 256), 256, 0, x, (long long)xlen, xhi, xlo);
     const void *whi = w.data, *wlo = NULL;
     if (w.fmt != SL_WF_BF16) {
         if (cu_grow(c, &c->wtmp, &c->wtmp_len, wlen * 2 * (exact ? 2 : 1), "matmul weight")) return;
@@ -398,8 +472,8 @@ void cu_matmul(sl_backend *b, const sl_weight *sw, const float *x, int n, float 
         if (w.fmt == SL_WF_GGML)
             cu_ggml_dequant_split(c, &w, (__nv_bfloat16 *)c->wtmp, (__nv_bfloat16 *)wlo);
         else
-            dequant_split_k<<<CU_BLOCKS(wlen, 256), 256, 0, c->st>>>(w, (__nv_bfloat16 *)c->wtmp,
-                                                                     (__nv_bfloat16 *)wlo);
+            cu_launch(c, dequant_split_k, CU_BLOCKS(wlen, 256), 256, 0, w, (__nv_bfloat16 *)c->wtmp,
+                      (__nv_bfloat16 *)wlo);
     }
     const void *pa[3] = {whi, whi, wlo}, *pb[3] = {xhi, xlo, xhi};
     int passes = !exact ? 1 : wlo ? 3 : 2;
@@ -416,12 +490,13 @@ void cu_matmul(sl_backend *b, const sl_weight *sw, const float *x, int n, float 
     }
     if (w.bias) {
         size_t len = (size_t)n * (size_t)w.rows;
-        add_bias_k<<<CU_BLOCKS(len, 256), 256, 0, c->st>>>(y, w.bias, w.rows, (long long)len);
+        cu_launch(c, add_bias_k, CU_BLOCKS(len, 256), 256, 0, y, w.bias, w.rows, (long long)len);
     }
     cu_check_launch(c, "matmul");
 }
 
 __global__ void embed_k(cu_w w, const int32_t *ids, const int32_t *step_tok, int n, float *out) {
+    cu_pdl_enter();
     int i = blockIdx.y;
     int id = step_tok ? *step_tok : ids[i];
     for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < w.cols; j += gridDim.x * blockDim.x)
@@ -444,6 +519,6 @@ void cu_embed(sl_backend *b, const sl_weight *sw, const int32_t *ids, int n, flo
         return;
     }
     dim3 grid(CU_BLOCKS(w.cols, 256) < 64 ? CU_BLOCKS(w.cols, 256) : 64, (unsigned)n);
-    embed_k<<<grid, 256, 0, c->st>>>(w, c->ids, step_tok, n, out);
+    cu_launch(c, embed_k, grid, 256, 0, w, c->ids, step_tok, n, out);
     cu_check_launch(c, "embedding");
 }

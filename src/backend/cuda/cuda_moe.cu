@@ -9,6 +9,7 @@
 /* one warp per token: softmax over the experts, top-k by repeated max (ties to the lower index, as the
  * CPU does), optional renormalisation */
 __global__ void route_k(const float *logits, int n, int ne, int k, int renorm, int32_t *ids, float *weights) {
+    cu_pdl_enter();
     extern __shared__ float rs[];
     int t = blockIdx.x, lane = threadIdx.x;
     const float *l = logits + (long long)t * ne;
@@ -60,12 +61,13 @@ void cu_route(sl_backend *b, const float *logits, int n, int n_experts, int k, i
         cu_fail(c, "routing: top-%d of %d experts is beyond the CUDA kernel (at most top-32 of 8192)", k, n_experts);
         return;
     }
-    route_k<<<n, 32, (size_t)n_experts * sizeof(float), c->st>>>(logits, n, n_experts, k, renorm, ids, weights);
+    cu_launch(c, route_k, n, 32, (size_t)n_experts * sizeof(float), logits, n, n_experts, k, renorm, ids, weights);
     cu_check_launch(c, "routing");
 }
 
 /* out[t][j] = sum over slots s of weights[t][s] * d[t * k + s][j] */
 __global__ void moe_combine_k(const float *d, const float *weights, int k, int hidden, float *out) {
+    cu_pdl_enter();
     int t = blockIdx.y;
     int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= hidden) return;
@@ -98,6 +100,6 @@ void cu_moe(sl_backend *b, const sl_expert_table *t, const float *x, int n, int 
     /* shapes and formats are per expert (read from the table); e0 only sizes the grids */
     cu_w gs = cu_w_of(&e0->gate), us = cu_w_of(&e0->up), ds = cu_w_of(&e0->down);
     cu_moe_gemv(c, &gs, &us, &ds, tab->d, ids, slots, k, x, hidden, g, d);
-    moe_combine_k<<<dim3(CU_BLOCKS(hidden, 256), (unsigned)n), 256, 0, c->st>>>(d, weights, k, hidden, out);
+    cu_launch(c, moe_combine_k, dim3(CU_BLOCKS(hidden, 256), (unsigned)n), 256, 0, d, weights, k, hidden, out);
     cu_check_launch(c, "moe");
 }
