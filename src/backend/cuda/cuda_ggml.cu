@@ -432,8 +432,14 @@ __global__ void __launch_bounds__(GG_WARPS * 32)
                 long long xs, int n, float *y, long long ys, long long yz, int act, long long act_off, int chunk) {
     constexpr int BS = gq<T>::BS, BB = gq<T>::BB, SPAN = gg_span<T>();
     extern __shared__ float4 smem4[];
-    cu_pdl_enter();
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (!table) { /* while the previous kernel finishes: the rows' first bytes into L2 */
+        int r = min((int)blockIdx.x * GG_ROWS + warp * GG_RPW + (lane >> 4), w0.rows - 1);
+        int at = (lane & 15) * 128;
+        if (at < min((long long)SPAN, w0.row_bytes))
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(w0.data + (long long)r * w0.row_bytes + at));
+    }
+    cu_pdl_enter();
     uint8_t *stage = (uint8_t *)smem4 + warp * GG_RPW * SPAN;
     float *sx = (float *)((uint8_t *)smem4 + GG_ROWS * SPAN);
     int slot = blockIdx.y;
