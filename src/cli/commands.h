@@ -15,6 +15,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_show(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 int cmd_template(int argc, char **argv);
 
 #endif

@@ -7,6 +7,7 @@
 static const sl_command commands[] = {
     /* one line per command, kept in the order --help lists them */
     {"run", "chat with a model in the terminal, or answer one prompt", cmd_run},
+    {"serve", "OpenAI, Anthropic and Ollama HTTP APIs on one port", cmd_serve},
     {"show", "architecture, sizes, dtypes and parameter counts of a model", cmd_show},
     {"logits", "raw float32 logits for token ids (validation)", cmd_logits},
     {"tokenize", "print the token ids of a text", cmd_tokenize},

@@ -35,22 +35,20 @@ static int is_eos(const sl_tokenizer *tok, int32_t id) {
 }
 
 /* Positions [0, k) of the session can be kept: the longest common prefix, minus one token when the whole
- * prompt is cached (its last token must run again to give logits). */
+ * prompt is cached (its last token must run again to give logits), or less when the recurrent state can
+ * only resume from a snapshot. */
 static int reuse_prefix(sl_session *s, const int32_t *prompt, int n) {
     int k = 0;
     while (k < s->pos && k < n && s->hist[k] == prompt[k]) k++;
     if (k == n) k--;
-    if (k < s->pos && sl_session_rewind(s, k) != 0) {
-        sl_session_reset(s);
-        k = 0;
-    }
-    return k;
+    return sl_session_restore(s, k);
 }
 
 int sl_generate(sl_session *s, const sl_tokenizer *tok, const int32_t *prompt, int n_prompt, const sl_gen_params *p,
                 sl_gen_emit_fn emit, void *ud, sl_gen_stats *st, sl_err *e) {
     memset(st, 0, sizeof *st);
     st->prompt_tokens = n_prompt;
+    st->stop_index = -1;
     if (n_prompt <= 0) return sl_fail(e, "the prompt is empty");
     if (n_prompt >= s->max_ctx)
         return sl_fail(e, "the prompt has %d tokens but the context holds %d", n_prompt, s->max_ctx);
@@ -67,6 +65,12 @@ int sl_generate(sl_session *s, const sl_tokenizer *tok, const int32_t *prompt, i
     int k = reuse_prefix(s, prompt, n_prompt);
     st->cached_tokens = k;
     double t0 = sl_now();
+    /* Recurrent state is saved just before the last prompt token: a request that repeats this prompt, or
+     * continues it differently, resumes from there. */
+    if (s->recurrent && n_prompt - k > 1) {
+        if (sl_session_forward(s, prompt + k, n_prompt - k - 1, NULL, 0, e) || sl_session_snapshot(s, e)) goto done;
+        k = n_prompt - 1;
+    }
     if (sl_session_forward(s, prompt + k, n_prompt - k, logits, 0, e)) goto done;
     st->prefill_s = sl_now() - t0;
     for (int i = 0; i < n_prompt; i++) sl_sampler_accept(smp, prompt[i]);
@@ -115,6 +119,9 @@ int sl_generate(sl_session *s, const sl_tokenizer *tok, const int32_t *prompt, i
         if (len) emit(ud, out, len);
     }
     st->decode_s = sl_now() - t0;
+    if (sl_stop_stopped(stop)) st->stop_index = sl_stop_which(stop);
+    /* the next turn of this conversation usually starts with everything fed so far */
+    if (s->recurrent && strcmp(st->finish_reason, "cancelled") != 0 && sl_session_snapshot(s, e)) goto done;
     rc = 0;
 done:
     sl_detok_free(&dt);

@@ -20,6 +20,7 @@ typedef struct sl_gen_stats {
     int prompt_tokens, cached_tokens, generated_tokens;
     double prefill_s, decode_s;
     const char *finish_reason; /* "stop", "length" or "cancelled" */
+    int stop_index;            /* which of p->stops ended the generation, -1 for none */
 } sl_gen_stats;
 
 /* Called once per generated token with the text that became safe to show (possibly none, len 0), so a

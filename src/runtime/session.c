@@ -34,10 +34,11 @@ int sl_session_create(sl_model *m, int max_ctx, sl_session **out, sl_err *e) {
     s->vc = calloc((size_t)L, sizeof *s->vc);
     s->conv = calloc((size_t)L, sizeof *s->conv);
     s->ssm = calloc((size_t)L, sizeof *s->ssm);
-    s->bufs = calloc((size_t)(4 * L + 32), sizeof *s->bufs);
+    s->bufs = calloc((size_t)((4 + 2 * SL_MAX_SNAPSHOTS) * L + 32), sizeof *s->bufs);
     s->hist = calloc((size_t)max_ctx, sizeof *s->hist);
     if (!s->hist || !s->kc || !s->vc || !s->conv || !s->ssm || !s->bufs) goto oom;
 
+    for (int i = 0; i < SL_MAX_SNAPSHOTS; i++) s->snaps[i].pos = -1;
     int conv_dim = sl_config_conv_dim(c);
     int lin_v = c->lin_n_v_heads * c->lin_v_head_dim;
     for (int l = 0; l < L; l++) {
@@ -92,6 +93,10 @@ void sl_session_free(sl_session *s) {
     free(s->vc);
     free(s->conv);
     free(s->ssm);
+    for (int i = 0; i < SL_MAX_SNAPSHOTS; i++) {
+        free(s->snaps[i].conv);
+        free(s->snaps[i].ssm);
+    }
     free(s);
 }
 
@@ -104,6 +109,89 @@ void sl_session_reset(sl_session *s) {
         if (s->ssm[l]) be->ops->zero(be, s->ssm[l], sl_config_ssm_floats(c) * 4);
     }
     s->pos = 0;
+    for (int i = 0; i < SL_MAX_SNAPSHOTS; i++) s->snaps[i].pos = -1;
+}
+
+static size_t conv_floats(const sl_config *c) {
+    return (size_t)(c->conv_kernel - 1) * (size_t)sl_config_conv_dim(c);
+}
+
+/* Copies one state buffer with the backend's own row copy, so snapshots stay in backend memory. */
+static void copy_state(sl_backend *be, float *dst, const float *src, size_t n) {
+    while (n) {
+        int w = n > (1u << 30) ? 1 << 30 : (int)n;
+        be->ops->copy_rows(be, dst, w, src, w, 1, w);
+        dst += w;
+        src += w;
+        n -= (size_t)w;
+    }
+}
+
+int sl_session_snapshot(sl_session *s, sl_err *e) {
+    if (!s->recurrent) return 0;
+    const sl_config *c = &s->m->cfg;
+    sl_backend *be = s->m->be;
+    int L = c->n_layers, slot = -1;
+    for (int i = 0; i < SL_MAX_SNAPSHOTS && slot < 0; i++)
+        if (s->snaps[i].pos == s->pos) slot = i; /* already saved here: refresh */
+    for (int i = 0; i < SL_MAX_SNAPSHOTS && slot < 0; i++)
+        if (s->snaps[i].pos < 0) slot = i;
+    if (slot < 0) {
+        slot = 0;
+        for (int i = 1; i < SL_MAX_SNAPSHOTS; i++)
+            if (s->snaps[i].used < s->snaps[slot].used) slot = i;
+    }
+    sl_snapshot *sn = &s->snaps[slot];
+    if (!sn->conv) {
+        sn->conv = calloc((size_t)L, sizeof *sn->conv);
+        sn->ssm = calloc((size_t)L, sizeof *sn->ssm);
+        if (!sn->conv || !sn->ssm) return sl_fail(e, "out of memory for a state snapshot");
+        for (int l = 0; l < L; l++) {
+            if (!s->conv[l]) continue;
+            if (!(sn->conv[l] = balloc(s, conv_floats(c) * 4 + 4)) ||
+                !(sn->ssm[l] = balloc(s, sl_config_ssm_floats(c) * 4)))
+                return sl_fail(e, "out of backend memory for a state snapshot of layer %d", l);
+        }
+    }
+    for (int l = 0; l < L; l++) {
+        if (!s->conv[l]) continue;
+        copy_state(be, sn->conv[l], s->conv[l], conv_floats(c));
+        copy_state(be, sn->ssm[l], s->ssm[l], sl_config_ssm_floats(c));
+    }
+    sn->pos = s->pos;
+    sn->used = ++s->snap_clock;
+    return be->ops->check(be, e);
+}
+
+int sl_session_restore(sl_session *s, int pos) {
+    if (pos < 0) pos = 0;
+    if (pos >= s->pos) return s->pos;
+    if (!s->recurrent) {
+        s->pos = pos;
+        return pos;
+    }
+    int best = -1;
+    for (int i = 0; i < SL_MAX_SNAPSHOTS; i++)
+        if (s->snaps[i].pos >= 0 && s->snaps[i].pos <= pos && (best < 0 || s->snaps[i].pos > s->snaps[best].pos))
+            best = i;
+    if (best < 0) {
+        sl_session_reset(s);
+        return 0;
+    }
+    const sl_config *c = &s->m->cfg;
+    sl_backend *be = s->m->be;
+    sl_snapshot *sn = &s->snaps[best];
+    for (int l = 0; l < c->n_layers; l++) {
+        if (!s->conv[l]) continue;
+        copy_state(be, s->conv[l], sn->conv[l], conv_floats(c));
+        copy_state(be, s->ssm[l], sn->ssm[l], sl_config_ssm_floats(c));
+    }
+    s->pos = sn->pos;
+    sn->used = ++s->snap_clock;
+    /* later tokens overwrite hist from here, so snapshots past this point no longer describe it */
+    for (int i = 0; i < SL_MAX_SNAPSHOTS; i++)
+        if (s->snaps[i].pos > s->pos) s->snaps[i].pos = -1;
+    return s->pos;
 }
 
 int sl_session_forward(sl_session *s, const int32_t *ids, int n, float *logits, int all_logits, sl_err *e) {

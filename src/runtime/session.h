@@ -17,6 +17,16 @@ typedef struct sl_scratch {
     float *logits;
 } sl_scratch;
 
+/* Recurrent state (conv and delta-net state of every delta-net layer) saved at one position, in backend
+ * memory. Valid while hist[0, pos) is unchanged: a rewind below pos drops it. */
+typedef struct sl_snapshot {
+    int pos;                 /* -1: slot unused */
+    unsigned long long used; /* recency, for eviction */
+    float **conv, **ssm;     /* per layer, NULL for attention layers */
+} sl_snapshot;
+
+#define SL_MAX_SNAPSHOTS 4
+
 struct sl_session {
     sl_model *m;
     int max_ctx, max_batch;
@@ -26,6 +36,8 @@ struct sl_session {
     float **kc, **vc;    /* per layer, NULL for delta-net layers */
     float **conv, **ssm; /* per layer, NULL for attention layers */
     sl_scratch s;
+    sl_snapshot snaps[SL_MAX_SNAPSHOTS]; /* recurrent models only */
+    unsigned long long snap_clock;
     void **bufs; /* everything allocated from the backend, for freeing */
     int n_bufs;
     void *step; /* the backend's recording of a one-token step (see step_begin), NULL until the first */
@@ -40,6 +52,14 @@ void sl_session_reset(sl_session *s);
 /* Moves the position back to pos (< current) so later tokens overwrite the cache from there. Returns -1
  * when the model keeps recurrent state, which cannot be rewound: reset and feed again instead. */
 int sl_session_rewind(sl_session *s, int pos);
+
+/* Saves the recurrent state at the current position into a snapshot slot (the least recently used one
+ * when all are taken), so a later request can resume from here. No-op without recurrent state. */
+int sl_session_snapshot(sl_session *s, sl_err *e);
+
+/* Goes back to the furthest position <= pos the session can resume from, and returns it: pos itself for
+ * attention-only models, else the latest snapshot at or below pos (0 after a reset when none is). */
+int sl_session_restore(sl_session *s, int pos);
 
 /* A context length that fits: the model's own, halved until the KV cache takes at most a quarter of
  * the available memory (never below 2048 or above the model's). */

@@ -4,15 +4,35 @@
 
 #include "backend/cuda/cuda_int.cuh"
 
+#define NORM_PER_THREAD 8 /* values a thread keeps in registers: one pass over global memory */
+
 __global__ void rmsnorm_k(const float *x, const float *w, int dim, float eps, float *y) {
     cu_pdl_enter();
     __shared__ float sh[32];
     const float *xr = x + (long long)blockIdx.x * dim;
     float *yr = y + (long long)blockIdx.x * dim;
-    float ss = 0;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+    float v[NORM_PER_THREAD], ss = 0;
+    bool held = dim <= NORM_PER_THREAD * (int)blockDim.x;
+    if (held) {
+#pragma unroll
+        for (int k = 0; k < NORM_PER_THREAD; k++) {
+            int i = threadIdx.x + k * blockDim.x;
+            v[k] = i < dim ? xr[i] : 0.0f;
+            ss += v[k] * v[k];
+        }
+    } else {
+        for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+    }
     float inv = rsqrtf(block_sum(ss, sh) / (float)dim + eps);
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = w ? (xr[i] * inv) * w[i] : xr[i] * inv;
+    if (held) {
+#pragma unroll
+        for (int k = 0; k < NORM_PER_THREAD; k++) {
+            int i = threadIdx.x + k * blockDim.x;
+            if (i < dim) yr[i] = w ? (v[k] * inv) * w[i] : v[k] * inv;
+        }
+    } else {
+        for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = w ? (xr[i] * inv) * w[i] : xr[i] * inv;
+    }
 }
 
 static int norm_threads(int dim) {

@@ -64,7 +64,7 @@ __device__ __forceinline__ void dot_units(const float *f, int V, const float *sx
     }
 }
 
-#define GV_UB 4 /* units per lane loaded before any is used: GV_RPW * GV_UB 128-bit loads in flight */
+#define GV_UB 8 /* units per lane loaded before any is used: GV_RPW * GV_UB 128-bit loads in flight */
 
 /* bf16 / f16 rows: units of 8 values (one 128-bit load) */
 template <int NT, bool BF>

@@ -1,0 +1,123 @@
+/* sluice serve: the OpenAI, Anthropic and Ollama HTTP APIs on one port. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "core/util.h"
+#include "server/engine.h"
+#include "server/http.h"
+
+/* sigwait only sees signals that are not ignored, and a parent may have left SIGINT ignored */
+static void on_signal(int sig) {
+    (void)sig;
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: sluice serve MODEL [options]\n\n"
+               "Serves MODEL over HTTP: OpenAI /v1/chat/completions, /v1/completions, /v1/models; Anthropic\n"
+               "/v1/messages, /v1/messages/count_tokens; Ollama /api/chat, /api/generate, /api/tags, /api/show,\n"
+               "/api/ps, /api/version; plus GET /health and GET /metrics (Prometheus). Requests are generated one\n"
+               "at a time; the others wait in a queue. A request that continues the previous conversation reuses\n"
+               "its cached prefix.\n\n"
+               "options:\n"
+               "  --host ADDR        address to listen on (default 127.0.0.1)\n"
+               "  --port N           port (default 8080; 0 picks a free one)\n"
+               "  --api-key KEY      require 'Authorization: Bearer KEY' or 'x-api-key: KEY' on every route but\n"
+               "                     /health (default: $SLUICE_API_KEY, else no key)\n"
+               "  --alias NAME       model name the APIs report (default: the MODEL argument)\n"
+               "  --ctx N            context length (default: the model's, capped by free memory)\n"
+               "  --threads N        CPU threads (default: all cores)\n"
+               "  --backend B        cpu, cuda or auto (default: SLUICE_BACKEND, else auto)\n"
+               "  --queue N          requests that may wait while one runs; more get 503 (default 16)\n"
+               "  --max-body SIZE    largest request body, e.g. 16M (default 16M)\n");
+}
+
+int cmd_serve(int argc, char **argv) {
+    sv_engine_opts eo = {.queue = 16};
+    sv_server_opts so = {.host = "127.0.0.1", .port = 8080, .api_key = getenv("SLUICE_API_KEY"), .max_body = 16 << 20};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define FLAG(name) (!strcmp(a, name) && v && (i++, 1))
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (FLAG("--host")) {
+            so.host = v;
+        } else if (FLAG("--port")) {
+            char *end;
+            long p = strtol(v, &end, 10);
+            if (*end || p < 0 || p > 65535) {
+                fprintf(stderr, "sluice serve: --port must be a number in [0, 65535], got '%s'\n", v);
+                return 2;
+            }
+            so.port = (int)p;
+        } else if (FLAG("--api-key")) {
+            so.api_key = v;
+        } else if (FLAG("--alias")) {
+            eo.alias = v;
+        } else if (FLAG("--ctx")) {
+            eo.ctx = atoi(v);
+        } else if (FLAG("--threads")) {
+            eo.threads = atoi(v);
+        } else if (FLAG("--backend")) {
+            eo.backend = v;
+        } else if (FLAG("--queue")) {
+            eo.queue = atoi(v);
+        } else if (FLAG("--max-body")) {
+            uint64_t n;
+            if (sl_parse_size(v, &n) || n == 0) {
+                fprintf(stderr, "sluice serve: --max-body must be a size such as 16M, got '%s'\n", v);
+                return 2;
+            }
+            so.max_body = (size_t)n;
+        } else if (a[0] != '-' && !eo.model) {
+            eo.model = a;
+        } else {
+            fprintf(stderr, "sluice serve: unexpected argument '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+#undef FLAG
+    }
+    if (!eo.model) {
+        usage(stderr);
+        return 2;
+    }
+    /* signals are taken by sigwait below, so every thread started from here on blocks them */
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    sv_engine g;
+    sv_server srv = {0};
+    sl_err e = {{0}};
+    int rc = 1;
+    if (sv_engine_init(&g, eo.queue, &e)) {
+        fprintf(stderr, "sluice serve: %s\n", e.msg);
+        return 2;
+    }
+    if (sv_server_start(&srv, &g, &so, &e)) goto done;
+    fprintf(stderr, "sluice serve: listening on http://%s%s%s:%d (loading %s)\n", strchr(so.host, ':') ? "[" : "",
+            so.host, strchr(so.host, ':') ? "]" : "", srv.port, eo.model);
+    if (sv_engine_load(&g, &eo, &e)) goto done;
+    fprintf(stderr, "sluice serve: ready: model '%s', context %d tokens, loaded in %.1f s%s\n", g.name, g.ctx, g.load_s,
+            so.api_key && *so.api_key ? ", API key required" : "");
+    int sig;
+    sigwait(&sigs, &sig);
+    fprintf(stderr, "sluice serve: %s, shutting down\n", sig == SIGINT ? "interrupted" : "terminated");
+    rc = 0;
+done:
+    if (rc) fprintf(stderr, "sluice serve: %s\n", e.msg);
+    sv_engine_shutdown(&g);
+    sv_server_stop(&srv);
+    sv_engine_free(&g);
+    return rc;
+}

@@ -1,0 +1,80 @@
+/* The model a server runs and the single worker that runs it: requests wait in a bounded FIFO queue and
+ * are generated one at a time on one session, so a request that shares a prefix with the previous
+ * conversation resumes from the cached state. (The queue hands whole jobs to the worker, which is where
+ * continuous batching would later take several at once.) */
+#ifndef SLUICE_SERVER_ENGINE_H
+#define SLUICE_SERVER_ENGINE_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "models/model.h"
+#include "runtime/sampler.h"
+#include "runtime/session.h"
+#include "server/buf.h"
+#include "server/job.h"
+#include "text/jinja.h"
+#include "text/tokenizer.h"
+
+typedef struct sv_engine_opts {
+    const char *model;   /* directory or Hub repo id */
+    const char *alias;   /* name the APIs report; default: the model argument */
+    int ctx;             /* <= 0: sl_session_default_ctx */
+    int threads;         /* <= 0: all cores */
+    const char *backend; /* cpu, cuda or auto; NULL: SLUICE_BACKEND, else auto */
+    int queue;           /* waiting requests before 503 */
+} sv_engine_opts;
+
+/* Counters for /metrics, guarded by the engine's lock. */
+typedef struct sv_metrics {
+    unsigned long long requests[4]; /* by API: openai, anthropic, ollama, other */
+    unsigned long long errors;      /* 4xx and 5xx responses */
+    unsigned long long rejected;    /* 503: queue full */
+    unsigned long long generations, cancelled, failed;
+    unsigned long long prompt_tokens, cached_tokens, generated_tokens, prefix_hits;
+    double prefill_s, decode_s;
+    double last_prefill_tps, last_decode_tps;
+} sv_metrics;
+
+typedef struct sv_engine {
+    /* fixed once loaded; read by every connection thread */
+    char *dir, *name;
+    sl_model *m;
+    sl_tokenizer *tok;
+    sl_jinja *tmpl; /* NULL: the model has no chat template */
+    char *tmpl_src;
+    sl_sampler_params defaults; /* the checkpoint's sampling defaults */
+    int ctx;
+    double load_s;
+    long long loaded_at; /* unix seconds */
+
+    sl_session *s; /* the worker's */
+
+    pthread_mutex_t mu; /* guards everything below */
+    pthread_cond_t cv;
+    int ready, stopping, busy;
+    sv_job *current; /* the job the worker runs, NULL when idle */
+    sv_job **q;
+    int q_cap, q_head, q_len;
+    uint64_t seed_state;
+    sv_metrics met;
+    pthread_t worker;
+    int worker_started;
+} sv_engine;
+
+int sv_engine_init(sv_engine *g, int queue_cap, sl_err *e);
+/* Loads tokenizer, model, chat template and session (the one place a server loads a model), then starts
+ * the worker and marks the engine ready. */
+int sv_engine_load(sv_engine *g, const sv_engine_opts *o, sl_err *e);
+int sv_engine_ready(sv_engine *g);
+/* Queues a job (the engine takes its own reference). -1 when the queue is full or the engine stopping. */
+int sv_engine_submit(sv_engine *g, sv_job *j);
+/* A fresh seed for requests that give none. */
+uint64_t sv_engine_seed(sv_engine *g);
+/* Stops the worker after the current job; queued jobs end as cancelled. */
+void sv_engine_shutdown(sv_engine *g);
+void sv_engine_free(sv_engine *g);
+/* Prometheus text exposition of the counters. */
+void sv_engine_metrics(sv_engine *g, sv_buf *out);
+
+#endif

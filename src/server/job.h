@@ -1,0 +1,84 @@
+/* One generation request as it travels from the connection thread that parsed it to the engine's worker
+ * and back: the prompt ids and sampling settings in, wire-formatted output bytes out.
+ *
+ * The worker turns generated text into events (content, reasoning, tool calls) and hands them to the
+ * API's writer, which appends the bytes to `out`; the connection thread streams `out` as it grows, or
+ * waits for `done` and sends it whole. Both sides hold a reference; the last release frees the job. */
+#ifndef SLUICE_SERVER_JOB_H
+#define SLUICE_SERVER_JOB_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include "runtime/generate.h"
+#include "server/buf.h"
+#include "text/toolcall.h"
+
+#define SV_MAX_STOPS 16
+
+typedef struct sv_job sv_job;
+
+/* How one API puts a generation on the wire. Called on the worker thread with the job's lock held. */
+typedef struct sv_writer {
+    void (*begin)(sv_job *j);                        /* before the first event (stats: prompt and cached counts) */
+    void (*event)(sv_job *j, const sl_tc_event *ev); /* content, reasoning or tool-call piece */
+    void (*finish)(sv_job *j);                       /* generation over: final chunk, or the whole body */
+    void (*fail)(sv_job *j, const char *msg);        /* generation failed after it was accepted */
+} sv_writer;
+
+/* A tool call as it is parsed, kept for the final response and for the streaming indices. */
+typedef struct sv_tool {
+    char id[40];
+    char *name;
+    sv_buf args;
+} sv_tool;
+
+struct sv_job {
+    const sv_writer *w;
+    /* request */
+    int32_t *ids;
+    int n_ids;
+    sl_gen_params gen;
+    char *stops[SV_MAX_STOPS];
+    int stream, include_usage;
+    int parse_output;        /* split reasoning / tool calls out of the text (chat endpoints) */
+    int starts_in_reasoning; /* the prompt opened a <think> block */
+    json_t *tools;           /* OpenAI-style tool list for the parser, may be NULL */
+    char *force_tool;        /* tool_choice that forces a call: "" any tool, else the function name */
+    char *forced;            /* the call's opening the prompt ends with; the parser sees it before the output */
+    json_t *extra;           /* API-specific settings the writer reads (model name, ...) */
+    char id[48];
+    const char *tool_prefix; /* id prefix of parsed tool calls ("call_" when NULL) */
+    long long created;       /* unix seconds */
+    double t_received, t_started;
+
+    /* progress, written by the worker */
+    sl_gen_stats st;
+    int began, failed;
+    sv_buf content, reasoning;
+    sv_tool *tool_calls;
+    int n_tools, cap_tools;
+    int block, block_kind; /* current streamed block (Anthropic index / kind) */
+
+    /* output, shared with the connection thread under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    sv_buf out;
+    int status; /* HTTP status of a whole (non-streamed) body */
+    int done, cancelled, refs;
+};
+
+sv_job *sv_job_new(void);
+/* Drops one reference; frees the job with the last. */
+void sv_job_release(sv_job *j);
+/* Appends bytes for the connection (lock held by the caller on the worker side). */
+void sv_job_emit(sv_job *j, const char *s, size_t n);
+/* Appends one Server-Sent Event: optional `event:` line, then `data:` with the compact JSON of v (decref'd). */
+void sv_job_sse(sv_job *j, const char *event, json_t *v);
+/* Appends one NDJSON line (v decref'd). */
+void sv_job_ndjson(sv_job *j, json_t *v);
+/* Records a parsed tool call start (name) and returns its slot; NULL on OOM. */
+sv_tool *sv_job_tool_start(sv_job *j, const char *name, size_t len);
+
+#endif

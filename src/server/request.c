@@ -1,0 +1,233 @@
+#include "server/request.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/util.h"
+#include "text/chat.h"
+
+static const char *type_name(json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+int sv_get_number(json_t *o, const char *key, const char *path, double lo, double hi, double *out, sv_error *er) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_number(v)) return sv_bad(er, 400, path, "%s must be a number, got %s", path, type_name(v));
+    double d = json_number_value(v);
+    if (!(d >= lo && d <= hi)) return sv_bad(er, 400, path, "%s must be in [%g, %g], got %g", path, lo, hi, d);
+    *out = d;
+    return 1;
+}
+
+int sv_get_int(json_t *o, const char *key, const char *path, long long lo, long long hi, long long *out, sv_error *er) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_integer(v)) return sv_bad(er, 400, path, "%s must be an integer, got %s", path, type_name(v));
+    long long d = json_integer_value(v);
+    if (d < lo || d > hi) return sv_bad(er, 400, path, "%s must be in [%lld, %lld], got %lld", path, lo, hi, d);
+    *out = d;
+    return 1;
+}
+
+int sv_get_bool(json_t *o, const char *key, const char *path, int *out, sv_error *er) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_boolean(v)) return sv_bad(er, 400, path, "%s must be a boolean, got %s", path, type_name(v));
+    *out = json_is_true(v);
+    return 1;
+}
+
+int sv_get_string(json_t *o, const char *key, const char *path, const char **out, sv_error *er) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_string(v)) return sv_bad(er, 400, path, "%s must be a string, got %s", path, type_name(v));
+    *out = json_string_value(v);
+    return 1;
+}
+
+int sv_get_array(json_t *o, const char *key, const char *path, json_t **out, sv_error *er) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_array(v)) return sv_bad(er, 400, path, "%s must be an array, got %s", path, type_name(v));
+    *out = v;
+    return 1;
+}
+
+int sv_get_object(json_t *o, const char *key, const char *path, json_t **out, sv_error *er) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_object(v)) return sv_bad(er, 400, path, "%s must be an object, got %s", path, type_name(v));
+    *out = v;
+    return 1;
+}
+
+sv_job *sv_job_for(sv_engine *g, const char *id_prefix) {
+    sv_job *j = sv_job_new();
+    if (!j) return NULL;
+    j->gen.sampling = g->defaults;
+    j->gen.sampling.seed = sv_engine_seed(g);
+    snprintf(j->id, sizeof j->id, "%s%016llx", id_prefix, (unsigned long long)sv_engine_seed(g));
+    j->created = (long long)time(NULL);
+    return j;
+}
+
+int sv_set_stops(sv_job *j, json_t *v, const char *path, sv_error *er) {
+    if (!v || json_is_null(v)) return 0;
+    json_t *one = json_is_string(v) ? v : NULL;
+    if (!one && !json_is_array(v))
+        return sv_bad(er, 400, path, "%s must be a string or an array of strings, got %s", path, type_name(v));
+    size_t n = one ? 1 : json_array_size(v);
+    if (n > SV_MAX_STOPS) return sv_bad(er, 400, path, "%s has %zu entries; at most %d", path, n, SV_MAX_STOPS);
+    for (size_t i = 0; i < n; i++) {
+        json_t *s = one ? one : json_array_get(v, i);
+        if (!json_is_string(s)) return sv_bad(er, 400, path, "%s[%zu] must be a string, got %s", path, i, type_name(s));
+        if (!(j->stops[j->gen.n_stops++] = strdup(json_string_value(s)))) return sv_bad(er, 500, "", "out of memory");
+    }
+    j->gen.stops = (const char *const *)j->stops;
+    return 0;
+}
+
+json_t *sv_args_object(json_t *arguments) {
+    if (json_is_string(arguments)) {
+        json_t *o = json_loads(json_string_value(arguments), JSON_DECODE_ANY, NULL);
+        if (json_is_object(o)) return o;
+        json_decref(o);
+    }
+    return json_incref(arguments);
+}
+
+/* The prompt ends inside a reasoning block the template opened ("...<think>\n"). */
+static int ends_in_think(const char *p, size_t n) {
+    const char *open = NULL;
+    for (const char *s = p; (s = strstr(s, "<think>")) != NULL; s++) open = s;
+    if (!open || strstr(open, "</think>")) return 0;
+    for (const char *s = open + 7; s < p + n; s++)
+        if (*s != '\n' && *s != ' ') return 0;
+    return 1;
+}
+
+/* The opening of a tool call in the template's own syntax, which the prompt ends with when tool_choice
+ * demands a call: Qwen3-Coder's XML form when the template writes <function=...>, else Hermes JSON. */
+static int forced_opening(const sv_engine *g, sv_job *j, int in_reasoning, sv_buf *out, sv_error *er) {
+    const char *src = g->tmpl_src ? g->tmpl_src : "";
+    if (!strstr(src, "<tool_call>"))
+        return sv_bad(er, 400, "tool_choice",
+                      "tool_choice asks for a tool call, but this model's chat template has no <tool_call> syntax "
+                      "to force; use \"auto\"");
+    /* a reasoning block the template opened is closed first: the call comes without reasoning */
+    if (in_reasoning) sv_buf_puts(out, "\n</think>\n\n");
+    /* any tool: the tag alone, so the model picks the function; a named one: the call up to the name */
+    sv_buf_puts(out, "<tool_call>");
+    if (!*j->force_tool) return 0;
+    if (strstr(src, "<function=")) {
+        sv_buf_puts(out, "\n<function=");
+        sv_buf_puts(out, j->force_tool);
+        sv_buf_puts(out, ">\n");
+    } else {
+        json_t *name = json_string(j->force_tool);
+        char *q = name ? json_dumps(name, JSON_ENCODE_ANY) : NULL;
+        json_decref(name);
+        if (!q) return sv_bad(er, 500, "", "out of memory");
+        sv_buf_puts(out, "\n{\"name\": ");
+        sv_buf_puts(out, q);
+        sv_buf_puts(out, ", ");
+        free(q);
+    }
+    return 0;
+}
+
+int sv_tool_choice_name(json_t *tools, const char *name, const char *field, sv_error *er) {
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        const char *n = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+        if (n && !strcmp(n, name)) return 0;
+    }
+    return sv_bad(er, 400, field, "%s names '%s', which is not among the request's tools", field, name);
+}
+
+int sv_prompt_chat(sv_engine *g, json_t *messages, json_t *tools, int enable_thinking, sv_job *j, sv_error *er) {
+    if (!g->tmpl)
+        return sv_bad(er, 400, "messages",
+                      "the model has no chat template (tokenizer_config.json chat_template or chat_template.jinja); "
+                      "use the plain-text completion endpoint");
+    sl_chat_input in = {
+        .messages = messages, .tools = tools, .add_generation_prompt = 1, .enable_thinking = enable_thinking};
+    char *prompt = NULL;
+    size_t len = 0;
+    sl_err e = {{0}};
+    if (sl_chat_render(g->tmpl, &in, sl_tokenizer_bos(g->tok), sl_tokenizer_eos(g->tok), &prompt, &len, &e))
+        return sv_bad(er, 400, "messages", "messages: the chat template cannot render this conversation: %s", e.msg);
+    j->starts_in_reasoning = ends_in_think(prompt, len);
+    if (j->force_tool) {
+        sv_buf open = {0};
+        if (forced_opening(g, j, j->starts_in_reasoning, &open, er)) {
+            sv_buf_free(&open);
+            free(prompt);
+            return -1;
+        }
+        char *full = malloc(len + open.len + 1);
+        if (!full || open.oom || !(j->forced = strdup(open.p))) {
+            free(full);
+            sv_buf_free(&open);
+            free(prompt);
+            return sv_bad(er, 500, "", "out of memory");
+        }
+        memcpy(full, prompt, len);
+        memcpy(full + len, open.p, open.len + 1);
+        free(prompt);
+        prompt = full;
+        len += open.len;
+        sv_buf_free(&open);
+    }
+    /* the template wrote any BOS itself, so no post-processor specials here */
+    int rc = sl_tokenizer_encode(g->tok, prompt, len, 0, &j->ids, &j->n_ids, &e);
+    free(prompt);
+    if (rc) return sv_bad(er, 500, "", "tokenizing the prompt: %s", e.msg);
+    return 0;
+}
+
+int sv_chat_prepare(sv_engine *g, sv_job *j, json_t *messages, json_t *tools, int enable_thinking,
+                    const char *limit_field, sv_error *er) {
+    if (sv_prompt_chat(g, messages, tools, enable_thinking, j, er) || sv_check_context(g, j, limit_field, er))
+        return -1;
+    json_object_set_new(j->extra, "chat", json_true());
+    j->parse_output = 1;
+    j->tools = tools;
+    return 0;
+}
+
+int sv_prompt_text(sv_engine *g, const char *text, size_t len, sv_job *j, sv_error *er) {
+    sl_err e = {{0}};
+    if (sl_tokenizer_encode(g->tok, text, len, 1, &j->ids, &j->n_ids, &e))
+        return sv_bad(er, 500, "", "tokenizing the prompt: %s", e.msg);
+    return 0;
+}
+
+int sv_check_context(sv_engine *g, const sv_job *j, const char *max_field, sv_error *er) {
+    if (j->n_ids == 0) return sv_bad(er, 400, "", "the prompt is empty (0 tokens)");
+    if (j->n_ids >= g->ctx)
+        return sv_bad(er, 400, "",
+                      "the prompt has %d tokens but the context holds %d (at least one token must be left to "
+                      "generate); shorten the conversation or start the server with a larger --ctx",
+                      j->n_ids, g->ctx);
+    if (j->gen.max_tokens > 0 && j->n_ids + j->gen.max_tokens > g->ctx)
+        return sv_bad(er, 400, max_field,
+                      "the prompt has %d tokens and %s asks for %d more, but the context holds %d (at most %d can be "
+                      "generated)",
+                      j->n_ids, max_field, j->gen.max_tokens, g->ctx, g->ctx - j->n_ids);
+    return 0;
+}
