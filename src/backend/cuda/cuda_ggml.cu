@@ -431,96 +431,113 @@ __global__ void __launch_bounds__(GG_WARPS * 32)
     ggml_gemv_k(cu_w w0, const cu_expert *table, const int32_t *ids, int which, int x_div, const float *x,
                 long long xs, int n, float *y, long long ys, long long yz, int act, long long act_off, int chunk) {
     constexpr int BS = gq<T>::BS, BB = gq<T>::BB, SPAN = gg_span<T>();
+    constexpr int NL = (SPAN / 16 + 31) / 32; /* 128-bit loads per lane and row for one step */
     extern __shared__ float4 smem4[];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (!table) { /* while the previous kernel finishes: the rows' first bytes into L2 */
-        int r = min((int)blockIdx.x * GG_ROWS + warp * GG_RPW + (lane >> 4), w0.rows - 1);
-        int at = (lane & 15) * 128;
-        if (at < min((long long)SPAN, w0.row_bytes))
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(w0.data + (long long)r * w0.row_bytes + at));
-    }
-    cu_pdl_enter();
     uint8_t *stage = (uint8_t *)smem4 + warp * GG_RPW * SPAN;
     float *sx = (float *)((uint8_t *)smem4 + GG_ROWS * SPAN);
     int slot = blockIdx.y;
+    int row0 = blockIdx.x * GG_ROWS + warp * GG_RPW;
+    /* the next step's weight bytes, in flight in registers while the current step is computed */
+    uint4 pre[GG_RPW][NL];
+    int off[GG_RPW], nld[GG_RPW];
+    auto issue = [&](const cu_w &w, int col) {
+        int nbytes = min(GG_VALS, w.cols - col) / BS * BB;
+#pragma unroll
+        for (int rr = 0; rr < GG_RPW; rr++) {
+            int r = min(row0 + rr, w.rows - 1);
+            const uint8_t *src = w.data + (long long)r * w.row_bytes + (long long)col / BS * BB;
+            const uint4 *a = (const uint4 *)((uintptr_t)src & ~(uintptr_t)15);
+            off[rr] = (int)(src - (const uint8_t *)a);
+            nld[rr] = (off[rr] + nbytes + 15) >> 4;
+#pragma unroll
+            for (int i = 0; i < NL; i++)
+                if (lane + 32 * i < nld[rr]) pre[rr][i] = __ldg(a + lane + 32 * i);
+        }
+    };
     cu_w w = w0;
-    if (table) w = table[ids[slot]].w[which + blockIdx.z];
+    int live = row0 < w0.rows; /* warps past the last row still join the block's barriers */
+    if (!table && live) issue(w, 0); /* weights do not depend on the previous kernel */
+    cu_pdl_enter();
+    if (table) {
+        w = table[ids[slot]].w[which + blockIdx.z];
+        if ((int)blockIdx.x * GG_ROWS >= w.rows) return; /* experts of a table share their shape */
+        live = row0 < w.rows;
+        if (live) issue(w, 0);
+    }
     x += (long long)(slot / x_div) * xs;
     y += (long long)slot * ys + (long long)blockIdx.z * yz;
-    int row0 = blockIdx.x * GG_ROWS + warp * GG_RPW;
-    if ((int)blockIdx.x * GG_ROWS >= w.rows) return; /* experts of a table share their shape */
     float acc[GG_RPW][NT];
 #pragma unroll
     for (int rr = 0; rr < GG_RPW; rr++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[rr][t] = 0;
     int padw = gpad(chunk);
-    for (int c0 = 0; c0 < w.cols; c0 += chunk) {
-        int cl = min(chunk, w.cols - c0);
-        __syncthreads();
-        for (int t = 0; t < n; t++) {
-            const float *xt = x + (long long)t * w.cols + c0;
-            float *st = sx + t * padw;
-            if (act) {
-                for (int j = threadIdx.x; j < cl; j += blockDim.x) {
-                    float g = xt[j];
-                    st[gpad(j)] = g * cu_sigmoid(g) * xt[act_off + j];
-                }
-            } else { /* cols are whole blocks of 32: float4 loads stay inside a padded run */
-                for (int j = threadIdx.x * 4; j < cl; j += blockDim.x * 4)
-                    *(float4 *)(st + gpad(j)) = *(const float4 *)(xt + j);
-            }
-        }
-        __syncthreads();
-        if (row0 >= w.rows) continue;
-        /* chunk is a multiple of 256, so every step starts on a block boundary */
-        for (int v0 = 0; v0 < cl; v0 += GG_VALS) {
-            int nv = min(GG_VALS, cl - v0);
-            long long boff = (long long)(c0 + v0) / BS * BB;
-            int nbytes = nv / BS * BB, off[GG_RPW];
-#pragma unroll
-            for (int rr = 0; rr < GG_RPW; rr++) {
-                int r = min(row0 + rr, w.rows - 1);
-                const uint8_t *src = w.data + (long long)r * w.row_bytes + boff;
-                const uint4 *a = (const uint4 *)((uintptr_t)src & ~(uintptr_t)15);
-                off[rr] = (int)(src - (const uint8_t *)a);
-                int n16 = (off[rr] + nbytes + 15) >> 4;
-                uint4 *dst = (uint4 *)(stage + rr * SPAN);
-                for (int i = lane; i < n16; i += 32) dst[i] = __ldg(a + i);
-            }
-            __syncwarp();
-            int v = lane * 32;
-            if (v < nv) {
-                /* both rows decoded first, so each token's input is read from shared memory once */
-                float wv[GG_RPW][32];
-#pragma unroll
-                for (int rr = 0; rr < GG_RPW; rr++)
-                    gq<T>::unit(stage + rr * SPAN + off[rr] + v / BS * BB, (v % BS) >> 5, wv[rr]);
-                const float *xu = sx + gpad(v0 + v);
-#pragma unroll
-                for (int t = 0; t < NT; t++) {
-                    if (t >= n) break;
-                    const float4 *xv = (const float4 *)(xu + t * padw);
-                    float s0[GG_RPW], s1[GG_RPW];
-#pragma unroll
-                    for (int rr = 0; rr < GG_RPW; rr++) s0[rr] = s1[rr] = 0;
-#pragma unroll
-                    for (int i = 0; i < 8; i += 2) {
-                        float4 p = xv[i], q = xv[i + 1];
-#pragma unroll
-                        for (int rr = 0; rr < GG_RPW; rr++) {
-                            const float *w = wv[rr] + 4 * i;
-                            s0[rr] += w[0] * p.x + w[1] * p.y + w[2] * p.z + w[3] * p.w;
-                            s1[rr] += w[4] * q.x + w[5] * q.y + w[6] * q.z + w[7] * q.w;
-                        }
+    /* chunk is a multiple of GG_VALS, so steps never straddle two staged chunks */
+    for (int col = 0; col < w.cols; col += GG_VALS) {
+        int c0 = col / chunk * chunk;
+        if (col == c0) {
+            int cl = min(chunk, w.cols - c0);
+            __syncthreads();
+            for (int t = 0; t < n; t++) {
+                const float *xt = x + (long long)t * w.cols + c0;
+                float *st = sx + t * padw;
+                if (act) {
+                    for (int j = threadIdx.x; j < cl; j += blockDim.x) {
+                        float g = xt[j];
+                        st[gpad(j)] = g * cu_sigmoid(g) * xt[act_off + j];
                     }
-#pragma unroll
-                    for (int rr = 0; rr < GG_RPW; rr++) acc[rr][t] += s0[rr] + s1[rr];
+                } else { /* cols are whole blocks of 32: float4 loads stay inside a padded run */
+                    for (int j = threadIdx.x * 4; j < cl; j += blockDim.x * 4)
+                        *(float4 *)(st + gpad(j)) = *(const float4 *)(xt + j);
                 }
             }
-            __syncwarp();
+            __syncthreads();
         }
+        if (!live) continue;
+        int cur[GG_RPW];
+#pragma unroll
+        for (int rr = 0; rr < GG_RPW; rr++) {
+            uint4 *dst = (uint4 *)(stage + rr * SPAN);
+#pragma unroll
+            for (int i = 0; i < NL; i++)
+                if (lane + 32 * i < nld[rr]) dst[lane + 32 * i] = pre[rr][i];
+            cur[rr] = off[rr];
+        }
+        __syncwarp();
+        if (col + GG_VALS < w.cols) issue(w, col + GG_VALS);
+        int v = lane * 32, nv = min(GG_VALS, w.cols - col);
+        if (v < nv) {
+            /* both rows decoded first, so each token's input is read from shared memory once */
+            float wv[GG_RPW][32];
+#pragma unroll
+            for (int rr = 0; rr < GG_RPW; rr++)
+                gq<T>::unit(stage + rr * SPAN + cur[rr] + v / BS * BB, (v % BS) >> 5, wv[rr]);
+            const float *xu = sx + gpad(col - c0 + v);
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t >= n) break;
+                const float4 *xv = (const float4 *)(xu + t * padw);
+                float s0[GG_RPW], s1[GG_RPW];
+#pragma unroll
+                for (int rr = 0; rr < GG_RPW; rr++) s0[rr] = s1[rr] = 0;
+#pragma unroll
+                for (int i = 0; i < 8; i += 2) {
+                    float4 p = xv[i], q = xv[i + 1];
+#pragma unroll
+                    for (int rr = 0; rr < GG_RPW; rr++) {
+                        const float *wr = wv[rr] + 4 * i;
+                        s0[rr] += wr[0] * p.x + wr[1] * p.y + wr[2] * p.z + wr[3] * p.w;
+                        s1[rr] += wr[4] * q.x + wr[5] * q.y + wr[6] * q.z + wr[7] * q.w;
+                    }
+                }
+#pragma unroll
+                for (int rr = 0; rr < GG_RPW; rr++) acc[rr][t] += s0[rr] + s1[rr];
+            }
+        }
+        __syncwarp();
     }
+    if (!live) return;
 #pragma unroll
     for (int rr = 0; rr < GG_RPW; rr++) {
         int r = row0 + rr;
@@ -540,8 +557,9 @@ struct gemv_f {
     float *y;
     template <int NT, int T> void go() {
         constexpr int SPAN = gg_span<T>();
-        int chunk = (int)(GG_XSMEM / (NT * 4 * 9 / 8)) / 256 * 256;
-        if (chunk > g->w->cols) chunk = (g->w->cols + 255) / 256 * 256;
+        int chunk = (int)(GG_XSMEM / (NT * 4 * 9 / 8)) / GG_VALS * GG_VALS;
+        if (chunk < GG_VALS) chunk = GG_VALS;
+        if (chunk > g->w->cols) chunk = (g->w->cols + GG_VALS - 1) / GG_VALS * GG_VALS;
         size_t smem = (size_t)GG_ROWS * SPAN + (size_t)NT * (size_t)(chunk + chunk / 32 * 4) * sizeof(float);
         dim3 grid(CU_BLOCKS(g->w->rows, GG_ROWS), (unsigned)g->slots, (unsigned)g->nz);
         cu_launch(c, ggml_gemv_k<NT, T>, grid, GG_WARPS * 32, smem, *g->w, g->table, g->ids, g->which, g->x_div, x,
