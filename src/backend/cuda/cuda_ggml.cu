@@ -437,14 +437,15 @@ __global__ void __launch_bounds__(GG_WARPS * 32)
     uint8_t *stage = (uint8_t *)smem4 + warp * GG_RPW * SPAN;
     float *sx = (float *)((uint8_t *)smem4 + GG_ROWS * SPAN);
     int slot = blockIdx.y;
+    int row0 = blockIdx.x * GG_ROWS + warp * GG_RPW;
     /* the next step's weight bytes, in flight in registers while the current step is computed */
     uint4 pre[GG_RPW][NL];
     int off[GG_RPW], nld[GG_RPW];
-    auto issue = [&](const cu_w &w, int r0, int col) {
+    auto issue = [&](const cu_w &w, int col) {
         int nbytes = min(GG_VALS, w.cols - col) / BS * BB;
 #pragma unroll
         for (int rr = 0; rr < GG_RPW; rr++) {
-            int r = min(r0 + rr, w.rows - 1);
+            int r = min(row0 + rr, w.rows - 1);
             const uint8_t *src = w.data + (long long)r * w.row_bytes + (long long)col / BS * BB;
             const uint4 *a = (const uint4 *)((uintptr_t)src & ~(uintptr_t)15);
             off[rr] = (int)(src - (const uint8_t *)a);
@@ -454,106 +455,96 @@ __global__ void __launch_bounds__(GG_WARPS * 32)
                 if (lane + 32 * i < nld[rr]) pre[rr][i] = __ldg(a + lane + 32 * i);
         }
     };
-    /* blocks stride over groups of GG_ROWS rows; the input is staged once per block when it fits */
     cu_w w = w0;
-    int groups = (w0.rows + GG_ROWS - 1) / GG_ROWS, gi = blockIdx.x;
-    int row0 = gi * GG_ROWS + warp * GG_RPW;
-    if (!table && row0 < w0.rows) issue(w, row0, 0); /* weights do not depend on the previous kernel */
+    int live = row0 < w0.rows; /* warps past the last row still join the block's barriers */
+    if (!table && live) issue(w, 0); /* weights do not depend on the previous kernel */
     cu_pdl_enter();
     if (table) {
         w = table[ids[slot]].w[which + blockIdx.z];
-        if (row0 < w.rows) issue(w, row0, 0);
+        if ((int)blockIdx.x * GG_ROWS >= w.rows) return; /* experts of a table share their shape */
+        live = row0 < w.rows;
+        if (live) issue(w, 0);
     }
     x += (long long)(slot / x_div) * xs;
     y += (long long)slot * ys + (long long)blockIdx.z * yz;
-    int padw = gpad(chunk), staged = -1;
-    for (; gi < groups; gi += gridDim.x) {
-        row0 = gi * GG_ROWS + warp * GG_RPW;
-        int live = row0 < w.rows; /* warps past the last row still join the block's barriers */
-        float acc[GG_RPW][NT];
+    float acc[GG_RPW][NT];
 #pragma unroll
-        for (int rr = 0; rr < GG_RPW; rr++)
+    for (int rr = 0; rr < GG_RPW; rr++)
 #pragma unroll
-            for (int t = 0; t < NT; t++) acc[rr][t] = 0;
-        /* chunk is a multiple of GG_VALS, so steps never straddle two staged chunks */
-        for (int col = 0; col < w.cols; col += GG_VALS) {
-            int c0 = col / chunk * chunk;
-            if (col == c0 && staged != c0) {
-                int cl = min(chunk, w.cols - c0);
-                __syncthreads();
-                for (int t = 0; t < n; t++) {
-                    const float *xt = x + (long long)t * w.cols + c0;
-                    float *st = sx + t * padw;
-                    if (act) {
-                        for (int j = threadIdx.x; j < cl; j += blockDim.x) {
-                            float g = xt[j];
-                            st[gpad(j)] = g * cu_sigmoid(g) * xt[act_off + j];
-                        }
-                    } else { /* cols are whole blocks of 32: float4 loads stay inside a padded run */
-                        for (int j = threadIdx.x * 4; j < cl; j += blockDim.x * 4)
-                            *(float4 *)(st + gpad(j)) = *(const float4 *)(xt + j);
+        for (int t = 0; t < NT; t++) acc[rr][t] = 0;
+    int padw = gpad(chunk);
+    /* chunk is a multiple of GG_VALS, so steps never straddle two staged chunks */
+    for (int col = 0; col < w.cols; col += GG_VALS) {
+        int c0 = col / chunk * chunk;
+        if (col == c0) {
+            int cl = min(chunk, w.cols - c0);
+            __syncthreads();
+            for (int t = 0; t < n; t++) {
+                const float *xt = x + (long long)t * w.cols + c0;
+                float *st = sx + t * padw;
+                if (act) {
+                    for (int j = threadIdx.x; j < cl; j += blockDim.x) {
+                        float g = xt[j];
+                        st[gpad(j)] = g * cu_sigmoid(g) * xt[act_off + j];
                     }
-                }
-                __syncthreads();
-                staged = c0;
-            }
-            if (!live) continue;
-            int cur[GG_RPW];
-#pragma unroll
-            for (int rr = 0; rr < GG_RPW; rr++) {
-                uint4 *dst = (uint4 *)(stage + rr * SPAN);
-#pragma unroll
-                for (int i = 0; i < NL; i++)
-                    if (lane + 32 * i < nld[rr]) dst[lane + 32 * i] = pre[rr][i];
-                cur[rr] = off[rr];
-            }
-            __syncwarp();
-            /* the next step: this row group's next columns, or the next group's first */
-            if (col + GG_VALS < w.cols)
-                issue(w, row0, col + GG_VALS);
-            else if (gi + (int)gridDim.x < groups && row0 + (int)gridDim.x * GG_ROWS < w.rows)
-                issue(w, row0 + (int)gridDim.x * GG_ROWS, 0);
-            int v = lane * 32, nv = min(GG_VALS, w.cols - col);
-            if (v < nv) {
-                /* both rows decoded first, so each token's input is read from shared memory once */
-                float wv[GG_RPW][32];
-#pragma unroll
-                for (int rr = 0; rr < GG_RPW; rr++)
-                    gq<T>::unit(stage + rr * SPAN + cur[rr] + v / BS * BB, (v % BS) >> 5, wv[rr]);
-                const float *xu = sx + gpad(col - c0 + v);
-#pragma unroll
-                for (int t = 0; t < NT; t++) {
-                    if (t >= n) break;
-                    const float4 *xv = (const float4 *)(xu + t * padw);
-                    float s0[GG_RPW], s1[GG_RPW];
-#pragma unroll
-                    for (int rr = 0; rr < GG_RPW; rr++) s0[rr] = s1[rr] = 0;
-#pragma unroll
-                    for (int i = 0; i < 8; i += 2) {
-                        float4 p = xv[i], q = xv[i + 1];
-#pragma unroll
-                        for (int rr = 0; rr < GG_RPW; rr++) {
-                            const float *wr = wv[rr] + 4 * i;
-                            s0[rr] += wr[0] * p.x + wr[1] * p.y + wr[2] * p.z + wr[3] * p.w;
-                            s1[rr] += wr[4] * q.x + wr[5] * q.y + wr[6] * q.z + wr[7] * q.w;
-                        }
-                    }
-#pragma unroll
-                    for (int rr = 0; rr < GG_RPW; rr++) acc[rr][t] += s0[rr] + s1[rr];
+                } else { /* cols are whole blocks of 32: float4 loads stay inside a padded run */
+                    for (int j = threadIdx.x * 4; j < cl; j += blockDim.x * 4)
+                        *(float4 *)(st + gpad(j)) = *(const float4 *)(xt + j);
                 }
             }
-            __syncwarp();
+            __syncthreads();
         }
         if (!live) continue;
+        int cur[GG_RPW];
 #pragma unroll
         for (int rr = 0; rr < GG_RPW; rr++) {
-            int r = row0 + rr;
+            uint4 *dst = (uint4 *)(stage + rr * SPAN);
+#pragma unroll
+            for (int i = 0; i < NL; i++)
+                if (lane + 32 * i < nld[rr]) dst[lane + 32 * i] = pre[rr][i];
+            cur[rr] = off[rr];
+        }
+        __syncwarp();
+        if (col + GG_VALS < w.cols) issue(w, col + GG_VALS);
+        int v = lane * 32, nv = min(GG_VALS, w.cols - col);
+        if (v < nv) {
+            /* both rows decoded first, so each token's input is read from shared memory once */
+            float wv[GG_RPW][32];
+#pragma unroll
+            for (int rr = 0; rr < GG_RPW; rr++)
+                gq<T>::unit(stage + rr * SPAN + cur[rr] + v / BS * BB, (v % BS) >> 5, wv[rr]);
+            const float *xu = sx + gpad(col - c0 + v);
 #pragma unroll
             for (int t = 0; t < NT; t++) {
-                float v = warp_sum(acc[rr][t]);
-                if (lane == 0 && t < n && r < w.rows)
-                    y[(long long)t * w.rows + r] = v + (w.bias ? w.bias[r] : 0.0f);
+                if (t >= n) break;
+                const float4 *xv = (const float4 *)(xu + t * padw);
+                float s0[GG_RPW], s1[GG_RPW];
+#pragma unroll
+                for (int rr = 0; rr < GG_RPW; rr++) s0[rr] = s1[rr] = 0;
+#pragma unroll
+                for (int i = 0; i < 8; i += 2) {
+                    float4 p = xv[i], q = xv[i + 1];
+#pragma unroll
+                    for (int rr = 0; rr < GG_RPW; rr++) {
+                        const float *wr = wv[rr] + 4 * i;
+                        s0[rr] += wr[0] * p.x + wr[1] * p.y + wr[2] * p.z + wr[3] * p.w;
+                        s1[rr] += wr[4] * q.x + wr[5] * q.y + wr[6] * q.z + wr[7] * q.w;
+                    }
+                }
+#pragma unroll
+                for (int rr = 0; rr < GG_RPW; rr++) acc[rr][t] += s0[rr] + s1[rr];
             }
+        }
+        __syncwarp();
+    }
+    if (!live) return;
+#pragma unroll
+    for (int rr = 0; rr < GG_RPW; rr++) {
+        int r = row0 + rr;
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            float v = warp_sum(acc[rr][t]);
+            if (lane == 0 && t < n && r < w.rows) y[(long long)t * w.rows + r] = v + (w.bias ? w.bias[r] : 0.0f);
         }
     }
 }
@@ -570,12 +561,7 @@ struct gemv_f {
         if (chunk < GG_VALS) chunk = GG_VALS;
         if (chunk > g->w->cols) chunk = (g->w->cols + GG_VALS - 1) / GG_VALS * GG_VALS;
         size_t smem = (size_t)GG_ROWS * SPAN + (size_t)NT * (size_t)(chunk + chunk / 32 * 4) * sizeof(float);
-        /* about as many blocks as stay resident (shared memory bounds them), each striding over row
-         * groups, so the input is staged once per block; a table launch's slots fill the GPU already */
-        unsigned groups = CU_BLOCKS(g->w->rows, GG_ROWS), per_sm = (unsigned)(200000 / (smem + 1024));
-        unsigned fit = (unsigned)c->sms * (per_sm < 1 ? 1 : per_sm > 8 ? 8 : per_sm);
-        if (g->slots * g->nz > 1) fit = (fit + (unsigned)(g->slots * g->nz) - 1) / (unsigned)(g->slots * g->nz);
-        dim3 grid(groups < fit ? groups : fit, (unsigned)g->slots, (unsigned)g->nz);
+        dim3 grid(CU_BLOCKS(g->w->rows, GG_ROWS), (unsigned)g->slots, (unsigned)g->nz);
         cu_launch(c, ggml_gemv_k<NT, T>, grid, GG_WARPS * 32, smem, *g->w, g->table, g->ids, g->which, g->x_div, x,
                   g->x_stride, n, y, g->y_stride, g->yz, g->act, g->act_off, chunk);
     }
