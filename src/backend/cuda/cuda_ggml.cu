@@ -239,6 +239,32 @@ template <> struct gq<SL_GGML_Q4_K> {
     }
 };
 
+/* Q4_K for the GEMV, in affine form: unit value j is a * f_j - b * 1 with f_j = 1 + q_j / 128 built by
+ * one byte permute (0x3F8q0000), so the dot is a * sum(f x) - b * sum(x): a = 128 dl, b = 128 dl + ml.
+ * Rounding stays near fp32 (f carries q exactly; the sums lose about 8 ulp to the shared 1). */
+__device__ __forceinline__ void q4k_affine(const uint8_t *b, int s, float *f, float *a, float *c) {
+    unsigned dm = *(const unsigned *)b;
+    const unsigned *sw = (const unsigned *)(b + 4);
+    int j = 8 * (s & 3);
+    int b0 = (sw[0] >> j) & 255, b1 = (sw[1] >> j) & 255, b2 = (sw[2] >> j) & 255;
+    int sc = s < 4 ? b0 & 63 : (b2 & 15) | ((b0 >> 6) << 4);
+    int mn = s < 4 ? b1 & 63 : (b2 >> 4) | ((b1 >> 6) << 4);
+    float dl = __half2float(__ushort_as_half((unsigned short)dm)) * i2f(sc);
+    float ml = __half2float(__ushort_as_half((unsigned short)(dm >> 16))) * i2f(mn);
+    *a = 128.0f * dl;
+    *c = 128.0f * dl + ml;
+    const uint4 *qv = (const uint4 *)(b + 16 + 32 * (s >> 1));
+    uint4 u = qv[0], v = qv[1];
+    unsigned wq[8] = {u.x, u.y, u.z, u.w, v.x, v.y, v.z, v.w};
+    int sh = 4 * (s & 1);
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        unsigned m = ((wq[i] >> sh) & 0x0F0F0F0Fu) | 0x80808080u;
+#pragma unroll
+        for (int k = 0; k < 4; k++) f[4 * i + k] = __uint_as_float(__byte_perm(m, 0x3F000000u, 0x7044 + (k << 8)));
+    }
+}
+
 template <> struct gq<SL_GGML_Q5_K> {
     static constexpr int BS = 256, BB = 176;
     static __device__ __forceinline__ void unit(const uint8_t *b, int s, float *y) {
@@ -509,21 +535,30 @@ __global__ void __launch_bounds__(GG_WARPS * 32)
         int v = lane * 32, nv = min(GG_VALS, w.cols - col);
         if (v < nv) {
             /* both rows decoded first, so each token's input is read from shared memory once */
-            float wv[GG_RPW][32];
+            float wv[GG_RPW][32], ka[GG_RPW], kb[GG_RPW];
 #pragma unroll
-            for (int rr = 0; rr < GG_RPW; rr++)
-                gq<T>::unit(stage + rr * SPAN + cur[rr] + v / BS * BB, (v % BS) >> 5, wv[rr]);
+            for (int rr = 0; rr < GG_RPW; rr++) {
+                const uint8_t *blk = stage + rr * SPAN + cur[rr] + v / BS * BB;
+                if constexpr (T == SL_GGML_Q4_K)
+                    q4k_affine(blk, (v % BS) >> 5, wv[rr], &ka[rr], &kb[rr]);
+                else
+                    gq<T>::unit(blk, (v % BS) >> 5, wv[rr]);
+            }
             const float *xu = sx + gpad(col - c0 + v);
 #pragma unroll
             for (int t = 0; t < NT; t++) {
                 if (t >= n) break;
                 const float4 *xv = (const float4 *)(xu + t * padw);
-                float s0[GG_RPW], s1[GG_RPW];
+                float s0[GG_RPW], s1[GG_RPW], xs0 = 0, xs1 = 0;
 #pragma unroll
                 for (int rr = 0; rr < GG_RPW; rr++) s0[rr] = s1[rr] = 0;
 #pragma unroll
                 for (int i = 0; i < 8; i += 2) {
                     float4 p = xv[i], q = xv[i + 1];
+                    if constexpr (T == SL_GGML_Q4_K) {
+                        xs0 += (p.x + p.y) + (p.z + p.w);
+                        xs1 += (q.x + q.y) + (q.z + q.w);
+                    }
 #pragma unroll
                     for (int rr = 0; rr < GG_RPW; rr++) {
                         const float *wr = wv[rr] + 4 * i;
@@ -532,7 +567,12 @@ __global__ void __launch_bounds__(GG_WARPS * 32)
                     }
                 }
 #pragma unroll
-                for (int rr = 0; rr < GG_RPW; rr++) acc[rr][t] += s0[rr] + s1[rr];
+                for (int rr = 0; rr < GG_RPW; rr++) {
+                    if constexpr (T == SL_GGML_Q4_K)
+                        acc[rr][t] += ka[rr] * (s0[rr] + s1[rr]) - kb[rr] * (xs0 + xs1);
+                    else
+                        acc[rr][t] += s0[rr] + s1[rr];
+                }
             }
         }
         __syncwarp();
