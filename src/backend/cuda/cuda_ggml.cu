@@ -453,7 +453,7 @@ __device__ __forceinline__ int gpad(int j) {
  * arguments): table entries give the weight per slot, grid z picks weight `which + z`, and with act the
  * input is the SwiGLU silu(x) * x[act_off + ...]. */
 template <int NT, int T>
-__global__ void __launch_bounds__(GG_WARPS * 32)
+__global__ void __launch_bounds__(GG_WARPS * 32, NT == 1 ? 6 : 1) /* one token: at most 80 registers */
     ggml_gemv_k(cu_w w0, const cu_expert *table, const int32_t *ids, int which, int x_div, const float *x,
                 long long xs, int n, float *y, long long ys, long long yz, int act, long long act_off, int chunk) {
     constexpr int BS = gq<T>::BS, BB = gq<T>::BB, SPAN = gg_span<T>();
