@@ -5,9 +5,11 @@
 #      when the build dependencies are missing there;
 #   2. every fixture model on the CUDA backend against its fp32 reference: a table of prefill/decode
 #      rel-L2, argmax agreement and pass/fail (targets: rel-L2 <= 3e-2, argmax equal at >= 95%);
-#   3. the whole Criterion model suite with SLUICE_BACKEND=cuda;
-#   4. decode/prefill timings with `sluice bench --synthetic` (BENCH="shape:quant ..."), with recorded
-#      decode steps (CUDA graphs) on and off;
+#   3. the whole Criterion model suite with SLUICE_BACKEND=cuda (the GGUF fixtures, tests/fixtures/gguf/*,
+#      included), and the GGML quant suite, whose CUDA twins check every block type's GEMV, prefill
+#      GEMM, embedding and MoE path on the GPU against the CPU reference;
+#   4. decode/prefill timings with `sluice bench --synthetic` (BENCH="shape:quant ..."; quant q4k is a
+#      GGUF Q4_K file), with recorded decode steps (CUDA graphs) on and off;
 #   5. with PROFILE=shape:quant, GPU time per kernel over a few decode steps (Nsight Compute).
 #
 #   tools/gpu-check.sh                 build here and check
@@ -29,9 +31,9 @@ if [ "${1:-}" = "--bundle" ]; then
     dir=${2:?--bundle needs a directory}
     mkdir -p "$dir/lib"
     build "$dir" || { tail -30 "$dir/build.log"; exit 1; }
-    cp "$BUILD/sluice" "$BUILD/test_models" "$dir/"
+    cp "$BUILD/sluice" "$BUILD/test_models" "$BUILD/test_ggml_quants" "$dir/"
     # everything but the C runtime and CUDA, which the GPU machine has
-    ldd "$BUILD/sluice" "$BUILD/test_models" | awk '/=> \//{print $3}' | sort -u |
+    ldd "$BUILD/sluice" "$BUILD/test_models" "$BUILD/test_ggml_quants" | awk '/=> \//{print $3}' | sort -u |
         grep -Ev '/(libc|libm|libdl|libpthread|librt|libresolv|libgcc_s|libstdc\+\+|libcuda|libcudart|libcublas|libcublasLt)\.so' |
         xargs -r cp -L -t "$dir/lib/"
     echo "bundle in $dir: $(ls "$dir" | tr '\n' ' ')"
@@ -67,6 +69,16 @@ fixtures() { # LABEL [VAR=VALUE...]: runs the suite with those variables and pri
 }
 fixtures cuda | tee "$OUT/fixtures.txt"
 suite=${PIPESTATUS[0]}
+ngguf=$(ls -d tests/fixtures/gguf/*/ | wc -l)
+passed=$(grep -cE '^(llama|qwen[0-9_a-z]*)-[A-Z0-9_]+ .* pass$' "$OUT/fixtures.txt")
+echo "GGUF fixtures on cuda: $passed of $ngguf pass" | tee -a "$OUT/fixtures.txt"
+[ "$passed" -eq "$ngguf" ] || suite=1
+# the CUDA twins of the GGML kernels (skipped, which counts as a failure here, when no GPU answers)
+"$BIN/test_ggml_quants" --jobs 1 --verbose >"$OUT/test_ggml_quants.log" 2>&1
+q=$?
+if grep -q "CUDA GGML tests skipped" "$OUT/test_ggml_quants.log"; then q=1; fi
+echo "GGML quant suite with its CUDA twins: $([ $q -eq 0 ] && echo passed || echo FAILED)" | tee -a "$OUT/fixtures.txt"
+[ $q -eq 0 ] || suite=1
 # the same with every matmul in fp32 GEMV kernels, and with decode steps issued directly
 [ -n "${DIAG:-}" ] && { fixtures fp32 SLUICE_CUDA_GEMV_MAX=100000; fixtures nographs SLUICE_CUDA_GRAPHS=0; } |
     tee -a "$OUT/fixtures.txt"

@@ -14,7 +14,7 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: sluice bench MODEL [-p N] [-n M] [-r R] [--threads T] [--backend B] [--json]\n"
-               "       sluice bench --synthetic SHAPE [--quant bf16|mlx4|mlx8] [--layers L] [--dir DIR] [...]\n\n"
+               "       sluice bench --synthetic SHAPE [--quant bf16|mlx4|mlx8|q4k] [--layers L] [--dir DIR] [...]\n\n"
                "Loads MODEL, prefills N pseudo-random token ids (default 512) as one batch, then decodes M\n"
                "tokens one at a time (default 128), each the greedy argmax of the previous logits. The ids are\n"
                "the same on every run. With -r R the whole prefill+decode is repeated R times from an empty\n"
@@ -39,7 +39,8 @@ static void usage(FILE *f) {
                "  --backend B   cpu, cuda or auto (default: SLUICE_BACKEND, else auto)\n"
                "  --json        one JSON object instead of the table\n"
                "  --synthetic SHAPE  benchmark a synthetic checkpoint of this shape (see above)\n"
-               "  --quant Q     synthetic weights: bf16 (default), mlx4 or mlx8 (MLX affine, group 64)\n"
+               "  --quant Q     synthetic weights: bf16 (default), mlx4 or mlx8 (MLX affine, group 64), or q4k\n"
+               "                (a GGUF file: GGML Q4_K, the output head Q6_K)\n"
                "  --layers L    synthetic: only the first L layers (for disks smaller than the model)\n"
                "  --dir DIR     synthetic: where the checkpoint is written\n");
 }
@@ -323,7 +324,7 @@ int cmd_bench(int argc, char **argv) {
             return 2;
         }
         if (sl_synth_parse_quant(quant, &q)) {
-            fprintf(stderr, "sluice bench: --quant must be bf16, mlx4 or mlx8, got '%s'\n", quant);
+            fprintf(stderr, "sluice bench: --quant must be bf16, mlx4, mlx8 or q4k, got '%s'\n", quant);
             return 2;
         }
         synth_dir = dir ? strdup(dir) : sl_synth_default_dir(sh, q, layers);
@@ -341,6 +342,13 @@ int cmd_bench(int argc, char **argv) {
         r.gen_s = generated ? sl_now() - g0 : 0;
         snprintf(synth_label, sizeof synth_label, "%s %s%s", sh->name, quant, generated ? "" : ", reused");
         r.synthetic = synth_label;
+        char *path = sl_synth_model_path(synth_dir, q); /* the folder, or the GGUF file in it */
+        free(synth_dir);
+        synth_dir = path;
+        if (!synth_dir) {
+            fprintf(stderr, "sluice bench: out of memory\n");
+            return 1;
+        }
         model = synth_dir;
     }
     sl_model *m = NULL;

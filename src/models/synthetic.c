@@ -14,6 +14,7 @@
 #include "core/half.h"
 #include "core/util.h"
 #include "formats/st_write.h"
+#include "models/synthetic_gguf.h"
 
 /* Bumped whenever the bytes written change, so stale checkpoints are regenerated. */
 #define SYNTH_VERSION 1
@@ -135,10 +136,10 @@ const sl_synth_shape *sl_synth_find(const char *name) {
     return NULL;
 }
 
-static const char *quant_names[] = {"bf16", "mlx4", "mlx8"};
+static const char *quant_names[] = {"bf16", "mlx4", "mlx8", "q4k"};
 
 int sl_synth_parse_quant(const char *s, sl_synth_quant *q) {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         if (!strcmp(s, quant_names[i])) {
             *q = (sl_synth_quant)i;
             return 0;
@@ -313,6 +314,7 @@ static int build(const sl_synth_shape *s, sl_synth_quant q, int layers, tlist *L
 }
 
 uint64_t sl_synth_bytes(const sl_synth_shape *s, sl_synth_quant q, int layers) {
+    if (q == SL_SYNTH_Q4K) return sl_synth_gguf_bytes(s, n_layers(s, layers));
     tlist L;
     uint64_t total = 0;
     if (!build(s, q, layers, &L))
@@ -534,7 +536,8 @@ static int remove_old(const char *dir, sl_err *e) {
     while ((de = readdir(d)) && !rc) {
         size_t n = strlen(de->d_name);
         if (strncmp(de->d_name, "model", 5) ||
-            !(n > 12 && (!strcmp(de->d_name + n - 12, ".safetensors") || !strcmp(de->d_name + n - 11, ".index.json"))))
+            !(!strcmp(de->d_name, "model.gguf") || (n > 12 && (!strcmp(de->d_name + n - 12, ".safetensors") ||
+                                                               !strcmp(de->d_name + n - 11, ".index.json")))))
             continue;
         char *p = sl_path_join(dir, de->d_name);
         if (!p || unlink(p)) rc = sl_fail(e, "%s: cannot remove %s: %s", dir, de->d_name, strerror(errno));
@@ -542,6 +545,10 @@ static int remove_old(const char *dir, sl_err *e) {
     }
     closedir(d);
     return rc;
+}
+
+char *sl_synth_model_path(const char *dir, sl_synth_quant q) {
+    return q == SL_SYNTH_Q4K ? sl_path_join(dir, "model.gguf") : strdup(dir);
 }
 
 /* The marker written last: its content identifies a complete checkpoint. */
@@ -571,14 +578,13 @@ int sl_synth_ensure(const sl_synth_shape *s, sl_synth_quant q, int layers, const
     gen_ctx g = {.quiet = quiet, .tty = isatty(2)};
     json_t *cfg = NULL;
     char *cpath = sl_path_join(dir, "config.json"), *text = NULL;
-    if (!cpath || build(s, q, layers, &L) || gen_init(&g)) {
+    if (!cpath || (q != SL_SYNTH_Q4K && build(s, q, layers, &L)) || gen_init(&g)) {
         sl_fail(e, "out of memory");
         goto done;
     }
     if (mkdirs(dir, e) || remove_old(dir, e)) goto done;
     unlink(mpath);
-    uint64_t need = 0;
-    for (int i = 0; i < L.n; i++) need += sl_st_wtensor_bytes(&L.t[i]);
+    uint64_t need = sl_synth_bytes(s, q, layers);
     struct statvfs vfs;
     if (!statvfs(dir, &vfs) && (double)vfs.f_bavail * (double)vfs.f_frsize < (double)need) {
         char a[32], b[32];
@@ -591,6 +597,18 @@ int sl_synth_ensure(const sl_synth_shape *s, sl_synth_quant q, int layers, const
         char a[32];
         fprintf(stderr, "writing a synthetic %s %s checkpoint (%d layers, %s) to %s\n", s->name, quant_names[q],
                 n_layers(s, layers), sl_human_bytes((double)need, a, sizeof a), dir);
+    }
+    g.t0 = g.last = sl_now();
+    if (q == SL_SYNTH_Q4K) {
+        char *gpath = sl_synth_model_path(dir, q);
+        int wrc =
+            gpath ? sl_synth_gguf_write(s, n_layers(s, layers), gpath, progress, &g, e) : sl_fail(e, "out of memory");
+        free(gpath);
+        if (wrc) goto done;
+        if (sl_write_file(mpath, want, strlen(want), e)) goto done;
+        *generated = 1;
+        rc = 0;
+        goto done;
     }
     cfg = config_json(s, q, layers);
     text = cfg ? json_dumps(cfg, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;

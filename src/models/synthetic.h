@@ -1,9 +1,9 @@
 /* Synthetic checkpoints with the shapes of real models, for benchmarks: config.json and safetensors
- * written in the layout the real checkpoints use (Hugging Face bf16, or MLX affine 4/8-bit), loaded
- * through the ordinary loader. The values are meaningless but finite, scaled like trained weights so
- * activations stay in range, and the routers differ per expert so routing spreads over the experts.
- * Bytes come from a fixed pseudo-random block reused with a different offset per tensor, so a 20 GB
- * checkpoint is written at disk speed. */
+ * written in the layout the real checkpoints use (Hugging Face bf16, or MLX affine 4/8-bit), or a GGUF
+ * file (q4k: GGML Q4_K, the output head Q6_K), loaded through the ordinary loader. The values are meaningless but
+ * finite, scaled like trained weights so activations stay in range, and the routers differ per expert so routing
+ * spreads over the experts. Bytes come from a fixed pseudo-random block reused with a different offset per tensor, so a
+ * 20 GB checkpoint is written at disk speed. */
 #ifndef SLUICE_MODELS_SYNTHETIC_H
 #define SLUICE_MODELS_SYNTHETIC_H
 
@@ -21,7 +21,7 @@ typedef struct sl_synth_shape {
     int max_pos;
 } sl_synth_shape;
 
-typedef enum { SL_SYNTH_BF16, SL_SYNTH_MLX4, SL_SYNTH_MLX8 } sl_synth_quant;
+typedef enum { SL_SYNTH_BF16, SL_SYNTH_MLX4, SL_SYNTH_MLX8, SL_SYNTH_Q4K } sl_synth_quant;
 
 const sl_synth_shape *sl_synth_find(const char *name);
 /* The table of shapes, NULL-name terminated. */
@@ -35,6 +35,9 @@ uint64_t sl_synth_bytes(const sl_synth_shape *s, sl_synth_quant q, int layers);
 /* The default folder for a synthetic checkpoint: $SLUICE_CACHE, else $XDG_CACHE_HOME/sluice, else
  * ~/.cache/sluice, then synthetic/SHAPE-QUANT[-NL]. Heap string. */
 char *sl_synth_default_dir(const sl_synth_shape *s, sl_synth_quant q, int layers);
+
+/* What to load for the checkpoint in dir: dir itself, or dir/model.gguf for GGUF quants. Heap string. */
+char *sl_synth_model_path(const char *dir, sl_synth_quant q);
 
 /* Writes the checkpoint into dir unless a complete one of the same shape is already there. *generated
  * says which; progress goes to stderr unless quiet. */

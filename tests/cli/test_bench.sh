@@ -53,6 +53,20 @@ for shape in tiny-llama tiny-qwen3.5-moe; do
     fi
   done
 done
+# q4k: one GGUF file (Q4_K, the output head Q6_K) through the GGUF loader
+for shape in tiny-llama tiny-qwen3.5-moe; do
+  json=$("$SLUICE_BIN" bench --synthetic $shape --quant q4k -p 24 -n 4 --json) || fail "$shape q4k: bench failed"
+  jq -e --arg s "$shape q4k" '.synthetic == $s and .decode_tok_s > 0 and .decode_roofline_fraction > 0' \
+    <<<"$json" >/dev/null || fail "$shape q4k: $json"
+  f="$SLUICE_CACHE/synthetic/$shape-q4k/model.gguf"
+  [ -f "$f" ] || fail "$shape q4k: no $f"
+  tensors=$("$SLUICE_BIN" show "$f" --tensors)
+  grep -Eq "output.weight +Q6_K" <<<"$tensors" || fail "$shape q4k: output head is not Q6_K"
+  grep -Eq "blk.0.attn_norm.weight +F32" <<<"$tensors" || fail "$shape q4k: norms are not F32"
+  jq -e --argjson d "$(stat -c %s "$f")" '.weight_bytes <= $d and .weight_bytes > 0.98 * $d' <<<"$json" >/dev/null ||
+    fail "$shape q4k: weight bytes vs the file: $json"
+done
+jq -e '.routing_experts_used >= 8' <<<"$json" >/dev/null || fail "tiny-qwen3.5-moe q4k routing: $json"
 again=$("$SLUICE_BIN" bench --synthetic tiny-llama --quant mlx4 -p 8 -n 2)
 grep -q "tiny-llama mlx4, reused" <<<"$again" || fail "second run did not reuse the checkpoint: $again"
 # --layers writes a shallower model into its own folder
@@ -74,7 +88,7 @@ expect_usage_error() {
 }
 expect_usage_error "unknown shape 'nope'" --synthetic nope
 expect_usage_error "qwen3.5-35b-a3b" --synthetic nope
-expect_usage_error "--quant must be bf16, mlx4 or mlx8" --synthetic tiny-llama --quant q4
+expect_usage_error "--quant must be bf16, mlx4, mlx8 or q4k" --synthetic tiny-llama --quant q4
 expect_usage_error "not both" "$SLUICE_FIXTURES/models/qwen3" --synthetic tiny-llama
 
 set +e

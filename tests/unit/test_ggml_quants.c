@@ -4,6 +4,7 @@
  * this under each SLUICE_CPU_ISA), the MoE expert path, and the errors for bad shapes and types. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -487,3 +488,207 @@ Test(ggml_quants, moe_experts_of_mixed_types) {
         for (int k = 0; k < 3; k++) free(bufs[x][k]);
     sl_backend_destroy(be);
 }
+
+#ifdef SLUICE_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+
+/* The CUDA twin of the kernels above, run when a GPU is present (tools/gpu-check.sh runs it there). */
+
+/* The device, or NULL (said in the log, which tools/gpu-check.sh treats as a failure) on a machine
+ * without one: a CUDA build must still pass its tests there. */
+static sl_backend *cuda_or_skip(void) {
+    sl_backend *be = NULL;
+    char about[256];
+    if (sl_cuda_backend_create(0, &be, about, sizeof about)) {
+        fprintf(stderr, "no CUDA device (%s): CUDA GGML tests skipped\n", about);
+        return NULL;
+    }
+    return be;
+}
+
+static void *dev_copy(sl_backend *be, const void *src, size_t bytes) {
+    void *d = be->ops->alloc(be, bytes);
+    cr_assert(d);
+    be->ops->upload(be, d, src, bytes);
+    return d;
+}
+
+/* matmul of n tokens on the device (w placed there, host rows in hw) against a double-precision dot */
+static void check_cuda_matmul(sl_backend *be, const sl_weight *w, const sl_weight *hw, int n, unsigned seed,
+                              double tol) {
+    size_t cols = (size_t)w->cols, rows = (size_t)w->rows;
+    float *x = malloc(sizeof *x * cols * (size_t)n), *y = malloc(sizeof *y * rows * (size_t)n);
+    float *row = malloc(sizeof *row * cols);
+    for (size_t i = 0; i < cols * (size_t)n; i++) x[i] = frand(&seed);
+    float *dx = dev_copy(be, x, sizeof *x * cols * (size_t)n), *dy = be->ops->alloc(be, sizeof *y * rows * (size_t)n);
+    be->ops->matmul(be, w, dx, n, dy);
+    be->ops->download(be, y, dy, sizeof *y * rows * (size_t)n);
+    sl_err e;
+    cr_assert_eq(be->ops->check(be, &e), 0, "%s", e.msg);
+    for (size_t r = 0; r < rows; r++) {
+        sl_ggml_dequant_row(hw->gtype, hw->data + r * hw->row_bytes, row, hw->cols);
+        for (int t = 0; t < n; t++) {
+            double ref = 0, mag = 0;
+            for (size_t i = 0; i < cols; i++) {
+                ref += (double)row[i] * x[(size_t)t * cols + i];
+                mag += fabs((double)row[i] * x[(size_t)t * cols + i]);
+            }
+            if (hw->bias) ref += hw->bias[r];
+            double got = y[(size_t)t * rows + r];
+            cr_assert(fabs(got - ref) <= tol * (mag + 1), "CUDA %s n=%d token %d row %zu: %.8g vs %.8g",
+                      sl_ggml_type_name(w->gtype), n, t, r, got, ref);
+        }
+    }
+    be->ops->free(be, dx);
+    be->ops->free(be, dy);
+    free(x);
+    free(y);
+    free(row);
+}
+
+/* every type: decode GEMV (1, 3, 8, 12 tokens: one pass, two passes), the bf16 tensor-core prefill
+ * (40 tokens), rows that do not fill a block of rows, rows over several input chunks, and embedding
+ * rows; errors for a type without kernels */
+Test(ggml_quants, cuda_matmul_and_embed_every_type) {
+    sl_backend *be = cuda_or_skip();
+    if (!be) return;
+    sl_err e;
+    unsigned s = 991;
+    const int ns[] = {1, 3, 8, 12, 40};
+    for (int k = 0; k < N_QUANT; k++) {
+        int t = quant_types[k], bs = sl_ggml_block_size(t);
+        int rows = 37, cols = bs == 32 ? 32 * 41 : 256 * 5;
+        size_t rb = sl_ggml_row_bytes(t, cols);
+        uint8_t *p = malloc(rb * (size_t)rows);
+        fill_blocks(t, p, (size_t)rows * (size_t)(cols / bs), &s);
+        float bias[37];
+        for (int i = 0; i < rows; i++) bias[i] = frand(&s);
+        sl_weight hw, w;
+        cr_assert_eq(sl_ggml_weight(&hw, "blk.0.ffn_up.weight", t, rows, cols, p, &e), 0, "%s", e.msg);
+        hw.bias = bias;
+        w = hw;
+        cr_assert(be->ops->supports(be, &w), "CUDA lacks %s", sl_ggml_type_name(t));
+        cr_assert_eq(be->ops->place_weight(be, &w, &e), 0, "%s", e.msg);
+        for (int m = 0; m < 5; m++) check_cuda_matmul(be, &w, &hw, ns[m], s + (unsigned)m, ns[m] > 16 ? 1e-4 : 1e-5);
+        int32_t ids[3] = {5, 36, 0};
+        float *out = malloc(sizeof *out * 3 * (size_t)cols), *ref = malloc(sizeof *ref * (size_t)cols);
+        float *dout = be->ops->alloc(be, sizeof *out * 3 * (size_t)cols);
+        be->ops->embed(be, &w, ids, 3, dout);
+        be->ops->download(be, out, dout, sizeof *out * 3 * (size_t)cols);
+        cr_assert_eq(be->ops->check(be, &e), 0, "%s", e.msg);
+        for (int i = 0; i < 3; i++) {
+            sl_ggml_dequant_row(t, p + (size_t)ids[i] * rb, ref, cols);
+            for (int j = 0; j < cols; j++)
+                cr_assert(fabsf(out[(size_t)i * (size_t)cols + (size_t)j] - ref[j]) <= 1e-6f * fabsf(ref[j]) + 1e-30f,
+                          "CUDA %s embedding row %d value %d: %.9g vs %.9g", sl_ggml_type_name(t), ids[i], j,
+                          (double)out[(size_t)i * (size_t)cols + (size_t)j], (double)ref[j]);
+        }
+        be->ops->free(be, dout);
+        free(out);
+        free(ref);
+        free(p);
+    }
+    /* a known type without kernels is refused by name */
+    uint8_t blk[36] = {0};
+    sl_weight q = {.fmt = SL_WF_GGML, .gtype = SL_GGML_Q8_1, .rows = 1, .cols = 32, .data = blk, .row_bytes = 36};
+    cr_assert(!be->ops->supports(be, &q));
+    cr_assert_eq(be->ops->place_weight(be, &q, &e), -1);
+    cr_assert(strstr(e.msg, "Q8_1"), "%s", e.msg);
+    sl_backend_destroy(be);
+}
+
+/* The device MoE path with GGML experts (gate and up of different types), against a double-precision
+ * SwiGLU of the dequantised matrices, for 1 and 5 tokens; experts of a layer in different types are
+ * refused. */
+Test(ggml_quants, cuda_moe_experts) {
+    sl_backend *be = cuda_or_skip();
+    if (!be) return;
+    sl_err e;
+    enum { H = 512, I = 768, E = 4, K = 2 };
+    const int types[3] = {SL_GGML_Q4_K, SL_GGML_IQ4_XS, SL_GGML_Q6_K};
+    unsigned s = 5151;
+    sl_expert hx[E], dx[E];
+    const sl_expert *hp[E], *dp[E];
+    uint8_t *bufs[E][3];
+    for (int x = 0; x < E; x++) {
+        sl_weight *m[3] = {&hx[x].gate, &hx[x].up, &hx[x].down};
+        for (int k = 0; k < 3; k++) {
+            int t = types[k], rows = k < 2 ? I : H, cols = k < 2 ? H : I;
+            bufs[x][k] = malloc(sl_ggml_row_bytes(t, cols) * (size_t)rows);
+            fill_blocks(t, bufs[x][k], (size_t)rows * (size_t)(cols / sl_ggml_block_size(t)), &s);
+            cr_assert_eq(sl_ggml_weight(m[k], "expert", t, rows, cols, bufs[x][k], &e), 0, "%s", e.msg);
+        }
+        dx[x] = hx[x];
+        cr_assert_eq(be->ops->place_weight(be, &dx[x].gate, &e), 0, "%s", e.msg);
+        cr_assert_eq(be->ops->place_weight(be, &dx[x].up, &e), 0, "%s", e.msg);
+        cr_assert_eq(be->ops->place_weight(be, &dx[x].down, &e), 0, "%s", e.msg);
+        hp[x] = &hx[x];
+        dp[x] = &dx[x];
+    }
+    sl_expert_table tab = {E, dp};
+    cr_assert_eq(be->ops->place_experts(be, &tab, &e), 0, "%s", e.msg);
+    for (int n = 1; n <= 5; n += 4) {
+        float *xin = malloc(sizeof *xin * (size_t)n * H), *out = malloc(sizeof *out * (size_t)n * H);
+        int32_t ids[5 * K];
+        float wts[5 * K];
+        for (int i = 0; i < n * H; i++) xin[i] = frand(&s);
+        for (int t = 0; t < n; t++) {
+            ids[t * K] = t % E, ids[t * K + 1] = (t + 3) % E;
+            wts[t * K] = 0.6f, wts[t * K + 1] = 0.4f;
+        }
+        float *dxin = dev_copy(be, xin, sizeof *xin * (size_t)n * H), *dwts = dev_copy(be, wts, sizeof wts);
+        int32_t *dids = dev_copy(be, ids, sizeof ids);
+        float *dout = be->ops->alloc(be, sizeof *out * (size_t)n * H);
+        be->ops->moe(be, &tab, dxin, n, H, dids, dwts, K, dout);
+        be->ops->download(be, out, dout, sizeof *out * (size_t)n * H);
+        cr_assert_eq(be->ops->check(be, &e), 0, "%s", e.msg);
+        float *row = malloc(sizeof *row * I);
+        double *g = malloc(sizeof *g * I);
+        for (int t = 0; t < n; t++) {
+            double ref[H] = {0};
+            for (int k = 0; k < K; k++) {
+                const sl_expert *x = hp[ids[t * K + k]];
+                for (int r = 0; r < I; r++) {
+                    double gv = 0, uv = 0;
+                    sl_ggml_dequant_row(x->gate.gtype, x->gate.data + (size_t)r * x->gate.row_bytes, row, H);
+                    for (int i = 0; i < H; i++) gv += (double)row[i] * xin[t * H + i];
+                    sl_ggml_dequant_row(x->up.gtype, x->up.data + (size_t)r * x->up.row_bytes, row, H);
+                    for (int i = 0; i < H; i++) uv += (double)row[i] * xin[t * H + i];
+                    g[r] = gv / (1.0 + exp(-gv)) * uv;
+                }
+                for (int r = 0; r < H; r++) {
+                    double dv = 0;
+                    sl_ggml_dequant_row(x->down.gtype, x->down.data + (size_t)r * x->down.row_bytes, row, I);
+                    for (int i = 0; i < I; i++) dv += (double)row[i] * g[i];
+                    ref[r] += wts[t * K + k] * dv;
+                }
+            }
+            double num = 0, den = 0;
+            for (int r = 0; r < H; r++) {
+                num += (out[t * H + r] - ref[r]) * (out[t * H + r] - ref[r]);
+                den += ref[r] * ref[r];
+            }
+            cr_assert(sqrt(num / den) < 1e-5, "CUDA MoE n=%d token %d: rel-L2 %.3g", n, t, sqrt(num / den));
+        }
+        be->ops->free(be, dxin);
+        be->ops->free(be, dwts);
+        be->ops->free(be, dids);
+        be->ops->free(be, dout);
+        free(row);
+        free(g);
+        free(xin);
+        free(out);
+    }
+    /* one expert's down matrix in another type */
+    sl_expert odd[E];
+    const sl_expert *op[E];
+    for (int x = 0; x < E; x++) odd[x] = dx[x], op[x] = &odd[x];
+    odd[2].down.gtype = SL_GGML_Q8_0;
+    sl_expert_table bad = {E, op};
+    cr_assert_eq(be->ops->place_experts(be, &bad, &e), -1);
+    cr_assert(strstr(e.msg, "expert 2") && strstr(e.msg, "type"), "%s", e.msg);
+    for (int x = 0; x < E; x++)
+        for (int k = 0; k < 3; k++) free(bufs[x][k]);
+    sl_backend_destroy(be);
+}
+#endif

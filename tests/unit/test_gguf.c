@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "formats/gguf.h"
+#include "formats/gguf_write.h"
 #include "runtime/session.h"
 #include "testutil.h"
 #include "text/tok_gguf.h"
@@ -569,4 +570,74 @@ Test(gguf_reader, rope_freqs) {
  * the Qwen3 vocabulary crosses: on that vocabulary it must give tokenizer.json's ids too. */
 Test(gguf_tokenizer, qwen35_pre_tokenizer_on_qwen3_vocab) {
     check_tokenizer("qwen3", "qwen35");
+}
+
+/* ---- the library's writer (synthetic benchmark checkpoints) ---- */
+
+static void fill_pattern(void *ctx, const sl_gguf_wtensor *t, uint64_t off, uint8_t *buf, size_t n) {
+    (void)ctx;
+    for (size_t i = 0; i < n; i++) buf[i] = (uint8_t)((off + i) * 7u + (uint64_t)t->kind);
+}
+
+Test(gguf_writer, round_trip_and_errors) {
+    char dir[] = "/tmp/sluice-gguf-w-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    char *path = tmp_path(dir, "w.gguf");
+    const int32_t arr[3] = {11, -2, 7};
+    sl_gguf_wkv kv[] = {
+        {.key = "general.architecture", .type = SL_GGUF_STRING, .s = "llama"},
+        {.key = "a.u32", .type = SL_GGUF_U32, .i = 4096},
+        {.key = "a.u64", .type = SL_GGUF_U64, .i = 1ll << 40},
+        {.key = "a.f32", .type = SL_GGUF_F32, .f = 0.25},
+        {.key = "a.bool", .type = SL_GGUF_BOOL, .i = 1},
+        {.key = "a.arr", .type = SL_GGUF_ARRAY, .arr = arr, .n = 3},
+    };
+    sl_gguf_wtensor t[3] = {
+        {.name = "q4k", .type = 12, .ndim = 3, .ne = {512, 3, 2}, .kind = 1},
+        {.name = "f32", .type = 0, .ndim = 1, .ne = {5}, .kind = 2},
+        {.name = "q8", .type = 8, .ndim = 2, .ne = {64, 3}, .kind = 3},
+    };
+    sl_err e;
+    cr_assert_eq(sl_gguf_write(path, kv, 6, t, 3, fill_pattern, NULL, NULL, &e), 0, "%s", e.msg);
+    sl_gguf *g;
+    cr_assert_eq(sl_gguf_open(path, &g, &e), 0, "%s", e.msg);
+    int64_t v;
+    double f;
+    int b;
+    const sl_gguf_kv *a;
+    cr_expect_eq(sl_gguf_get_int(g, "a.u32", &v, &e), 0);
+    cr_expect_eq(v, 4096);
+    cr_expect_eq(sl_gguf_get_int(g, "a.u64", &v, &e), 0);
+    cr_expect_eq(v, 1ll << 40);
+    cr_expect_eq(sl_gguf_get_float(g, "a.f32", &f, &e), 0);
+    cr_expect_eq(f, 0.25);
+    cr_expect_eq(sl_gguf_get_bool(g, "a.bool", &b, &e), 0);
+    cr_expect_eq(b, 1);
+    cr_assert_eq(sl_gguf_get_array(g, "a.arr", SL_GGUF_I64, &a, &e), 0, "%s", e.msg);
+    cr_expect(a->n == 3 && sl_gguf_array_int(a, 1) == -2 && sl_gguf_array_int(a, 2) == 7);
+    cr_assert_eq(g->n_tensors, 3);
+    const uint64_t sizes[3] = {2 * 3 * 2 * 144, 20, 3 * 2 * 34};
+    for (int i = 0; i < 3; i++) {
+        const sl_gguf_tensor *r = sl_gguf_find_tensor(g, t[i].name);
+        cr_assert(r, "%s", t[i].name);
+        cr_expect_eq(r->type, t[i].type);
+        cr_expect_eq(r->ndim, t[i].ndim);
+        cr_expect_eq(r->nbytes, sizes[i], "%s: %llu bytes", t[i].name, (unsigned long long)r->nbytes);
+        cr_expect_eq(sl_gguf_wtensor_bytes(&t[i]), sizes[i]);
+        for (uint64_t k = 0; k < r->nbytes; k++)
+            cr_assert_eq(r->data[k], (uint8_t)(k * 7u + (uint64_t)t[i].kind), "%s byte %llu", t[i].name,
+                         (unsigned long long)k);
+    }
+    sl_gguf_close(g);
+    /* rows that are not whole blocks name the tensor; an unwritable path names the file */
+    sl_gguf_wtensor bad = {.name = "blk.0.odd", .type = 12, .ndim = 2, .ne = {100, 2}};
+    cr_assert_eq(sl_gguf_write(path, kv, 1, &bad, 1, fill_pattern, NULL, NULL, &e), -1);
+    cr_expect(strstr(e.msg, "blk.0.odd") && strstr(e.msg, "Q4_K"), "%s", e.msg);
+    char *nope = tmp_path(dir, "no/such/dir.gguf");
+    cr_assert_eq(sl_gguf_write(nope, kv, 1, t, 1, fill_pattern, NULL, NULL, &e), -1);
+    cr_expect(strstr(e.msg, nope), "%s", e.msg);
+    unlink(path);
+    rmdir(dir);
+    free(nope);
+    free(path);
 }

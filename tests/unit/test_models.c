@@ -143,25 +143,11 @@ FIXTURE(qwen3_5_moe)
 FIXTURE(qwen3_5_moe_long)
 FIXTURE(qwen3_5_moe_mlx4)
 
-/* GGML block formats have no CUDA kernels yet: an explicit CUDA backend refuses them by name. */
-static void gguf_refused(const char *name) {
-    char rel[256];
-    snprintf(rel, sizeof rel, "gguf/%s/model.gguf", name);
-    char *path = tu_fixture(rel);
-    sl_err e = {{0}};
-    sl_model *m = NULL;
-    cr_assert_neq(sl_model_load(path, NULL, &m, &e), 0, "%s loaded on the CUDA backend", name);
-    cr_expect(strstr(e.msg, "no kernels for") != NULL, "%s: unexpected message: %s", name, e.msg);
-    free(path);
-}
-
-/* GGUF files written by llama.cpp's converter and quantizer; references from their dequantised weights */
+/* GGUF files written by llama.cpp's converter and quantizer; references from their dequantised weights (on
+ * CUDA too: the GGML block formats have kernels there) */
 #define GGUF_FIXTURE(n, dir)                                                                                           \
     Test(gguf, n) {                                                                                                    \
-        if (on_gpu())                                                                                                  \
-            gguf_refused(dir);                                                                                         \
-        else                                                                                                           \
-            check_fixture_in("gguf", dir);                                                                             \
+        check_fixture_in("gguf", dir);                                                                                 \
     }
 GGUF_FIXTURE(llama_q8_0, "llama-Q8_0")
 GGUF_FIXTURE(llama_q4_0, "llama-Q4_0")

@@ -60,6 +60,7 @@ cu_w cu_w_of(const sl_weight *w) {
     d.bits = w->bits;
     d.group = w->group;
     d.sbf = w->sb_fmt;
+    d.gtype = w->gtype;
     int aligned = ((uintptr_t)w->data % 16) == 0;
     switch (w->fmt) {
     case SL_WF_BF16:
@@ -164,7 +165,8 @@ static const void *put(cu_impl *c, const void *src, size_t bytes, sl_err *e) {
 
 static int cu_supports(sl_backend *b, const sl_weight *w) {
     (void)b;
-    return w->fmt == SL_WF_F32 || w->fmt == SL_WF_F16 || w->fmt == SL_WF_BF16 || w->fmt == SL_WF_MLX;
+    return w->fmt == SL_WF_F32 || w->fmt == SL_WF_F16 || w->fmt == SL_WF_BF16 || w->fmt == SL_WF_MLX ||
+           (w->fmt == SL_WF_GGML && cu_ggml_supported(w->gtype));
 }
 
 static int cu_place_weight(sl_backend *b, sl_weight *w, sl_err *e) {
@@ -211,6 +213,16 @@ static int cu_place_experts(sl_backend *b, const sl_expert_table *t, sl_err *e) 
         if (x && (ex->gate.rows != inter || ex->down.rows != hidden)) {
             free(h);
             return sl_fail(e, "expert %d has a different shape from expert 0", x);
+        }
+        /* GGML kernels are chosen per type from expert 0 */
+        const sl_expert *e0 = t->experts[0];
+        if (x && (ex->gate.fmt == SL_WF_GGML || ex->up.fmt == SL_WF_GGML || ex->down.fmt == SL_WF_GGML) &&
+            (ex->gate.fmt != e0->gate.fmt || ex->gate.gtype != e0->gate.gtype || ex->up.fmt != e0->up.fmt ||
+             ex->up.gtype != e0->up.gtype || ex->down.fmt != e0->down.fmt || ex->down.gtype != e0->down.gtype)) {
+            free(h);
+            return sl_fail(e, "expert %d is stored in other GGML types than expert 0; the CUDA backend needs one type "
+                              "per matrix across a layer's experts",
+                           x);
         }
         inter = ex->gate.rows;
         hidden = ex->down.rows;
@@ -436,7 +448,7 @@ int sl_cuda_backend_create(int device, sl_backend **out, char *about, size_t abo
         cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(c->blas, c->st) != CUBLAS_STATUS_SUCCESS ||
         cudaMalloc((void **)&c->d_step, sizeof(cu_step)) != cudaSuccess ||
         cudaMallocHost((void **)&c->h_step, sizeof(cu_step)) != cudaSuccess ||
-        cudaMalloc((void **)&c->att_part, part) != cudaSuccess) {
+        cudaMalloc((void **)&c->att_part, part) != cudaSuccess || cu_ggml_init()) {
         snprintf(about, about_len, "setting up %s: %s", p.name, cudaGetErrorString(cudaGetLastError()));
         cu_destroy(b);
         return -1;

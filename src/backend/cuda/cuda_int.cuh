@@ -19,6 +19,7 @@ struct cu_w {
     const float *bias;
     long long row_bytes;
     int rows, cols, fmt, bits, group, sbf;
+    int gtype; /* SL_WF_GGML: the sl_ggml_type */
     int vec; /* 1: the vectorised path applies (see cu_w_of) */
 };
 
@@ -172,6 +173,18 @@ void cu_deltanet(sl_backend *b, const sl_deltanet_dims *d, const float *qkv, con
                  const float *A_log, const float *dt_bias, float *state, int n, float *out);
 void cu_gated_rmsnorm(sl_backend *b, float *x, const float *z, const float *w, int rows, int dim, float eps);
 
+/* One GEMV launch (see gemv_k in cuda_matmul.cu): `slots` grid rows, `nz` weights per slot. */
+struct gv_call {
+    const cu_w *w;
+    const cu_expert *table;
+    const int32_t *ids;
+    int which, slots, nz, x_div, act;
+    const float *x;
+    long long x_stride, act_off;
+    float *y;
+    long long y_stride, yz;
+};
+
 /* matmul core, shared with the MoE: y[slot] = w(slot) x[slot / x_div], one weight per grid row `slot`
  * (the table entry ids[slot] when table is set). */
 void cu_gemv_launch(cu_impl *c, const cu_w *w, const cu_expert *table, const int32_t *ids, int which, int slots,
@@ -179,7 +192,14 @@ void cu_gemv_launch(cu_impl *c, const cu_w *w, const cu_expert *table, const int
 
 /* the expert GEMVs of a MoE layer: gu[2][slots][inter] = gate, up of x; d[slots][hidden] = down of
  * silu(gate) * up */
-void cu_moe_gemv(cu_impl *c, const cu_w *gate, const cu_w *down, const cu_expert *table, const int32_t *ids,
+void cu_moe_gemv(cu_impl *c, const cu_w *gate, const cu_w *up, const cu_w *down, const cu_expert *table, const int32_t *ids,
                  int slots, int k, const float *x, int hidden, float *gu, float *d);
+
+/* GGML block-quantised weights (cuda_ggml.cu); every type decodes by the CPU reference formulas */
+int cu_ggml_init(void); /* copies the IQ codebooks to the current device; nonzero on failure */
+int cu_ggml_supported(int gtype);
+void cu_ggml_gemv(cu_impl *c, const gv_call &g, int n);
+void cu_ggml_dequant_split(cu_impl *c, const cu_w *w, __nv_bfloat16 *hi, __nv_bfloat16 *lo);
+void cu_ggml_embed(cu_impl *c, const cu_w *w, const int32_t *ids, const int32_t *step_tok, int n, float *out);
 
 #endif

@@ -333,17 +333,6 @@ static int chunk_for(int nt) {
     return c < 256 ? 256 : c;
 }
 
-struct gv_call {
-    const cu_w *w;
-    const cu_expert *table;
-    const int32_t *ids;
-    int which, slots, nz, x_div, act;
-    const float *x;
-    long long x_stride, act_off;
-    float *y;
-    long long y_stride, yz;
-};
-
 template <int NT, int K> static void launch_k(cu_impl *c, const gv_call &g, const float *x, int n, float *y) {
     int chunk = chunk_for(NT);
     if (chunk > g.w->cols) chunk = (g.w->cols + 255) / 256 * 256;
@@ -380,6 +369,10 @@ template <int NT> static void launch_nt(cu_impl *c, const gv_call &g, const floa
 }
 
 static void gemv_run(cu_impl *c, const gv_call &g, int n) {
+    if (g.w->fmt == SL_WF_GGML) {
+        cu_ggml_gemv(c, g, n);
+        return;
+    }
     /* batches of up to 8 tokens per launch; each launch reads the weight once */
     for (int t0 = 0; t0 < n; t0 += 8) {
         int m = n - t0 < 8 ? n - t0 : 8;
@@ -403,12 +396,21 @@ void cu_gemv_launch(cu_impl *c, const cu_w *w, const cu_expert *table, const int
     gemv_run(c, g, n);
 }
 
-void cu_moe_gemv(cu_impl *c, const cu_w *gate, const cu_w *down, const cu_expert *table, const int32_t *ids,
-                 int slots, int k, const float *x, int hidden, float *gu, float *d) {
+void cu_moe_gemv(cu_impl *c, const cu_w *gate, const cu_w *up, const cu_w *down, const cu_expert *table,
+                 const int32_t *ids, int slots, int k, const float *x, int hidden, float *gu, float *d) {
     int inter = gate->rows;
-    /* gate and up of every routed slot in one launch, into gu[0] and gu[slots * inter] */
-    gv_call g1 = {gate, table, ids, 0, slots, 2, k, 0, x, hidden, 0, gu, inter, (long long)slots * inter};
-    gemv_run(c, g1, 1);
+    /* gate and up of every routed slot in one launch, into gu[0] and gu[slots * inter]; GGML kernels are
+     * specialised per type, so gate and up of different types take one launch each */
+    long long yz = (long long)slots * inter;
+    if (gate->fmt == up->fmt && gate->gtype == up->gtype) {
+        gv_call g1 = {gate, table, ids, 0, slots, 2, k, 0, x, hidden, 0, gu, inter, yz};
+        gemv_run(c, g1, 1);
+    } else {
+        gv_call gg = {gate, table, ids, 0, slots, 1, k, 0, x, hidden, 0, gu, inter, 0};
+        gv_call gu1 = {up, table, ids, 1, slots, 1, k, 0, x, hidden, 0, gu + yz, inter, 0};
+        gemv_run(c, gg, 1);
+        gemv_run(c, gu1, 1);
+    }
     /* down of silu(gate) * up */
     gv_call g2 = {down, table, ids, 2, slots, 1, 1, 1, gu, inter, (long long)slots * inter, d, hidden, 0};
     gemv_run(c, g2, 1);
@@ -441,7 +443,9 @@ __global__ void add_bias_k(float *y, const float *bias, int rows, long long len)
 
 void cu_matmul(sl_backend *b, const sl_weight *sw, const float *x, int n, float *y) {
     cu_impl *c = cu_of(b);
-    if (sw->fmt != SL_WF_F32 && sw->fmt != SL_WF_F16 && sw->fmt != SL_WF_BF16 && sw->fmt != SL_WF_MLX) {
+    if ((sw->fmt != SL_WF_F32 && sw->fmt != SL_WF_F16 && sw->fmt != SL_WF_BF16 && sw->fmt != SL_WF_MLX &&
+         sw->fmt != SL_WF_GGML) ||
+        (sw->fmt == SL_WF_GGML && !cu_ggml_supported(sw->gtype))) {
         char buf[64];
         cu_fail(c, "matmul: weight format %s has no CUDA kernel", sl_wfmt_name(sw, buf, sizeof buf));
         return;
@@ -465,8 +469,11 @@ void cu_matmul(sl_backend *b, const sl_weight *sw, const float *x, int n, float 
         if (cu_grow(c, &c->wtmp, &c->wtmp_len, wlen * 2 * (exact ? 2 : 1), "matmul weight")) return;
         whi = c->wtmp;
         wlo = exact ? (const void *)((__nv_bfloat16 *)c->wtmp + wlen) : NULL;
-        cu_launch(c, dequant_split_k, CU_BLOCKS(wlen, 256), 256, 0, w, (__nv_bfloat16 *)c->wtmp,
-                                                                 (__nv_bfloat16 *)wlo);
+        if (w.fmt == SL_WF_GGML)
+            cu_ggml_dequant_split(c, &w, (__nv_bfloat16 *)c->wtmp, (__nv_bfloat16 *)wlo);
+        else
+            cu_launch(c, dequant_split_k, CU_BLOCKS(wlen, 256), 256, 0, w, (__nv_bfloat16 *)c->wtmp,
+                      (__nv_bfloat16 *)wlo);
     }
     const void *pa[3] = {whi, whi, wlo}, *pb[3] = {xhi, xlo, xhi};
     int passes = !exact ? 1 : wlo ? 3 : 2;
@@ -505,6 +512,11 @@ void cu_embed(sl_backend *b, const sl_weight *sw, const int32_t *ids, int n, flo
     } else {
         if (cu_grow(c, (void **)&c->ids, &c->ids_len, (size_t)n * sizeof *ids, "token ids")) return;
         cudaMemcpyAsync(c->ids, ids, (size_t)n * sizeof *ids, cudaMemcpyHostToDevice, c->st);
+    }
+    if (w.fmt == SL_WF_GGML) {
+        cu_ggml_embed(c, &w, c->ids, step_tok, n, out);
+        cu_check_launch(c, "embedding");
+        return;
     }
     dim3 grid(CU_BLOCKS(w.cols, 256) < 64 ? CU_BLOCKS(w.cols, 256) : 64, (unsigned)n);
     cu_launch(c, embed_k, grid, 256, 0, w, c->ids, step_tok, n, out);

@@ -98,8 +98,8 @@ void cu_moe(sl_backend *b, const sl_expert_table *t, const float *x, int n, int 
     if (cu_grow(c, (void **)&c->moe_buf, &c->moe_len, need, "MoE buffers")) return;
     float *g = c->moe_buf, *d = g + (size_t)2 * slots * inter;
     /* shapes and formats are per expert (read from the table); e0 only sizes the grids */
-    cu_w gs = cu_w_of(&e0->gate), ds = cu_w_of(&e0->down);
-    cu_moe_gemv(c, &gs, &ds, tab->d, ids, slots, k, x, hidden, g, d);
+    cu_w gs = cu_w_of(&e0->gate), us = cu_w_of(&e0->up), ds = cu_w_of(&e0->down);
+    cu_moe_gemv(c, &gs, &us, &ds, tab->d, ids, slots, k, x, hidden, g, d);
     cu_launch(c, moe_combine_k, dim3(CU_BLOCKS(hidden, 256), (unsigned)n), 256, 0, d, weights, k, hidden, out);
     cu_check_launch(c, "moe");
 }

@@ -1,0 +1,700 @@
+/* GGML block-quantised weights (GGUF files) on the GPU, in their stored bytes. Every type decodes in
+ * units of 32 consecutive values (a whole 32-value block, or one eighth of a 256-value super-block),
+ * by the formulas of the CPU reference (backend/ggml_types.c). Decode runs a fused dequantise-GEMV: per
+ * row, a warp copies the bytes of its next 32 units into shared memory with aligned 128-bit loads
+ * (blocks of most types are not 16-byte aligned), then each lane decodes one unit from there and dots
+ * it with the input staged in shared memory, accumulating in fp32. Prefill dequantises the weight to
+ * the bf16 scratch of the tensor-core path; embedding rows decode straight from the weight. */
+#include "backend/cuda/cuda_int.cuh"
+
+extern "C" {
+#include "backend/ggml_grids.h"
+#include "backend/ggml_types.h"
+}
+
+/* IQ codebooks, copied from the host tables once per device (cu_ggml_init) */
+__device__ uint64_t g_iq2xxs[256];
+__device__ uint64_t g_iq2xs[512];
+__device__ uint64_t g_iq2s[1024];
+__device__ uint32_t g_iq3xxs[256];
+__device__ uint32_t g_iq3s[512];
+__device__ uint64_t g_iq1s[2048];
+
+int cu_ggml_init(void) {
+    return cudaMemcpyToSymbol(g_iq2xxs, sl_iq2xxs_grid, sizeof g_iq2xxs) != cudaSuccess ||
+                   cudaMemcpyToSymbol(g_iq2xs, sl_iq2xs_grid, sizeof g_iq2xs) != cudaSuccess ||
+                   cudaMemcpyToSymbol(g_iq2s, sl_iq2s_grid, sizeof g_iq2s) != cudaSuccess ||
+                   cudaMemcpyToSymbol(g_iq3xxs, sl_iq3xxs_grid, sizeof g_iq3xxs) != cudaSuccess ||
+                   cudaMemcpyToSymbol(g_iq3s, sl_iq3s_grid, sizeof g_iq3s) != cudaSuccess ||
+                   cudaMemcpyToSymbol(g_iq1s, sl_iq1s_grid, sizeof g_iq1s) != cudaSuccess
+               ? -1
+               : 0;
+}
+
+/* ---- byte fields (blocks have no alignment) ---- */
+
+__device__ __forceinline__ unsigned u16at(const uint8_t *p) {
+    return (unsigned)p[0] | ((unsigned)p[1] << 8);
+}
+__device__ __forceinline__ unsigned u32at(const uint8_t *p) {
+    return u16at(p) | (u16at(p + 2) << 16);
+}
+__device__ __forceinline__ float f16at(const uint8_t *p) {
+    return __half2float(__ushort_as_half((unsigned short)u16at(p)));
+}
+
+/* exact float of a small integer (|v| < 2^22) by the 1.5 * 2^23 bias: full-rate integer add and float
+ * subtract, where an int-to-float conversion runs at a quarter of the rate */
+__device__ __forceinline__ float i2f(int v) {
+    return __int_as_float(0x4B400000 + v) - 12582912.0f;
+}
+
+/* 16-entry signed byte tables held as four words: entry i is byte i of k0..k3 */
+__device__ __forceinline__ int lut16(unsigned k0, unsigned k1, unsigned k2, unsigned k3, unsigned i) {
+    unsigned lo = __byte_perm(k0, k1, i & 7), hi = __byte_perm(k2, k3, i & 7);
+    return (int)(signed char)((i & 8) ? hi : lo);
+}
+/* IQ4_NL codebook {-127, -104, ..., 113} */
+__device__ __forceinline__ int iq4nl(unsigned i) {
+    return lut16(0xBFAD9881u, 0xF6EADDCFu, 0x26190D01u, 0x71594535u, i);
+}
+/* E2M1 values doubled {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, ...} */
+__device__ __forceinline__ int mxfp4v(unsigned i) {
+    return lut16(0x03020100u, 0x0C080604u, 0xFDFEFF00u, 0xF4F8FAFCu, i);
+}
+/* sign byte of a 7-bit index: bit 7 makes the count of negative signs even */
+__device__ __forceinline__ unsigned iq_signs(unsigned i) {
+    return i | ((__popc(i) & 1u) << 7);
+}
+/* 8 values: grid bytes g (as two words) times db, negated where `signs` has a bit */
+__device__ __forceinline__ void grid8(float *y, float db, unsigned g0, unsigned g1, unsigned signs) {
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        unsigned g = ((j < 4 ? g0 : g1) >> (8 * (j & 3))) & 0xFFu;
+        y[j] = db * i2f(g) * ((signs >> j) & 1u ? -1.0f : 1.0f);
+    }
+}
+
+/* ---- one unit of 32 values: unit s (0 for 32-value blocks) of block b ---- */
+
+template <int T> struct gq;
+
+template <> struct gq<SL_GGML_Q4_0> {
+    static constexpr int BS = 32, BB = 18;
+    static __device__ __forceinline__ void unit(const uint8_t *b, int, float *y) {
+        float d = f16at(b);
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            y[j] = i2f((b[2 + j] & 15) - 8) * d;
+            y[j + 16] = i2f((b[2 + j] >> 4) - 8) * d;
+        }
+    }
+};
+
+template <> struct gq<SL_GGML_Q4_1> {
+    static constexpr int BS = 32, BB = 20;
+    static __device__ __forceinline__ void unit(const uint8_t *b, int, float *y) {
+        float d = f16at(b), m = f16at(b + 2);
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            y[j] = i2f(b[4 + j] & 15) * d + m;
+            y[j + 16] = i2f(b[4 + j] >> 4) * d + m;
+        }
+    }
+};
+
+template <> struct gq<SL_GGML_Q5_0> {
+    static constexpr int BS = 32, BB = 22;
+    static __device__ __forceinline__ void unit(const uint8_t *b, int, float *y) {
+        float d = f16at(b);
+        unsigned qh = u32at(b + 2);
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            int h0 = (int)((qh >> j) & 1) << 4, h1 = (int)((qh >> (j + 16)) & 1) << 4;
+            y[j] = i2f(((b[6 + j] & 15) | h0) - 16) * d;
+            y[j + 16] = i2f(((b[6 + j] >> 4) | h1) - 16) * d;
+        }
+    }
+};
+
+template <> struct gq<SL_GGML_Q5_1> {
+    static constexpr int BS = 32, BB = 24;
+    static __device__ __forceinline__ void unit(const uint8_t *b, int, float *y) {
+        float d = f16at(b), m = f16at(b + 2);
+        unsigned qh = u32at(b + 4);
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            int h0 = (int)((qh >> j) & 1) << 4, h1 = (int)((qh >> (j + 16)) & 1) << 4;
+            y[j] = i2f((b[8 + j] & 15) | h0) * d + m;
+            y[j + 16] = i2f((b[8 + j] >> 4) | h1) * d + m;
+        }
+    }
+};
+
+template <> struct gq<SL_GGML_Q8_0> {
+    static constexpr int BS = 32, BB = 34;
+    static __device__ __forceinline__ void unit(const uint8_t *b, int, float *y) {
+        float d = f16at(b);
+#pragma unroll
+        for (int j = 0; j < 32; j++) y[j] = i2f((signed char)b[2 + j]) * d;
+    }
+};
+
+template <> struct gq<SL_GGML_IQ4_NL> {
+    static constexpr int BS = 32, BB = 18;
+    static __device__ __forceinline__ void unit(const uint8_t *b, int, float *y) {
+        float d = f16at(b);
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            y[j] = d * i2f(iq4nl(b[2 + j] & 15u));
+            y[j + 16] = d * i2f(iq4nl((unsigned)b[2 + j] >> 4));
+        }
+    }
+};
+
+template <> struct gq<SL_GGML_MXFP4> {
+    static constexpr int BS = 32, BB = 17;
+    static __device__ __forceinline__ void unit(const uint8_t *b, int, float *y) {
+        float d = ldexpf(1.0f, (int)b[0] - 128); /* 2^(e-127), halved for the doubled table */
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            y[j] = i2f(mxfp4v(b[1 + j] & 15u)) * d;
+            y[j + 16] = i2f(mxfp4v((unsigned)b[1 + j] >> 4)) * d;
+        }
+    }
+};
+
+template <> struct gq<SL_GGML_Q2_K> {
+    static constexpr int BS = 256, BB = 84;
+    static __device__ __forceinline__ void unit(const uint8_t *b, int s, float *y) {
+        float d = f16at(b + 80), dmin = f16at(b + 82);
+        const uint8_t *q = b + 16 + 32 * (s >> 2);
+        int shift = 2 * (s & 3), is = 2 * s;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            unsigned sc = b[is + h];
+            float dl = d * i2f(sc & 15), ml = dmin * i2f(sc >> 4);
+#pragma unroll
+            for (int l = 0; l < 16; l++) y[16 * h + l] = dl * i2f((q[16 * h + l] >> shift) & 3) - ml;
+        }
+    }
+};
+
+template <> struct gq<SL_GGML_Q3_K> {
+    static constexpr int BS = 256, BB = 110;
+    static __device__ __forceinline__ void unit(const uint8_t *b, int s, float *y) {
+        float d = f16at(b + 108);
+        const uint8_t *q = b + 32 + 32 * (s >> 2), *sc = b + 96;
+        int shift = 2 * (s & 3);
+        unsigned m = 1u << s; /* 4 shifts per half, one bit of the high mask each */
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int j = 2 * s + h;
+            int lo = j < 8 ? sc[j] & 15 : sc[j - 8] >> 4;
+            int hi = (sc[8 + j % 4] >> (2 * (j / 4))) & 3;
+            float dl = d * i2f((lo | (hi << 4)) - 32);
+#pragma unroll
+            for (int l = 16 * h; l < 16 * h + 16; l++)
+                y[l] = dl * i2f(((q[l] >> shift) & 3) - ((b[l] & m) ? 0 : 4));
+        }
+    }
+};
+
+/* scale and min j (0..7) of a Q4_K/Q5_K super-block, 6 bits each in 12 bytes */
+__device__ __forceinline__ void k4_scale_min(int j, const uint8_t *q, int *sc, int *mn) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *mn = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 15) | ((q[j - 4] >> 6) << 4);
+        *mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* Q4_K blocks are 144 bytes, so with 16-byte aligned rows every field is word aligned: the unit's
+ * 32 bytes of nibbles come in two 128-bit reads, and each value is one byte permute into a float */
+template <> struct gq<SL_GGML_Q4_K> {
+    static constexpr int BS = 256, BB = 144;
+    static __device__ __forceinline__ void unit(const uint8_t *b, int s, float *y) {
+        unsigned dm = *(const unsigned *)b;
+        const unsigned *sw = (const unsigned *)(b + 4);
+        /* k4_scale_min on the three scale words: byte s & 3 of each */
+        int j = 8 * (s & 3);
+        int b0 = (sw[0] >> j) & 255, b1 = (sw[1] >> j) & 255, b2 = (sw[2] >> j) & 255;
+        int sc = s < 4 ? b0 & 63 : (b2 & 15) | ((b0 >> 6) << 4);
+        int mn = s < 4 ? b1 & 63 : (b2 >> 4) | ((b1 >> 6) << 4);
+        float dl = __half2float(__ushort_as_half((unsigned short)dm)) * i2f(sc);
+        float ml = __half2float(__ushort_as_half((unsigned short)(dm >> 16))) * i2f(mn);
+        const uint4 *qv = (const uint4 *)(b + 16 + 32 * (s >> 1));
+        uint4 a = qv[0], c = qv[1];
+        unsigned wq[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+        int sh = 4 * (s & 1);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            unsigned m = (wq[i] >> sh) & 0x0F0F0F0Fu;
+#pragma unroll
+            for (int k = 0; k < 4; k++) /* 2^23 + nibble, minus 2^23 */
+                y[4 * i + k] = dl * (__uint_as_float(__byte_perm(m, 0x4B000000u, 0x7440 + k)) - 8388608.0f) - ml;
+        }
+    }
+};
+
+/* Q4_K for the GEMV, in affine form: unit value j is a * f_j - b * 1 with f_j = 1 + q_j / 128 built by
+ * one byte permute (0x3F8q0000), so the dot is a * sum(f x) - b * sum(x): a = 128 dl, b = 128 dl + ml.
+ * Rounding stays near fp32 (f carries q exactly; the sums lose about 8 ulp to the shared 1). */
+__device__ __forceinline__ void q4k_affine(const uint8_t *b, int s, float *f, float *a, float *c) {
+    unsigned dm = *(const unsigned *)b;
+    const unsigned *sw = (const unsigned *)(b + 4);
+    int j = 8 * (s & 3);
+    int b0 = (sw[0] >> j) & 255, b1 = (sw[1] >> j) & 255, b2 = (sw[2] >> j) & 255;
+    int sc = s < 4 ? b0 & 63 : (b2 & 15) | ((b0 >> 6) << 4);
+    int mn = s < 4 ? b1 & 63 : (b2 >> 4) | ((b1 >> 6) << 4);
+    float dl = __half2float(__ushort_as_half((unsigned short)dm)) * i2f(sc);
+    float ml = __half2float(__ushort_as_half((unsigned short)(dm >> 16))) * i2f(mn);
+    *a = 128.0f * dl;
+    *c = 128.0f * dl + ml;
+    const uint4 *qv = (const uint4 *)(b + 16 + 32 * (s >> 1));
+    uint4 u = qv[0], v = qv[1];
+    unsigned wq[8] = {u.x, u.y, u.z, u.w, v.x, v.y, v.z, v.w};
+    int sh = 4 * (s & 1);
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        unsigned m = ((wq[i] >> sh) & 0x0F0F0F0Fu) | 0x80808080u;
+#pragma unroll
+        for (int k = 0; k < 4; k++) f[4 * i + k] = __uint_as_float(__byte_perm(m, 0x3F000000u, 0x7044 + (k << 8)));
+    }
+}
+
+template <> struct gq<SL_GGML_Q5_K> {
+    static constexpr int BS = 256, BB = 176;
+    static __device__ __forceinline__ void unit(const uint8_t *b, int s, float *y) {
+        int sc, mn;
+        k4_scale_min(s, b + 4, &sc, &mn);
+        float dl = f16at(b) * i2f(sc), ml = f16at(b + 2) * i2f(mn);
+        const uint8_t *qh = b + 16, *ql = b + 48 + 32 * (s >> 1);
+        int sh = 4 * (s & 1);
+#pragma unroll
+        for (int l = 0; l < 32; l++) y[l] = dl * i2f(((ql[l] >> sh) & 15) + ((qh[l] >> s) & 1 ? 16 : 0)) - ml;
+    }
+};
+
+template <> struct gq<SL_GGML_Q6_K> {
+    static constexpr int BS = 256, BB = 210;
+    static __device__ __forceinline__ void unit(const uint8_t *b, int s, float *y) {
+        int half = s >> 2, quad = s & 3;
+        const uint8_t *ql = b + 64 * half + 32 * (quad & 1), *qh = b + 128 + 32 * half;
+        const signed char *sc = (const signed char *)(b + 192 + 8 * half + 2 * quad);
+        float d = f16at(b + 208);
+        int lsh = 4 * (quad >> 1), hsh = 2 * quad;
+#pragma unroll
+        for (int l = 0; l < 32; l++) {
+            int q = (((ql[l] >> lsh) & 15) | (((qh[l] >> hsh) & 3) << 4)) - 32;
+            y[l] = d * i2f(sc[l / 16]) * i2f(q);
+        }
+    }
+};
+
+template <> struct gq<SL_GGML_IQ4_XS> {
+    static constexpr int BS = 256, BB = 136;
+    static __device__ __forceinline__ void unit(const uint8_t *b, int s, float *y) {
+        unsigned sh = u16at(b + 2);
+        int ls = ((b[4 + s / 2] >> (4 * (s % 2))) & 15) | (((sh >> (2 * s)) & 3) << 4);
+        float dl = f16at(b) * i2f(ls - 32);
+        const uint8_t *qs = b + 8 + 16 * s;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            y[j] = dl * i2f(iq4nl(qs[j] & 15u));
+            y[j + 16] = dl * i2f(iq4nl((unsigned)qs[j] >> 4));
+        }
+    }
+};
+
+template <> struct gq<SL_GGML_IQ2_XXS> {
+    static constexpr int BS = 256, BB = 66;
+    static __device__ __forceinline__ void unit(const uint8_t *b, int s, float *y) {
+        const uint8_t *q = b + 2 + 8 * s;
+        unsigned sgn = u32at(q + 4);
+        float db = f16at(b) * (0.5f + i2f(sgn >> 28)) * 0.25f;
+#pragma unroll
+        for (int l = 0; l < 4; l++) {
+            uint64_t g = g_iq2xxs[q[l]];
+            grid8(y + 8 * l, db, (unsigned)g, (unsigned)(g >> 32), iq_signs((sgn >> (7 * l)) & 127));
+        }
+    }
+};
+
+template <> struct gq<SL_GGML_IQ2_XS> {
+    static constexpr int BS = 256, BB = 74;
+    static __device__ __forceinline__ void unit(const uint8_t *b, int s, float *y) {
+        float d = f16at(b);
+        unsigned sc = b[66 + s];
+        float db0 = d * (0.5f + i2f(sc & 15)) * 0.25f, db1 = d * (0.5f + i2f(sc >> 4)) * 0.25f;
+#pragma unroll
+        for (int l = 0; l < 4; l++) {
+            unsigned q = u16at(b + 2 + 2 * (4 * s + l));
+            uint64_t g = g_iq2xs[q & 511];
+            grid8(y + 8 * l, l < 2 ? db0 : db1, (unsigned)g, (unsigned)(g >> 32), iq_signs(q >> 9));
+        }
+    }
+};
+
+template <> struct gq<SL_GGML_IQ2_S> {
+    static constexpr int BS = 256, BB = 82;
+    static __device__ __forceinline__ void unit(const uint8_t *b, int s, float *y) {
+        float d = f16at(b);
+        const uint8_t *qs = b + 2 + 4 * s, *signs = b + 34 + 4 * s;
+        unsigned qh = b[66 + s], sc = b[74 + s];
+        float db0 = d * (0.5f + i2f(sc & 15)) * 0.25f, db1 = d * (0.5f + i2f(sc >> 4)) * 0.25f;
+#pragma unroll
+        for (int l = 0; l < 4; l++) {
+            uint64_t g = g_iq2s[qs[l] | ((qh << (8 - 2 * l)) & 0x300)];
+            grid8(y + 8 * l, l < 2 ? db0 : db1, (unsigned)g, (unsigned)(g >> 32), signs[l]);
+        }
+    }
+};
+
+template <> struct gq<SL_GGML_IQ3_XXS> {
+    static constexpr int BS = 256, BB = 98;
+    static __device__ __forceinline__ void unit(const uint8_t *b, int s, float *y) {
+        const uint8_t *qs = b + 2 + 8 * s;
+        unsigned aux = u32at(b + 66 + 4 * s);
+        float db = f16at(b) * (0.5f + i2f(aux >> 28)) * 0.5f;
+#pragma unroll
+        for (int l = 0; l < 4; l++)
+            grid8(y + 8 * l, db, g_iq3xxs[qs[2 * l]], g_iq3xxs[qs[2 * l + 1]], iq_signs((aux >> (7 * l)) & 127));
+    }
+};
+
+template <> struct gq<SL_GGML_IQ3_S> {
+    static constexpr int BS = 256, BB = 110;
+    static __device__ __forceinline__ void unit(const uint8_t *b, int s, float *y) {
+        const uint8_t *qs = b + 2 + 8 * s, *signs = b + 74 + 4 * s;
+        unsigned qh = b[66 + s];
+        float db = f16at(b) * i2f(1 + 2 * ((b[106 + s / 2] >> (4 * (s % 2))) & 15));
+#pragma unroll
+        for (int l = 0; l < 4; l++)
+            grid8(y + 8 * l, db, g_iq3s[qs[2 * l] | ((qh << (8 - 2 * l)) & 256)],
+                  g_iq3s[qs[2 * l + 1] | ((qh << (7 - 2 * l)) & 256)], signs[l]);
+    }
+};
+
+template <> struct gq<SL_GGML_IQ1_S> {
+    static constexpr int BS = 256, BB = 50;
+    static __device__ __forceinline__ void unit(const uint8_t *b, int s, float *y) {
+        const uint8_t *qs = b + 2 + 4 * s;
+        unsigned qh = u16at(b + 34 + 2 * s);
+        float dl = f16at(b) * i2f(2 * ((qh >> 12) & 7) + 1);
+        float delta = qh & 0x8000 ? -0.125f : 0.125f;
+#pragma unroll
+        for (int l = 0; l < 4; l++) {
+            uint64_t g = g_iq1s[qs[l] | (((qh >> (3 * l)) & 7) << 8)];
+#pragma unroll
+            for (int j = 0; j < 8; j++) y[8 * l + j] = dl * (i2f((signed char)(g >> (8 * j))) + delta);
+        }
+    }
+};
+
+/* Calls F::template run<T>() for the gq type of id t; returns 0 when the type has no CUDA kernels. */
+template <class F> static int with_type(int t, F &f) {
+    switch (t) {
+#define GQ_CASE(T)                                                                                                     \
+    case T: f.template run<T>(); return 1;
+        GQ_CASE(SL_GGML_Q4_0)
+        GQ_CASE(SL_GGML_Q4_1)
+        GQ_CASE(SL_GGML_Q5_0)
+        GQ_CASE(SL_GGML_Q5_1)
+        GQ_CASE(SL_GGML_Q8_0)
+        GQ_CASE(SL_GGML_Q2_K)
+        GQ_CASE(SL_GGML_Q3_K)
+        GQ_CASE(SL_GGML_Q4_K)
+        GQ_CASE(SL_GGML_Q5_K)
+        GQ_CASE(SL_GGML_Q6_K)
+        GQ_CASE(SL_GGML_IQ2_XXS)
+        GQ_CASE(SL_GGML_IQ2_XS)
+        GQ_CASE(SL_GGML_IQ2_S)
+        GQ_CASE(SL_GGML_IQ3_XXS)
+        GQ_CASE(SL_GGML_IQ3_S)
+        GQ_CASE(SL_GGML_IQ1_S)
+        GQ_CASE(SL_GGML_IQ4_NL)
+        GQ_CASE(SL_GGML_IQ4_XS)
+        GQ_CASE(SL_GGML_MXFP4)
+#undef GQ_CASE
+    default: return 0;
+    }
+}
+
+struct probe_f {
+    template <int T> void run() {}
+};
+
+int cu_ggml_supported(int t) {
+    probe_f f;
+    return with_type(t, f);
+}
+
+/* ---- decode: fused dequantise-GEMV ---- */
+
+#define GG_WARPS 4
+#define GG_RPW 2 /* rows per warp: their loads are issued together */
+#define GG_ROWS (GG_WARPS * GG_RPW)
+#define GG_XSMEM 36864 /* bytes of staged input per block */
+#define GG_VALS 1024   /* values a warp decodes per row and step: 32 lanes x 32 */
+
+/* bytes staged per row and step: the blocks of GG_VALS values plus the misalignment of their start */
+template <int T> __host__ __device__ constexpr int gg_span() {
+    return (GG_VALS / gq<T>::BS * gq<T>::BB + 15) / 16 * 16 + 16;
+}
+
+__device__ __forceinline__ int gpad(int j) {
+    return j + (j >> 5) * 4; /* as the other GEMV kernels: 4 floats of padding every 32 */
+}
+
+/* y[slot][t][rows] = W(slot) . x[slot / x_div][t], as gemv_k in cuda_matmul.cu (same grid and
+ * arguments): table entries give the weight per slot, grid z picks weight `which + z`, and with act the
+ * input is the SwiGLU silu(x) * x[act_off + ...]. */
+template <int NT, int T>
+__global__ void __launch_bounds__(GG_WARPS * 32, NT == 1 ? 6 : 1) /* one token: at most 80 registers */
+    ggml_gemv_k(cu_w w0, const cu_expert *table, const int32_t *ids, int which, int x_div, const float *x,
+                long long xs, int n, float *y, long long ys, long long yz, int act, long long act_off, int chunk) {
+    constexpr int BS = gq<T>::BS, BB = gq<T>::BB, SPAN = gg_span<T>();
+    constexpr int NL = (SPAN / 16 + 31) / 32; /* 128-bit loads per lane and row for one step */
+    extern __shared__ float4 smem4[];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    uint8_t *stage = (uint8_t *)smem4 + warp * GG_RPW * SPAN;
+    float *sx = (float *)((uint8_t *)smem4 + GG_ROWS * SPAN);
+    int slot = blockIdx.y;
+    int row0 = blockIdx.x * GG_ROWS + warp * GG_RPW;
+    /* the next step's weight bytes, in flight in registers while the current step is computed */
+    uint4 pre[GG_RPW][NL];
+    int off[GG_RPW], nld[GG_RPW];
+    auto issue = [&](const cu_w &w, int col) {
+        int nbytes = min(GG_VALS, w.cols - col) / BS * BB;
+#pragma unroll
+        for (int rr = 0; rr < GG_RPW; rr++) {
+            int r = min(row0 + rr, w.rows - 1);
+            const uint8_t *src = w.data + (long long)r * w.row_bytes + (long long)col / BS * BB;
+            const uint4 *a = (const uint4 *)((uintptr_t)src & ~(uintptr_t)15);
+            off[rr] = (int)(src - (const uint8_t *)a);
+            nld[rr] = (off[rr] + nbytes + 15) >> 4;
+#pragma unroll
+            for (int i = 0; i < NL; i++)
+                if (lane + 32 * i < nld[rr]) pre[rr][i] = __ldg(a + lane + 32 * i);
+        }
+    };
+    cu_w w = w0;
+    int live = row0 < w0.rows; /* warps past the last row still join the block's barriers */
+    if (!table && live) issue(w, 0); /* weights do not depend on the previous kernel */
+    cu_pdl_enter();
+    if (table) {
+        w = table[ids[slot]].w[which + blockIdx.z];
+        if ((int)blockIdx.x * GG_ROWS >= w.rows) return; /* experts of a table share their shape */
+        live = row0 < w.rows;
+        if (live) issue(w, 0);
+    }
+    x += (long long)(slot / x_div) * xs;
+    y += (long long)slot * ys + (long long)blockIdx.z * yz;
+    float acc[GG_RPW][NT];
+#pragma unroll
+    for (int rr = 0; rr < GG_RPW; rr++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[rr][t] = 0;
+    int padw = gpad(chunk);
+    /* chunk is a multiple of GG_VALS, so steps never straddle two staged chunks */
+    for (int col = 0; col < w.cols; col += GG_VALS) {
+        int c0 = col / chunk * chunk;
+        if (col == c0) {
+            int cl = min(chunk, w.cols - c0);
+            __syncthreads();
+            for (int t = 0; t < n; t++) {
+                const float *xt = x + (long long)t * w.cols + c0;
+                float *st = sx + t * padw;
+                if (act) {
+                    for (int j = threadIdx.x; j < cl; j += blockDim.x) {
+                        float g = xt[j];
+                        st[gpad(j)] = g * cu_sigmoid(g) * xt[act_off + j];
+                    }
+                } else { /* cols are whole blocks of 32: float4 loads stay inside a padded run */
+                    for (int j = threadIdx.x * 4; j < cl; j += blockDim.x * 4)
+                        *(float4 *)(st + gpad(j)) = *(const float4 *)(xt + j);
+                }
+            }
+            __syncthreads();
+        }
+        if (!live) continue;
+        int cur[GG_RPW];
+#pragma unroll
+        for (int rr = 0; rr < GG_RPW; rr++) {
+            uint4 *dst = (uint4 *)(stage + rr * SPAN);
+#pragma unroll
+            for (int i = 0; i < NL; i++)
+                if (lane + 32 * i < nld[rr]) dst[lane + 32 * i] = pre[rr][i];
+            cur[rr] = off[rr];
+        }
+        __syncwarp();
+        if (col + GG_VALS < w.cols) issue(w, col + GG_VALS);
+        int v = lane * 32, nv = min(GG_VALS, w.cols - col);
+        if (v < nv) {
+            /* both rows decoded first, so each token's input is read from shared memory once */
+            float wv[GG_RPW][32], ka[GG_RPW], kb[GG_RPW];
+#pragma unroll
+            for (int rr = 0; rr < GG_RPW; rr++) {
+                const uint8_t *blk = stage + rr * SPAN + cur[rr] + v / BS * BB;
+                if constexpr (T == SL_GGML_Q4_K)
+                    q4k_affine(blk, (v % BS) >> 5, wv[rr], &ka[rr], &kb[rr]);
+                else
+                    gq<T>::unit(blk, (v % BS) >> 5, wv[rr]);
+            }
+            const float *xu = sx + gpad(col - c0 + v);
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t >= n) break;
+                const float4 *xv = (const float4 *)(xu + t * padw);
+                float s0[GG_RPW], s1[GG_RPW], xs0 = 0, xs1 = 0;
+#pragma unroll
+                for (int rr = 0; rr < GG_RPW; rr++) s0[rr] = s1[rr] = 0;
+#pragma unroll
+                for (int i = 0; i < 8; i += 2) {
+                    float4 p = xv[i], q = xv[i + 1];
+                    if constexpr (T == SL_GGML_Q4_K) {
+                        xs0 += (p.x + p.y) + (p.z + p.w);
+                        xs1 += (q.x + q.y) + (q.z + q.w);
+                    }
+#pragma unroll
+                    for (int rr = 0; rr < GG_RPW; rr++) {
+                        const float *wr = wv[rr] + 4 * i;
+                        s0[rr] += wr[0] * p.x + wr[1] * p.y + wr[2] * p.z + wr[3] * p.w;
+                        s1[rr] += wr[4] * q.x + wr[5] * q.y + wr[6] * q.z + wr[7] * q.w;
+                    }
+                }
+#pragma unroll
+                for (int rr = 0; rr < GG_RPW; rr++) {
+                    if constexpr (T == SL_GGML_Q4_K)
+                        acc[rr][t] += ka[rr] * (s0[rr] + s1[rr]) - kb[rr] * (xs0 + xs1);
+                    else
+                        acc[rr][t] += s0[rr] + s1[rr];
+                }
+            }
+        }
+        __syncwarp();
+    }
+    if (!live) return;
+#pragma unroll
+    for (int rr = 0; rr < GG_RPW; rr++) {
+        int r = row0 + rr;
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            float v = warp_sum(acc[rr][t]);
+            if (lane == 0 && t < n && r < w.rows) y[(long long)t * w.rows + r] = v + (w.bias ? w.bias[r] : 0.0f);
+        }
+    }
+}
+
+struct gemv_f {
+    cu_impl *c;
+    const gv_call *g;
+    const float *x;
+    int n;
+    float *y;
+    template <int NT, int T> void go() {
+        constexpr int SPAN = gg_span<T>();
+        int chunk = (int)(GG_XSMEM / (NT * 4 * 9 / 8)) / GG_VALS * GG_VALS;
+        if (chunk < GG_VALS) chunk = GG_VALS;
+        if (chunk > g->w->cols) chunk = (g->w->cols + GG_VALS - 1) / GG_VALS * GG_VALS;
+        size_t smem = (size_t)GG_ROWS * SPAN + (size_t)NT * (size_t)(chunk + chunk / 32 * 4) * sizeof(float);
+        dim3 grid(CU_BLOCKS(g->w->rows, GG_ROWS), (unsigned)g->slots, (unsigned)g->nz);
+        cu_launch(c, ggml_gemv_k<NT, T>, grid, GG_WARPS * 32, smem, *g->w, g->table, g->ids, g->which, g->x_div, x,
+                  g->x_stride, n, y, g->y_stride, g->yz, g->act, g->act_off, chunk);
+    }
+    template <int T> void run() {
+        if (n == 1)
+            go<1, T>();
+        else if (n == 2)
+            go<2, T>();
+        else if (n <= 4)
+            go<4, T>();
+        else
+            go<8, T>();
+    }
+};
+
+void cu_ggml_gemv(cu_impl *c, const gv_call &g, int n) {
+    for (int t0 = 0; t0 < n; t0 += 8) { /* up to 8 tokens per weight pass */
+        gemv_f f = {c, &g, g.x + (long long)t0 * g.w->cols, n - t0 < 8 ? n - t0 : 8,
+                    g.y + (long long)t0 * g.w->rows};
+        if (!with_type(g.w->gtype, f)) {
+            cu_fail(c, "GGML type %s has no CUDA kernel", sl_ggml_type_name(g.w->gtype));
+            return;
+        }
+    }
+    cu_check_launch(c, "GGML matrix-vector kernel");
+}
+
+/* ---- prefill and embedding: decoded units ---- */
+
+/* one thread per unit of 32 values: hi = bf16(v), lo = bf16(v - hi) */
+template <int T> __global__ void ggml_dequant_k(cu_w w, __nv_bfloat16 *hi, __nv_bfloat16 *lo) {
+    constexpr int BS = gq<T>::BS, BB = gq<T>::BB;
+    cu_pdl_enter();
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x, upr = w.cols / 32;
+    if (i >= (long long)w.rows * upr) return;
+    long long r = i / upr, v = (i % upr) * 32;
+    float wv[32];
+    gq<T>::unit(w.data + r * w.row_bytes + v / BS * BB, (int)(v % BS) >> 5, wv);
+    __align__(16) __nv_bfloat16 h[32], l[32];
+#pragma unroll
+    for (int j = 0; j < 32; j++) {
+        h[j] = __float2bfloat16(wv[j]);
+        l[j] = __float2bfloat16(wv[j] - __bfloat162float(h[j]));
+    }
+    uint4 *ph = (uint4 *)(hi + i * 32), *pl = (uint4 *)(lo + i * 32);
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        ph[q] = ((const uint4 *)h)[q];
+        if (lo) pl[q] = ((const uint4 *)l)[q];
+    }
+}
+
+struct dequant_f {
+    cu_impl *c;
+    const cu_w *w;
+    __nv_bfloat16 *hi, *lo;
+    template <int T> void run() {
+        long long units = (long long)w->rows * (w->cols / 32);
+        cu_launch(c, ggml_dequant_k<T>, CU_BLOCKS(units, 128), 128, 0, *w, hi, lo);
+    }
+};
+
+void cu_ggml_dequant_split(cu_impl *c, const cu_w *w, __nv_bfloat16 *hi, __nv_bfloat16 *lo) {
+    dequant_f f = {c, w, hi, lo};
+    if (!with_type(w->gtype, f)) cu_fail(c, "GGML type %s has no CUDA kernel", sl_ggml_type_name(w->gtype));
+}
+
+template <int T> __global__ void ggml_embed_k(cu_w w, const int32_t *ids, const int32_t *step_tok, float *out) {
+    constexpr int BS = gq<T>::BS, BB = gq<T>::BB;
+    cu_pdl_enter();
+    int i = blockIdx.y, v = (blockIdx.x * blockDim.x + threadIdx.x) * 32;
+    if (v >= w.cols) return;
+    long long id = step_tok ? *step_tok : ids[i];
+    float wv[32];
+    gq<T>::unit(w.data + id * w.row_bytes + v / BS * BB, (v % BS) >> 5, wv);
+    float4 *o = (float4 *)(out + (long long)i * w.cols + v);
+#pragma unroll
+    for (int q = 0; q < 8; q++) o[q] = make_float4(wv[4 * q], wv[4 * q + 1], wv[4 * q + 2], wv[4 * q + 3]);
+}
+
+struct embed_f {
+    cu_impl *c;
+    const cu_w *w;
+    const int32_t *ids, *step_tok;
+    int n;
+    float *out;
+    template <int T> void run() {
+        dim3 grid(CU_BLOCKS(w->cols / 32, 64), (unsigned)n);
+        cu_launch(c, ggml_embed_k<T>, grid, 64, 0, *w, ids, step_tok, out);
+    }
+};
+
+void cu_ggml_embed(cu_impl *c, const cu_w *w, const int32_t *ids, const int32_t *step_tok, int n, float *out) {
+    embed_f f = {c, w, ids, step_tok, n, out};
+    if (!with_type(w->gtype, f)) cu_fail(c, "GGML type %s has no CUDA kernel", sl_ggml_type_name(w->gtype));
+}
