@@ -34,6 +34,9 @@ typedef struct sl_deltanet_dims {
 
 typedef struct sl_backend sl_backend;
 
+/* Most weights one matmul_multi call takes. */
+#define SL_MATMUL_MULTI 4
+
 typedef struct sl_backend_ops {
     const char *name;
     /* zero-filled buffer for activations, caches and state; NULL when out of memory */
@@ -89,6 +92,21 @@ typedef struct sl_backend_ops {
     void (*kv_store)(sl_backend *b, float *cache, int pos, const float *x, int n, int width);
 
     /* Optional ops: NULL where the backend has no use for them. */
+
+    /* Fused sequences: one pass (one GPU launch) instead of several ops. Models issue them through
+     * models/fused.h, which falls back to the plain ops where a backend leaves them NULL. */
+    /* x += d, then y = rmsnorm(x) * w over rows of dim (w NULL: no weight): a residual add and the
+     * norm that follows it */
+    void (*add_rmsnorm)(sl_backend *b, float *x, const float *d, const float *w, int rows, int dim, float eps,
+                        float *y);
+    /* y[i][n][w[i].rows] = x[n][cols] . w[i]^T (+ bias) for nw <= SL_MATMUL_MULTI weights of the same
+     * cols sharing one input (q/k/v, gate/up, the delta-net's input projections) */
+    void (*matmul_multi)(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n, float *const *y);
+    /* y[n][w.rows] = (silu(g) * u)[n][w.cols] . w^T: the SwiGLU and the down projection of an MLP */
+    void (*swiglu_matmul)(sl_backend *b, const sl_weight *w, const float *g, const float *u, int n, float *y);
+    /* y[i][:] += sigmoid(s[i]) * x[i][:] for rows of dim: a sigmoid-gated shared expert joining the
+     * routed experts' sum */
+    void (*add_gated)(sl_backend *b, float *y, const float *x, const float *s, int rows, int dim);
 
     /* Resident weights for backends with their own memory: copy a weight (data, scales, biases and bias)
      * or a float vector into memory the backend owns and repoint it there. The CPU computes on the

@@ -122,6 +122,45 @@ static void cpu_scale_rows_sigmoid(sl_backend *b, float *x, const float *s, int 
     }
 }
 
+/* The fused ops: the same arithmetic as the plain sequences they replace. */
+static void cpu_add_rmsnorm(sl_backend *b, float *x, const float *d, const float *w, int rows, int dim, float eps,
+                            float *y) {
+    cpu_add(b, x, d, (size_t)rows * (size_t)dim);
+    cpu_rmsnorm(b, x, w, rows, dim, eps, y);
+}
+
+static void cpu_matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n, float *const *y) {
+    for (int i = 0; i < nw; i++) cpu_matmul(b, w[i], x, n, y[i]);
+}
+
+static void cpu_swiglu_matmul(sl_backend *b, const sl_weight *w, const float *g, const float *u, int n, float *y) {
+    cpu_impl *c = cpu_of(b);
+    size_t len = (size_t)n * (size_t)w->cols;
+    if (c->act_len < len) {
+        float *p = realloc(c->act, len * sizeof *p);
+        if (!p) {
+            if (!c->failed) sl_fail(&c->failure, "out of memory for %zu bytes of SwiGLU input", len * sizeof *p);
+            c->failed = 1;
+            return;
+        }
+        c->act = p;
+        c->act_len = len;
+    }
+    cpu_swiglu(b, g, u, len, c->act);
+    cpu_matmul(b, w, c->act, n, y);
+}
+
+static void cpu_add_gated(sl_backend *b, float *y, const float *x, const float *s, int rows, int dim) {
+    (void)b;
+    for (int r = 0; r < rows; r++) {
+        float k = sigmoidf(s[r]);
+        for (int i = 0; i < dim; i++) {
+            size_t j = (size_t)r * (size_t)dim + (size_t)i;
+            y[j] += x[j] * k;
+        }
+    }
+}
+
 static const sl_backend_ops cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -146,6 +185,10 @@ static const sl_backend_ops cpu_ops = {
     .deltanet = cpu_deltanet,
     .gated_rmsnorm = cpu_gated_rmsnorm,
     .kv_store = cpu_kv_store,
+    .add_rmsnorm = cpu_add_rmsnorm,
+    .matmul_multi = cpu_matmul_multi,
+    .swiglu_matmul = cpu_swiglu_matmul,
+    .add_gated = cpu_add_gated,
     .mem_bandwidth = cpu_mem_bandwidth,
     .peak_flops = cpu_peak_flops,
 };
@@ -156,6 +199,7 @@ static void cpu_destroy(sl_backend *b) {
     free(c->scratch);
     free(c->scratch_len);
     free(c->moe_buf);
+    free(c->act);
     free(c->xprep);
     sl_pool_destroy(c->pool);
     free(c);

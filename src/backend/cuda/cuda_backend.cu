@@ -352,6 +352,10 @@ static const sl_backend_ops cuda_ops = {
     .deltanet = cu_deltanet,
     .gated_rmsnorm = cu_gated_rmsnorm,
     .kv_store = cu_kv_store,
+    .add_rmsnorm = cu_add_rmsnorm,
+    .matmul_multi = cu_matmul_multi,
+    .swiglu_matmul = cu_swiglu_matmul,
+    .add_gated = cu_add_gated,
     .place_weight = cu_place_weight,
     .supports = cu_supports,
     .place_vector = cu_place_vector,
@@ -375,6 +379,7 @@ static void cu_destroy(sl_backend *b) {
     cudaFree(c->ids);
     cudaFree(c->att_part);
     cudaFree(c->moe_buf);
+    cudaFree(c->act);
     cudaFree(c->d_step);
     cudaFreeHost(c->h_step);
     if (c->blas) cublasDestroy(c->blas);

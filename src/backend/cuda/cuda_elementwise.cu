@@ -6,10 +6,12 @@
 
 #define NORM_PER_THREAD 8 /* values a thread keeps in registers: one pass over global memory */
 
-__global__ void rmsnorm_k(const float *x, const float *w, int dim, float eps, float *y) {
+/* With ADD, x += d first (written back): the residual add fused with the norm after it. */
+template <bool ADD> __global__ void rmsnorm_k(float *x, const float *d, const float *w, int dim, float eps, float *y) {
     cu_pdl_enter();
     __shared__ float sh[32];
-    const float *xr = x + (long long)blockIdx.x * dim;
+    float *xr = x + (long long)blockIdx.x * dim;
+    const float *dr = ADD ? d + (long long)blockIdx.x * dim : NULL;
     float *yr = y + (long long)blockIdx.x * dim;
     float v[NORM_PER_THREAD], ss = 0;
     bool held = dim <= NORM_PER_THREAD * (int)blockDim.x;
@@ -18,10 +20,14 @@ __global__ void rmsnorm_k(const float *x, const float *w, int dim, float eps, fl
         for (int k = 0; k < NORM_PER_THREAD; k++) {
             int i = threadIdx.x + k * blockDim.x;
             v[k] = i < dim ? xr[i] : 0.0f;
+            if (ADD && i < dim) xr[i] = v[k] += dr[i];
             ss += v[k] * v[k];
         }
     } else {
-        for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+        for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+            if (ADD) xr[i] += dr[i];
+            ss += xr[i] * xr[i];
+        }
     }
     float inv = rsqrtf(block_sum(ss, sh) / (float)dim + eps);
     if (held) {
@@ -42,8 +48,16 @@ static int norm_threads(int dim) {
 void cu_rmsnorm(sl_backend *b, const float *x, const float *w, int rows, int dim, float eps, float *y) {
     cu_impl *c = cu_of(b);
     if (rows <= 0) return;
-    cu_launch(c, rmsnorm_k, rows, norm_threads(dim), 0, x, w, dim, eps, y);
+    /* x is only read: the kernel writes it back only with ADD */
+    cu_launch(c, rmsnorm_k<false>, rows, norm_threads(dim), 0, (float *)x, (const float *)NULL, w, dim, eps, y);
     cu_check_launch(c, "rmsnorm");
+}
+
+void cu_add_rmsnorm(sl_backend *b, float *x, const float *d, const float *w, int rows, int dim, float eps, float *y) {
+    cu_impl *c = cu_of(b);
+    if (rows <= 0) return;
+    cu_launch(c, rmsnorm_k<true>, rows, norm_threads(dim), 0, x, d, w, dim, eps, y);
+    cu_check_launch(c, "add + rmsnorm");
 }
 
 __global__ void gated_rmsnorm_k(float *x, const float *z, const float *w, int dim, float eps) {
@@ -164,6 +178,20 @@ __global__ void scale_rows_sigmoid_k(float *x, const float *s, int dim, long lon
     cu_pdl_enter();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < len) x[i] *= cu_sigmoid(s[i / dim]);
+}
+
+__global__ void add_gated_k(float *y, const float *x, const float *s, int dim, long long len) {
+    cu_pdl_enter();
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < len) y[i] += x[i] * cu_sigmoid(s[i / dim]);
+}
+
+void cu_add_gated(sl_backend *b, float *y, const float *x, const float *s, int rows, int dim) {
+    cu_impl *c = cu_of(b);
+    long long len = (long long)rows * dim;
+    if (len <= 0) return;
+    cu_launch(c, add_gated_k, CU_BLOCKS(len, 256), 256, 0, y, x, s, dim, len);
+    cu_check_launch(c, "gated add");
 }
 
 void cu_scale_rows_sigmoid(sl_backend *b, float *x, const float *s, int rows, int dim) {

@@ -61,6 +61,8 @@ struct cu_impl {
     size_t att_part_len;
     float *moe_buf; /* gate/up/down outputs per routed slot */
     size_t moe_len;
+    float *act; /* swiglu_matmul of a tensor-core batch: the SwiGLU input */
+    size_t act_len;
     cu_table *tables;
     int n_tables, cap_tables;
     /* recorded steps */
@@ -171,6 +173,10 @@ void cu_conv1d_silu(sl_backend *b, const float *x, int n, int channels, const fl
 void cu_deltanet(sl_backend *b, const sl_deltanet_dims *d, const float *qkv, const float *a, const float *bb,
                  const float *A_log, const float *dt_bias, float *state, int n, float *out);
 void cu_gated_rmsnorm(sl_backend *b, float *x, const float *z, const float *w, int rows, int dim, float eps);
+void cu_add_rmsnorm(sl_backend *b, float *x, const float *d, const float *w, int rows, int dim, float eps, float *y);
+void cu_matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n, float *const *y);
+void cu_swiglu_matmul(sl_backend *b, const sl_weight *w, const float *g, const float *u, int n, float *y);
+void cu_add_gated(sl_backend *b, float *y, const float *x, const float *s, int rows, int dim);
 
 /* matmul core, shared with the MoE: y[slot] = w(slot) x[slot / x_div], one weight per grid row `slot`
  * (the table entry ids[slot] when table is set). */

@@ -2,6 +2,8 @@
  * weight loads, the input in shared memory, fp32 accumulation, no dequantised copy. Larger batches go
  * through cuBLAS on tensor cores: the weight (dequantised to a bf16 scratch unless it is bf16 already)
  * times the input rounded to bf16, accumulated in fp32. */
+#include <string.h>
+
 #include "backend/cuda/cuda_int.cuh"
 
 #define GV_WARPS 8
@@ -224,21 +226,18 @@ __device__ __forceinline__ void rows_elem(const cu_w &w, int row0, int c0, int c
     }
 }
 
-/* y[slot][t][rows] = W(slot) . x[slot / x_div][t] for t < n. Each warp owns GV_RPW rows; the block
- * stages the input in chunks of `chunk` columns. Grid z selects weight `which + z` and output
- * y + z * yz (gate and up in one launch). With act, the input is silu(x) * x[act_off + ...], the
- * SwiGLU of a gate/up pair, formed while staging. */
-/* Copies columns [c0, c0 + cl) of the n input rows into shared memory (padded layout); with act, the
- * SwiGLU silu(x) * x[act_off + ...] of a gate/up pair instead. */
-__device__ __forceinline__ void stage(const float *x, int cols, int c0, int cl, int n, int act, long long act_off,
-                                      float *sx, int padw) {
+/* Copies columns [c0, c0 + cl) of the n input rows into shared memory (padded layout); with xu, the
+ * SwiGLU silu(x) * xu of a gate/up pair instead. */
+__device__ __forceinline__ void stage(const float *x, const float *xu, int cols, int c0, int cl, int n, float *sx,
+                                      int padw) {
     for (int t = 0; t < n; t++) {
         const float *xt = x + (long long)t * cols + c0;
         float *st = sx + t * padw;
-        if (act) {
+        if (xu) {
+            const float *ut = xu + (long long)t * cols + c0;
             for (int j = threadIdx.x; j < cl; j += blockDim.x) {
                 float g = xt[j];
-                st[pad(j)] = g * cu_sigmoid(g) * xt[act_off + j];
+                st[pad(j)] = g * cu_sigmoid(g) * ut[j];
             }
         } else if ((cols & 3) == 0) { /* 128-bit loads; 4 consecutive inputs stay contiguous */
             for (int j = threadIdx.x * 4; j < cl; j += blockDim.x * 4)
@@ -266,16 +265,36 @@ __host__ __device__ __forceinline__ int kind_of(const cu_w &w) {
     }
 }
 
+/* The weights of one launch, all reading the same input: weight i owns the grid's row groups
+ * [g0[i], g0[i + 1]) and writes y[i]. Several small projections in one launch fill the GPU better and
+ * cost one launch instead of several. */
+struct gv_set {
+    cu_w w[SL_MATMUL_MULTI];
+    float *y[SL_MATMUL_MULTI];
+    int g0[SL_MATMUL_MULTI + 1];
+    int nw;
+};
+
+/* y[slot][t][rows] = W(slot) . x[slot / x_div][t] for t < n. Each warp owns GV_RPW rows; the block
+ * stages the input in chunks of `chunk` columns. With a table, grid row `slot` takes its weight from
+ * the table entry ids[slot] (set.w[0] only sizes the grid) and grid z selects weight `which + z` and
+ * output y + z * yz (gate and up in one launch). With xu, the input is the SwiGLU silu(x) * xu, formed
+ * while staging. */
 template <int NT, int K>
 __global__ void __launch_bounds__(GV_WARPS * 32)
-    gemv_k(cu_w w0, const cu_expert *table, const int32_t *ids, int which, int x_div, const float *x, long long xs,
-           int n, float *y, long long ys, long long yz, int act, long long act_off, int chunk) {
+    gemv_k(gv_set set, const cu_expert *table, const int32_t *ids, int which, int x_div, const float *x,
+           const float *xu, long long xs, int n, long long ys, long long yz, int chunk) {
     extern __shared__ float4 smem4[];
     float *sx = (float *)smem4;
-    int slot = blockIdx.y;
-    cu_w w = w0;
-    if (!table) { /* the weights do not depend on earlier kernels: start fetching them into L2 */
-        int r0 = blockIdx.x * GV_ROWS, r1 = min(r0 + GV_ROWS, w.rows);
+    int slot = blockIdx.y, total = set.g0[set.nw];
+    if (!table && (int)blockIdx.x < total) {
+        /* the weights do not depend on earlier kernels: start fetching this block's first rows into L2 */
+        int i = 0;
+#pragma unroll
+        for (int k = 1; k < SL_MATMUL_MULTI; k++)
+            if (k < set.nw && (int)blockIdx.x >= set.g0[k]) i = k;
+        const cu_w &w = set.w[i];
+        int r0 = ((int)blockIdx.x - set.g0[i]) * GV_ROWS, r1 = min(r0 + GV_ROWS, w.rows);
         if (r0 < r1) {
             const uint8_t *p = w.data + (long long)r0 * w.row_bytes;
             long long bytes = (long long)(r1 - r0) * w.row_bytes;
@@ -284,25 +303,40 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
         }
     }
     cu_pdl_enter();
-    if (table) w = table[ids[slot]].w[which + blockIdx.z];
+    cu_w tw = set.w[0];
+    if (table) tw = table[ids[slot]].w[which + blockIdx.z];
     x += (long long)(slot / x_div) * xs;
-    y += (long long)slot * ys + (long long)blockIdx.z * yz;
+    if (xu) xu += (long long)(slot / x_div) * xs;
+    long long yoff = (long long)slot * ys + (long long)blockIdx.z * yz;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int padw = pad(chunk), single = w.cols <= chunk;
+    int cols = tw.cols, padw = pad(chunk), single = cols <= chunk;
     /* grid-stride over groups of GV_ROWS rows: the grid is sized to the GPU, so there is no ragged
      * last wave, and with one chunk the input is staged once per block */
-    for (int rb = blockIdx.x; rb * GV_ROWS < w.rows; rb += gridDim.x) {
-        int row0 = rb * GV_ROWS + warp * GV_RPW;
+    for (int rb = blockIdx.x; rb < total; rb += gridDim.x) {
+        int i = 0;
+#pragma unroll
+        for (int k = 1; k < SL_MATMUL_MULTI; k++)
+            if (k < set.nw && rb >= set.g0[k]) i = k;
+        cu_w w = tw;
+        float *y = set.y[0];
+#pragma unroll
+        for (int k = 1; k < SL_MATMUL_MULTI; k++)
+            if (k == i) {
+                if (!table) w = set.w[k];
+                y = set.y[k];
+            }
+        y += yoff;
+        int row0 = (rb - set.g0[i]) * GV_ROWS + warp * GV_RPW;
         float acc[GV_RPW][NT];
 #pragma unroll
         for (int rr = 0; rr < GV_RPW; rr++)
 #pragma unroll
             for (int t = 0; t < NT; t++) acc[rr][t] = 0;
-        for (int c0 = 0; c0 < w.cols; c0 += chunk) {
-            int cl = min(chunk, w.cols - c0);
+        for (int c0 = 0; c0 < cols; c0 += chunk) {
+            int cl = min(chunk, cols - c0);
             if (!single || rb == (int)blockIdx.x) {
                 __syncthreads();
-                stage(x, w.cols, c0, cl, n, act, act_off, sx, padw);
+                stage(x, xu, cols, c0, cl, n, sx, padw);
                 __syncthreads();
             }
             if (row0 >= w.rows) continue;
@@ -334,19 +368,18 @@ static int chunk_for(int nt) {
 }
 
 struct gv_call {
-    const cu_w *w;
+    gv_set set;
     const cu_expert *table;
     const int32_t *ids;
-    int which, slots, nz, x_div, act;
-    const float *x;
-    long long x_stride, act_off;
-    float *y;
-    long long y_stride, yz;
+    int which, slots, nz, x_div;
+    const float *x, *xu; /* xu: the up half of a SwiGLU input, or NULL */
+    long long x_stride, y_stride, yz;
 };
 
-template <int NT, int K> static void launch_k(cu_impl *c, const gv_call &g, const float *x, int n, float *y) {
+template <int NT, int K> static void launch_k(cu_impl *c, const gv_call &g, const gv_set &set, int t0, int n) {
+    int cols = set.w[0].cols;
     int chunk = chunk_for(NT);
-    if (chunk > g.w->cols) chunk = (g.w->cols + 255) / 256 * 256;
+    if (chunk > cols) chunk = (cols + 255) / 256 * 256;
     size_t smem = (size_t)NT * (size_t)(chunk + chunk / 32 * 4) * sizeof(float);
     static int per_sm; /* resident blocks per SM of this variant, for the staging size last seen */
     static size_t per_sm_smem;
@@ -356,50 +389,74 @@ template <int NT, int K> static void launch_k(cu_impl *c, const gv_call &g, cons
             per_sm = 1;
         per_sm_smem = smem;
     }
-    unsigned groups = CU_BLOCKS(g.w->rows, GV_ROWS), fit = (unsigned)(c->sms * per_sm);
+    unsigned groups = (unsigned)set.g0[set.nw], fit = (unsigned)(c->sms * per_sm);
     /* one table launch covers many slots: the grid's y and z dimensions fill the GPU already */
     if (g.slots * g.nz > 1) fit = (fit + (unsigned)(g.slots * g.nz) - 1) / (unsigned)(g.slots * g.nz);
     dim3 grid(groups < fit ? groups : fit, (unsigned)g.slots, (unsigned)g.nz);
-    cu_launch(c, gemv_k<NT, K>, grid, GV_WARPS * 32, smem, *g.w, g.table, g.ids, g.which, g.x_div, x, g.x_stride, n,
-              y, g.y_stride, g.yz, g.act, g.act_off, chunk);
+    long long xo = (long long)t0 * cols;
+    cu_launch(c, gemv_k<NT, K>, grid, GV_WARPS * 32, smem, set, g.table, g.ids, g.which, g.x_div, g.x + xo,
+              g.xu ? g.xu + xo : (const float *)NULL, g.x_stride, n, g.y_stride, g.yz, chunk);
 }
 
-template <int NT> static void launch_nt(cu_impl *c, const gv_call &g, const float *x, int n, float *y) {
-    switch (kind_of(*g.w)) {
-    case KIND_BF16: launch_k<NT, KIND_BF16>(c, g, x, n, y); break;
-    case KIND_F16: launch_k<NT, KIND_F16>(c, g, x, n, y); break;
-    case KIND_F32: launch_k<NT, KIND_F32>(c, g, x, n, y); break;
-    case KIND_MLX + 2: launch_k<NT, KIND_MLX + 2>(c, g, x, n, y); break;
-    case KIND_MLX + 3: launch_k<NT, KIND_MLX + 3>(c, g, x, n, y); break;
-    case KIND_MLX + 4: launch_k<NT, KIND_MLX + 4>(c, g, x, n, y); break;
-    case KIND_MLX + 5: launch_k<NT, KIND_MLX + 5>(c, g, x, n, y); break;
-    case KIND_MLX + 6: launch_k<NT, KIND_MLX + 6>(c, g, x, n, y); break;
-    case KIND_MLX + 8: launch_k<NT, KIND_MLX + 8>(c, g, x, n, y); break;
-    default: launch_k<NT, KIND_ELEM>(c, g, x, n, y); break;
+template <int NT> static void launch_nt(cu_impl *c, const gv_call &g, const gv_set &set, int t0, int n) {
+    switch (kind_of(set.w[0])) {
+    case KIND_BF16: launch_k<NT, KIND_BF16>(c, g, set, t0, n); break;
+    case KIND_F16: launch_k<NT, KIND_F16>(c, g, set, t0, n); break;
+    case KIND_F32: launch_k<NT, KIND_F32>(c, g, set, t0, n); break;
+    case KIND_MLX + 2: launch_k<NT, KIND_MLX + 2>(c, g, set, t0, n); break;
+    case KIND_MLX + 3: launch_k<NT, KIND_MLX + 3>(c, g, set, t0, n); break;
+    case KIND_MLX + 4: launch_k<NT, KIND_MLX + 4>(c, g, set, t0, n); break;
+    case KIND_MLX + 5: launch_k<NT, KIND_MLX + 5>(c, g, set, t0, n); break;
+    case KIND_MLX + 6: launch_k<NT, KIND_MLX + 6>(c, g, set, t0, n); break;
+    case KIND_MLX + 8: launch_k<NT, KIND_MLX + 8>(c, g, set, t0, n); break;
+    default: launch_k<NT, KIND_ELEM>(c, g, set, t0, n); break;
     }
 }
 
-static void gemv_run(cu_impl *c, const gv_call &g, int n) {
-    /* batches of up to 8 tokens per launch; each launch reads the weight once */
+/* Row groups per weight of g.set; every weight in it must have the same kind and cols. */
+static void gemv_run(cu_impl *c, gv_call &g, int n) {
+    gv_set &s = g.set;
+    s.g0[0] = 0;
+    for (int i = 0; i < s.nw; i++) s.g0[i + 1] = s.g0[i] + (int)CU_BLOCKS(s.w[i].rows, GV_ROWS);
+    /* batches of up to 8 tokens per launch; each launch reads the weights once */
     for (int t0 = 0; t0 < n; t0 += 8) {
         int m = n - t0 < 8 ? n - t0 : 8;
-        const float *xt = g.x + (long long)t0 * g.w->cols;
-        float *yt = g.y + (long long)t0 * g.w->rows;
+        gv_set st = s;
+        for (int i = 0; i < s.nw; i++) st.y[i] = s.y[i] + (long long)t0 * s.w[i].rows;
         if (m == 1)
-            launch_nt<1>(c, g, xt, 1, yt);
+            launch_nt<1>(c, g, st, t0, 1);
         else if (m == 2)
-            launch_nt<2>(c, g, xt, 2, yt);
+            launch_nt<2>(c, g, st, t0, 2);
         else if (m <= 4)
-            launch_nt<4>(c, g, xt, m, yt);
+            launch_nt<4>(c, g, st, t0, m);
         else
-            launch_nt<8>(c, g, xt, m, yt);
+            launch_nt<8>(c, g, st, t0, m);
     }
     cu_check_launch(c, "matrix-vector kernel");
 }
 
+static gv_call plain_call(const cu_w *w, float *y, const float *x, const float *xu) {
+    gv_call g;
+    memset(&g, 0, sizeof g);
+    g.set.w[0] = *w;
+    g.set.y[0] = y;
+    g.set.nw = 1;
+    g.slots = g.nz = g.x_div = 1;
+    g.x = x;
+    g.xu = xu;
+    return g;
+}
+
 void cu_gemv_launch(cu_impl *c, const cu_w *w, const cu_expert *table, const int32_t *ids, int which, int slots,
                     int x_div, const float *x, long long x_stride, int n, float *y, long long y_stride) {
-    gv_call g = {w, table, ids, which, slots, 1, x_div, 0, x, x_stride, 0, y, y_stride, 0};
+    gv_call g = plain_call(w, y, x, NULL);
+    g.table = table;
+    g.ids = ids;
+    g.which = which;
+    g.slots = slots;
+    g.x_div = x_div;
+    g.x_stride = x_stride;
+    g.y_stride = y_stride;
     gemv_run(c, g, n);
 }
 
@@ -407,10 +464,24 @@ void cu_moe_gemv(cu_impl *c, const cu_w *gate, const cu_w *down, const cu_expert
                  int slots, int k, const float *x, int hidden, float *gu, float *d) {
     int inter = gate->rows;
     /* gate and up of every routed slot in one launch, into gu[0] and gu[slots * inter] */
-    gv_call g1 = {gate, table, ids, 0, slots, 2, k, 0, x, hidden, 0, gu, inter, (long long)slots * inter};
+    gv_call g1 = plain_call(gate, gu, x, NULL);
+    g1.table = table;
+    g1.ids = ids;
+    g1.slots = slots;
+    g1.nz = 2;
+    g1.x_div = k;
+    g1.x_stride = hidden;
+    g1.y_stride = inter;
+    g1.yz = (long long)slots * inter;
     gemv_run(c, g1, 1);
     /* down of silu(gate) * up */
-    gv_call g2 = {down, table, ids, 2, slots, 1, 1, 1, gu, inter, (long long)slots * inter, d, hidden, 0};
+    gv_call g2 = plain_call(down, d, gu, gu + (long long)slots * inter);
+    g2.table = table;
+    g2.ids = ids;
+    g2.which = 2;
+    g2.slots = slots;
+    g2.x_stride = inter;
+    g2.y_stride = hidden;
     gemv_run(c, g2, 1);
 }
 
@@ -439,9 +510,13 @@ __global__ void add_bias_k(float *y, const float *bias, int rows, long long len)
     if (i < len) y[i] += bias[i % rows];
 }
 
+static int has_kernel(const sl_weight *w) {
+    return w->fmt == SL_WF_F32 || w->fmt == SL_WF_F16 || w->fmt == SL_WF_BF16 || w->fmt == SL_WF_MLX;
+}
+
 void cu_matmul(sl_backend *b, const sl_weight *sw, const float *x, int n, float *y) {
     cu_impl *c = cu_of(b);
-    if (sw->fmt != SL_WF_F32 && sw->fmt != SL_WF_F16 && sw->fmt != SL_WF_BF16 && sw->fmt != SL_WF_MLX) {
+    if (!has_kernel(sw)) {
         char buf[64];
         cu_fail(c, "matmul: weight format %s has no CUDA kernel", sl_wfmt_name(sw, buf, sizeof buf));
         return;
@@ -486,6 +561,46 @@ void cu_matmul(sl_backend *b, const sl_weight *sw, const float *x, int n, float 
         cu_launch(c, add_bias_k, CU_BLOCKS(len, 256), 256, 0, y, w.bias, w.rows, (long long)len);
     }
     cu_check_launch(c, "matmul");
+}
+
+void cu_matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n, float *const *y) {
+    cu_impl *c = cu_of(b);
+    int done[SL_MATMUL_MULTI] = {0};
+    for (int i = 0; i < nw && i < SL_MATMUL_MULTI; i++) {
+        if (done[i]) continue;
+        /* tensor-core batches and formats without a GEMV kernel go one by one (the latter fail there) */
+        if (n > c->gemv_max || !has_kernel(w[i])) {
+            cu_matmul(b, w[i], x, n, y[i]);
+            continue;
+        }
+        /* one launch for the weights of i's kernel variant: a launch is compiled for one format */
+        cu_w wi = cu_w_of(w[i]);
+        gv_call g = plain_call(&wi, y[i], x, NULL);
+        for (int j = i + 1; j < nw && j < SL_MATMUL_MULTI; j++) {
+            if (done[j] || !has_kernel(w[j]) || w[j]->cols != w[i]->cols) continue;
+            cu_w wj = cu_w_of(w[j]);
+            if (kind_of(wj) != kind_of(wi)) continue;
+            g.set.w[g.set.nw] = wj;
+            g.set.y[g.set.nw++] = y[j];
+            done[j] = 1;
+        }
+        gemv_run(c, g, n);
+    }
+}
+
+void cu_swiglu_matmul(sl_backend *b, const sl_weight *sw, const float *gt, const float *u, int n, float *y) {
+    cu_impl *c = cu_of(b);
+    if (n > c->gemv_max || !has_kernel(sw)) {
+        /* tensor-core batches take the SwiGLU from a scratch buffer */
+        size_t len = (size_t)n * (size_t)sw->cols;
+        if (cu_grow(c, (void **)&c->act, &c->act_len, len * sizeof(float), "SwiGLU input")) return;
+        cu_swiglu(b, gt, u, len, c->act);
+        cu_matmul(b, sw, c->act, n, y);
+        return;
+    }
+    cu_w w = cu_w_of(sw);
+    gv_call g = plain_call(&w, y, gt, u);
+    gemv_run(c, g, n);
 }
 
 __global__ void embed_k(cu_w w, const int32_t *ids, const int32_t *step_tok, int n, float *out) {

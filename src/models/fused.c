@@ -1,0 +1,41 @@
+#include "models/fused.h"
+
+void sl_add_rmsnorm(sl_backend *b, float *x, const float *d, const float *w, int rows, int dim, float eps, float *y) {
+    const sl_backend_ops *op = b->ops;
+    if (d && op->add_rmsnorm) {
+        op->add_rmsnorm(b, x, d, w, rows, dim, eps, y);
+        return;
+    }
+    if (d) op->add(b, x, d, (size_t)rows * (size_t)dim);
+    op->rmsnorm(b, x, w, rows, dim, eps, y);
+}
+
+void sl_matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n, float *const *y) {
+    const sl_backend_ops *op = b->ops;
+    if (!op->matmul_multi) {
+        for (int i = 0; i < nw; i++) op->matmul(b, w[i], x, n, y[i]);
+        return;
+    }
+    for (int i = 0; i < nw; i += SL_MATMUL_MULTI)
+        op->matmul_multi(b, nw - i < SL_MATMUL_MULTI ? nw - i : SL_MATMUL_MULTI, w + i, x, n, y + i);
+}
+
+void sl_swiglu_matmul(sl_backend *b, const sl_weight *w, float *g, const float *u, int n, float *y) {
+    const sl_backend_ops *op = b->ops;
+    if (op->swiglu_matmul) {
+        op->swiglu_matmul(b, w, g, u, n, y);
+        return;
+    }
+    op->swiglu(b, g, u, (size_t)n * (size_t)w->cols, g);
+    op->matmul(b, w, g, n, y);
+}
+
+void sl_add_gated(sl_backend *b, float *y, float *x, const float *s, int rows, int dim) {
+    const sl_backend_ops *op = b->ops;
+    if (op->add_gated) {
+        op->add_gated(b, y, x, s, rows, dim);
+        return;
+    }
+    op->scale_rows_sigmoid(b, x, s, rows, dim);
+    op->add(b, y, x, (size_t)rows * (size_t)dim);
+}

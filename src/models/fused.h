@@ -1,0 +1,17 @@
+/* The fused ops of the backend table as the models issue them: each calls the backend's fused op when it
+ * has one, else the plain ops it stands for, so every backend runs every model. */
+#ifndef SLUICE_MODELS_FUSED_H
+#define SLUICE_MODELS_FUSED_H
+
+#include "backend/backend.h"
+
+/* x += d (d NULL: nothing to add), then y = rmsnorm(x) * w. */
+void sl_add_rmsnorm(sl_backend *b, float *x, const float *d, const float *w, int rows, int dim, float eps, float *y);
+/* y[i] = x . w[i]^T for nw weights of the same cols; more than SL_MATMUL_MULTI run in several calls. */
+void sl_matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n, float *const *y);
+/* y = (silu(g) * u) . w^T; g may be overwritten (the unfused path forms the SwiGLU in it). */
+void sl_swiglu_matmul(sl_backend *b, const sl_weight *w, float *g, const float *u, int n, float *y);
+/* y[i][:] += sigmoid(s[i]) * x[i][:]; x may be overwritten (the unfused path scales it in place). */
+void sl_add_gated(sl_backend *b, float *y, float *x, const float *s, int rows, int dim);
+
+#endif

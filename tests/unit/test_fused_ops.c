@@ -1,0 +1,280 @@
+/* The fused backend ops (add + RMSNorm, several matmuls sharing an input, SwiGLU + matmul, gated add)
+ * against plain host arithmetic, on the backend SLUICE_BACKEND picks (the CPU without a GPU), and the
+ * models' fallbacks to the unfused ops for backends that leave them out. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/half.h"
+#include "models/fused.h"
+
+static float frand(unsigned *st) {
+    *st = *st * 1103515245u + 12345u;
+    return (float)((*st >> 8) & 0xffff) / 65536.0f - 0.5f;
+}
+
+static sl_backend *open_backend(void) {
+    sl_backend *be;
+    sl_err e = {{0}};
+    char note[256];
+    cr_assert_eq(sl_backend_open(NULL, 2, &be, note, sizeof note, &e), 0, "%s", e.msg);
+    return be;
+}
+
+/* n random floats on the backend (and their host copy in *host) */
+static float *dev_rand(sl_backend *be, size_t n, unsigned *st, float **host) {
+    float *h = malloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++) h[i] = frand(st);
+    float *d = be->ops->alloc(be, n * sizeof *d);
+    cr_assert_not_null(d);
+    be->ops->upload(be, d, h, n * sizeof *d);
+    *host = h;
+    return d;
+}
+
+static float *download(sl_backend *be, const float *d, size_t n) {
+    float *h = malloc(n * sizeof *h);
+    be->ops->download(be, h, d, n * sizeof *h);
+    return h;
+}
+
+/* A random rows x cols weight in fmt (F32 or BF16), placed on the backend; *host gets its values. */
+typedef struct {
+    sl_weight w;
+    void *data;
+    float *vals, *bias;
+} tweight;
+
+static void make_weight(sl_backend *be, tweight *t, sl_wfmt fmt, int rows, int cols, int with_bias, unsigned *st) {
+    size_t es = fmt == SL_WF_F32 ? 4 : 2, len = (size_t)rows * (size_t)cols;
+    memset(t, 0, sizeof *t);
+    t->data = malloc(len * es);
+    t->vals = malloc(len * sizeof *t->vals);
+    for (size_t i = 0; i < len; i++) {
+        float v = frand(st);
+        if (fmt == SL_WF_F32) {
+            ((float *)t->data)[i] = v;
+        } else {
+            uint16_t h = sl_f32_to_bf16(v);
+            ((uint16_t *)t->data)[i] = h;
+            v = sl_bf16_to_f32(h);
+        }
+        t->vals[i] = v;
+    }
+    if (with_bias) {
+        t->bias = malloc((size_t)rows * sizeof *t->bias);
+        for (int i = 0; i < rows; i++) t->bias[i] = frand(st);
+    }
+    t->w = (sl_weight){
+        .fmt = fmt, .rows = rows, .cols = cols, .data = t->data, .row_bytes = (size_t)cols * es, .bias = t->bias};
+    sl_err e = {{0}};
+    if (be->ops->place_weight) cr_assert_eq(be->ops->place_weight(be, &t->w, &e), 0, "%s", e.msg);
+}
+
+static void free_weight(tweight *t) {
+    free(t->data);
+    free(t->vals);
+    free(t->bias);
+}
+
+/* y[n][rows] = x[n][cols] . vals^T + bias in double */
+static void ref_matmul(const tweight *t, const float *x, int n, float *y) {
+    for (int i = 0; i < n; i++)
+        for (int r = 0; r < t->w.rows; r++) {
+            double s = t->bias ? t->bias[r] : 0.0;
+            for (int j = 0; j < t->w.cols; j++)
+                s += (double)t->vals[(size_t)r * (size_t)t->w.cols + (size_t)j] *
+                     x[(size_t)i * (size_t)t->w.cols + (size_t)j];
+            y[(size_t)i * (size_t)t->w.rows + (size_t)r] = (float)s;
+        }
+}
+
+static void expect_close(const float *got, const float *want, size_t n, float tol, const char *what) {
+    for (size_t i = 0; i < n; i++)
+        cr_assert(fabsf(got[i] - want[i]) <= tol * (1.0f + fabsf(want[i])), "%s: element %zu is %g, expected %g", what,
+                  i, got[i], want[i]);
+}
+
+static void check_ok(sl_backend *be) {
+    sl_err e = {{0}};
+    cr_assert_eq(be->ops->check(be, &e), 0, "%s", e.msg);
+}
+
+/* The backend with its fused ops taken out: what the helpers in models/fused.h fall back from. */
+typedef struct {
+    sl_backend_ops ops;
+    sl_backend b;
+} unfused;
+
+static sl_backend *unfused_of(sl_backend *be, unfused *u) {
+    u->ops = *be->ops;
+    u->ops.add_rmsnorm = NULL;
+    u->ops.matmul_multi = NULL;
+    u->ops.swiglu_matmul = NULL;
+    u->ops.add_gated = NULL;
+    u->b = *be;
+    u->b.ops = &u->ops;
+    return &u->b;
+}
+
+static void add_rmsnorm_case(int rows, int dim, int with_w, int fused) {
+    sl_backend *be = open_backend();
+    unfused u;
+    sl_backend *run = fused ? be : unfused_of(be, &u);
+    unsigned st = (unsigned)(rows * 31 + dim);
+    size_t len = (size_t)rows * (size_t)dim;
+    float *hx, *hd, *hw;
+    float *x = dev_rand(be, len, &st, &hx), *d = dev_rand(be, len, &st, &hd), *w = dev_rand(be, (size_t)dim, &st, &hw);
+    float *y = be->ops->alloc(be, len * sizeof *y);
+    if (fused) cr_assert_not_null(be->ops->add_rmsnorm, "the backend has no add_rmsnorm");
+    sl_add_rmsnorm(run, x, d, with_w ? w : NULL, rows, dim, 1e-6f, y);
+    float *gx = download(be, x, len), *gy = download(be, y, len);
+    check_ok(be);
+    float *wx = malloc(len * sizeof *wx), *wy = malloc(len * sizeof *wy);
+    for (int r = 0; r < rows; r++) {
+        double ss = 0;
+        for (int i = 0; i < dim; i++) {
+            size_t k = (size_t)r * (size_t)dim + (size_t)i;
+            wx[k] = hx[k] + hd[k];
+            ss += (double)wx[k] * wx[k];
+        }
+        double inv = 1.0 / sqrt(ss / dim + 1e-6);
+        for (int i = 0; i < dim; i++) {
+            size_t k = (size_t)r * (size_t)dim + (size_t)i;
+            wy[k] = (float)(wx[k] * inv * (with_w ? hw[i] : 1.0f));
+        }
+    }
+    expect_close(gx, wx, len, 1e-6f, "add_rmsnorm residual");
+    expect_close(gy, wy, len, 1e-5f, "add_rmsnorm output");
+    be->ops->free(be, x);
+    be->ops->free(be, d);
+    be->ops->free(be, w);
+    be->ops->free(be, y);
+    free(hx);
+    free(hd);
+    free(hw);
+    free(gx);
+    free(gy);
+    free(wx);
+    free(wy);
+    sl_backend_destroy(be);
+}
+
+Test(fused_ops, add_rmsnorm) {
+    add_rmsnorm_case(3, 64, 1, 1);
+    add_rmsnorm_case(2, 2048, 1, 1);
+    add_rmsnorm_case(2, 5000, 0, 1); /* wider than a GPU block holds in registers */
+    add_rmsnorm_case(3, 96, 1, 0);
+}
+
+/* nw weights of mixed formats and heights sharing one input, n tokens, through sl_matmul_multi */
+static void matmul_multi_case(int nw, int cols, int n, int fused) {
+    static const int heights[] = {7, 33, 100, 1, 64, 17};
+    sl_backend *be = open_backend();
+    unfused u;
+    sl_backend *run = fused ? be : unfused_of(be, &u);
+    unsigned st = (unsigned)(nw * 1000 + cols * 10 + n);
+    tweight t[6];
+    const sl_weight *w[6];
+    float *y[6];
+    for (int i = 0; i < nw; i++) {
+        make_weight(be, &t[i], i % 3 == 1 ? SL_WF_F32 : SL_WF_BF16, heights[i], cols, i == 2, &st);
+        w[i] = &t[i].w;
+        y[i] = be->ops->alloc(be, (size_t)n * (size_t)heights[i] * sizeof(float));
+    }
+    float *hx, *x = dev_rand(be, (size_t)n * (size_t)cols, &st, &hx);
+    if (fused) cr_assert_not_null(be->ops->matmul_multi, "the backend has no matmul_multi");
+    sl_matmul_multi(run, nw, w, x, n, y);
+    for (int i = 0; i < nw; i++) {
+        size_t len = (size_t)n * (size_t)heights[i];
+        float *got = download(be, y[i], len), *want = malloc(len * sizeof *want);
+        ref_matmul(&t[i], hx, n, want);
+        check_ok(be);
+        expect_close(got, want, len, 1e-3f, "matmul_multi");
+        free(got);
+        free(want);
+        be->ops->free(be, y[i]);
+        free_weight(&t[i]);
+    }
+    be->ops->free(be, x);
+    free(hx);
+    sl_backend_destroy(be);
+}
+
+Test(fused_ops, matmul_multi) {
+    matmul_multi_case(3, 256, 1, 1);
+    matmul_multi_case(4, 96, 3, 1);
+    matmul_multi_case(2, 512, 24, 1); /* a prefill batch */
+    matmul_multi_case(6, 64, 1, 1);   /* more weights than one call takes */
+    matmul_multi_case(3, 64, 2, 0);
+}
+
+static void swiglu_matmul_case(int rows, int cols, int n, int fused) {
+    sl_backend *be = open_backend();
+    unfused u;
+    sl_backend *run = fused ? be : unfused_of(be, &u);
+    unsigned st = (unsigned)(rows * 17 + cols + n);
+    tweight t;
+    make_weight(be, &t, SL_WF_BF16, rows, cols, 0, &st);
+    size_t len = (size_t)n * (size_t)cols;
+    float *hg, *hu, *g = dev_rand(be, len, &st, &hg), *up = dev_rand(be, len, &st, &hu);
+    float *y = be->ops->alloc(be, (size_t)n * (size_t)rows * sizeof *y);
+    if (fused) cr_assert_not_null(be->ops->swiglu_matmul, "the backend has no swiglu_matmul");
+    sl_swiglu_matmul(run, &t.w, g, up, n, y);
+    float *got = download(be, y, (size_t)n * (size_t)rows);
+    check_ok(be);
+    float *act = malloc(len * sizeof *act), *want = malloc((size_t)n * (size_t)rows * sizeof *want);
+    for (size_t i = 0; i < len; i++) act[i] = hg[i] / (1.0f + expf(-hg[i])) * hu[i];
+    ref_matmul(&t, act, n, want);
+    expect_close(got, want, (size_t)n * (size_t)rows, 1e-3f, "swiglu_matmul");
+    be->ops->free(be, g);
+    be->ops->free(be, up);
+    be->ops->free(be, y);
+    free_weight(&t);
+    free(hg);
+    free(hu);
+    free(got);
+    free(act);
+    free(want);
+    sl_backend_destroy(be);
+}
+
+Test(fused_ops, swiglu_matmul) {
+    swiglu_matmul_case(40, 128, 1, 1);
+    swiglu_matmul_case(17, 512, 5, 1);
+    swiglu_matmul_case(64, 256, 20, 1); /* a prefill batch */
+    swiglu_matmul_case(9, 64, 2, 0);
+}
+
+static void add_gated_case(int rows, int dim, int fused) {
+    sl_backend *be = open_backend();
+    unfused u;
+    sl_backend *run = fused ? be : unfused_of(be, &u);
+    unsigned st = (unsigned)(rows * 7 + dim);
+    size_t len = (size_t)rows * (size_t)dim;
+    float *hy, *hx, *hs;
+    float *y = dev_rand(be, len, &st, &hy), *x = dev_rand(be, len, &st, &hx), *s = dev_rand(be, (size_t)rows, &st, &hs);
+    if (fused) cr_assert_not_null(be->ops->add_gated, "the backend has no add_gated");
+    sl_add_gated(run, y, x, s, rows, dim);
+    float *got = download(be, y, len), *want = malloc(len * sizeof *want);
+    check_ok(be);
+    for (size_t i = 0; i < len; i++) want[i] = hy[i] + hx[i] / (1.0f + expf(-hs[i / (size_t)dim]));
+    expect_close(got, want, len, 1e-6f, "add_gated");
+    be->ops->free(be, y);
+    be->ops->free(be, x);
+    be->ops->free(be, s);
+    free(hy);
+    free(hx);
+    free(hs);
+    free(got);
+    free(want);
+    sl_backend_destroy(be);
+}
+
+Test(fused_ops, add_gated) {
+    add_gated_case(1, 2048, 1);
+    add_gated_case(5, 33, 1);
+    add_gated_case(3, 40, 0);
+}
