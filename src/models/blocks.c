@@ -56,7 +56,7 @@ void blk_attention(sl_model *m, sl_session *s, int l, const float *xn, int n, fl
     sl_backend *be = m->be;
     sl_layer *L = &m->layers[l];
     sl_scratch *x = &s->s;
-    int hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, qw = nh * hd, kw = nkv * hd;
+    int hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, qw = nh * hd;
     float eps = (float)c->rms_eps;
     const sl_weight *w[3] = {&L->wq, &L->wk, &L->wv};
     float *y[3] = {L->q_gated ? x->qraw : x->q, x->k, x->v};
@@ -66,14 +66,8 @@ void blk_attention(sl_model *m, sl_session *s, int l, const float *xn, int n, fl
         op->copy_rows(be, x->q, hd, x->qraw, 2 * hd, n * nh, hd);
         op->copy_rows(be, x->gate, hd, x->qraw + hd, 2 * hd, n * nh, hd);
     }
-    if (L->q_norm) {
-        op->rmsnorm(be, x->q, L->q_norm, n * nh, hd, eps, x->q);
-        op->rmsnorm(be, x->k, L->k_norm, n * nkv, hd, eps, x->k);
-    }
-    op->rope(be, x->q, n, qw, nh, hd, m->rot_dim, s->pos, m->inv_freq, m->attn_factor);
-    op->rope(be, x->k, n, kw, nkv, hd, m->rot_dim, s->pos, m->inv_freq, m->attn_factor);
-    op->kv_store(be, s->kc[l], s->pos, x->k, n, kw);
-    op->kv_store(be, s->vc[l], s->pos, x->v, n, kw);
+    sl_qk_rope_store(be, x->q, x->k, x->v, n, nh, nkv, hd, L->q_norm, L->q_norm ? L->k_norm : NULL, eps, m->rot_dim,
+                     s->pos, m->inv_freq, m->attn_factor, s->kc[l], s->vc[l]);
     op->attention(be, x->q, s->kc[l], s->vc[l], n, s->pos, nh, nkv, hd, c->sliding_window, 1.0f / sqrtf((float)hd),
                   x->att);
     if (L->q_gated) op->mul_sigmoid(be, x->att, x->gate, (size_t)n * (size_t)qw);

@@ -39,3 +39,21 @@ void sl_add_gated(sl_backend *b, float *y, float *x, const float *s, int rows, i
     op->scale_rows_sigmoid(b, x, s, rows, dim);
     op->add(b, y, x, (size_t)rows * (size_t)dim);
 }
+
+void sl_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int head_dim,
+                      const float *q_norm, const float *k_norm, float eps, int rot_dim, int pos0, const float *inv_freq,
+                      float attn_factor, float *kc, float *vc) {
+    const sl_backend_ops *op = b->ops;
+    if (op->qk_rope_store) {
+        op->qk_rope_store(b, q, k, v, n, n_heads, n_kv, head_dim, q_norm, k_norm, eps, rot_dim, pos0, inv_freq,
+                          attn_factor, kc, vc);
+        return;
+    }
+    int qw = n_heads * head_dim, kw = n_kv * head_dim;
+    if (q_norm) op->rmsnorm(b, q, q_norm, n * n_heads, head_dim, eps, q);
+    if (k_norm) op->rmsnorm(b, k, k_norm, n * n_kv, head_dim, eps, k);
+    op->rope(b, q, n, qw, n_heads, head_dim, rot_dim, pos0, inv_freq, attn_factor);
+    op->rope(b, k, n, kw, n_kv, head_dim, rot_dim, pos0, inv_freq, attn_factor);
+    op->kv_store(b, kc, pos0, k, n, kw);
+    op->kv_store(b, vc, pos0, v, n, kw);
+}

@@ -278,3 +278,69 @@ Test(fused_ops, add_gated) {
     add_gated_case(5, 33, 1);
     add_gated_case(3, 40, 0);
 }
+
+/* host reference of one head: optional norm, then rotary embedding over the first rot_dim dims */
+static void ref_head(float *v, int hd, const float *norm, float eps, int rot_dim, int pos, const float *inv_freq,
+                     float af) {
+    if (norm) {
+        double ss = 0;
+        for (int j = 0; j < hd; j++) ss += (double)v[j] * v[j];
+        double inv = 1.0 / sqrt(ss / hd + eps);
+        for (int j = 0; j < hd; j++) v[j] = (float)(v[j] * inv * norm[j]);
+    }
+    int half = rot_dim / 2;
+    for (int f = 0; f < half; f++) {
+        double ang = (double)pos * inv_freq[f], cs = cos(ang) * af, sn = sin(ang) * af;
+        float a = v[f], c = v[f + half];
+        v[f] = (float)(a * cs - c * sn);
+        v[f + half] = (float)(c * cs + a * sn);
+    }
+}
+
+static void qk_rope_store_case(int n, int nh, int nkv, int hd, int rot_dim, int with_norm, int pos0, int fused) {
+    sl_backend *be = open_backend();
+    unfused u;
+    sl_backend *run = fused ? be : unfused_of(be, &u);
+    unsigned st = (unsigned)(n * 97 + nh * 13 + hd + pos0);
+    size_t qlen = (size_t)n * (size_t)nh * (size_t)hd, klen = (size_t)n * (size_t)nkv * (size_t)hd;
+    size_t clen = (size_t)(pos0 + n + 2) * (size_t)nkv * (size_t)hd;
+    float *hq, *hk, *hv, *hqn, *hkn, *hf;
+    float *q = dev_rand(be, qlen, &st, &hq), *k = dev_rand(be, klen, &st, &hk), *v = dev_rand(be, klen, &st, &hv);
+    float *qn = dev_rand(be, (size_t)hd, &st, &hqn), *kn = dev_rand(be, (size_t)hd, &st, &hkn);
+    float *freq = dev_rand(be, (size_t)rot_dim / 2, &st, &hf);
+    float *kc = be->ops->alloc(be, clen * sizeof *kc), *vc = be->ops->alloc(be, clen * sizeof *vc);
+    if (fused) cr_assert_not_null(be->ops->qk_rope_store, "the backend has no qk_rope_store");
+    sl_qk_rope_store(run, q, k, v, n, nh, nkv, hd, with_norm ? qn : NULL, with_norm ? kn : NULL, 1e-6f, rot_dim, pos0,
+                     freq, 0.9f, kc, vc);
+    float *gq = download(be, q, qlen), *gk = download(be, k, klen), *gkc = download(be, kc, clen),
+          *gvc = download(be, vc, clen);
+    check_ok(be);
+    float *wkc = calloc(clen, sizeof *wkc), *wvc = calloc(clen, sizeof *wvc);
+    for (int i = 0; i < n; i++) {
+        for (int h = 0; h < nh; h++)
+            ref_head(hq + ((size_t)i * (size_t)nh + (size_t)h) * (size_t)hd, hd, with_norm ? hqn : NULL, 1e-6f, rot_dim,
+                     pos0 + i, hf, 0.9f);
+        for (int h = 0; h < nkv; h++)
+            ref_head(hk + ((size_t)i * (size_t)nkv + (size_t)h) * (size_t)hd, hd, with_norm ? hkn : NULL, 1e-6f,
+                     rot_dim, pos0 + i, hf, 0.9f);
+    }
+    size_t kw = (size_t)nkv * (size_t)hd;
+    memcpy(wkc + (size_t)pos0 * kw, hk, klen * sizeof *hk);
+    memcpy(wvc + (size_t)pos0 * kw, hv, klen * sizeof *hv);
+    expect_close(gq, hq, qlen, 1e-4f, "qk_rope_store q");
+    expect_close(gk, hk, klen, 1e-4f, "qk_rope_store k");
+    expect_close(gkc, wkc, clen, 1e-4f, "qk_rope_store k cache");
+    expect_close(gvc, wvc, clen, 0.0f, "qk_rope_store v cache");
+    float *dv[] = {q, k, v, qn, kn, freq, kc, vc};
+    for (int i = 0; i < 8; i++) be->ops->free(be, dv[i]);
+    float *hp[] = {hq, hk, hv, hqn, hkn, hf, gq, gk, gkc, gvc, wkc, wvc};
+    for (int i = 0; i < 12; i++) free(hp[i]);
+    sl_backend_destroy(be);
+}
+
+Test(fused_ops, qk_rope_store) {
+    qk_rope_store_case(1, 4, 2, 64, 64, 0, 5, 1);
+    qk_rope_store_case(3, 8, 2, 128, 64, 1, 0, 1); /* partial rotary, q/k norms */
+    qk_rope_store_case(2, 2, 1, 256, 256, 1, 7, 1);
+    qk_rope_store_case(2, 4, 4, 32, 32, 1, 3, 0);
+}

@@ -161,6 +161,18 @@ static void cpu_add_gated(sl_backend *b, float *y, const float *x, const float *
     }
 }
 
+static void cpu_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, int n, int n_heads, int n_kv,
+                              int head_dim, const float *q_norm, const float *k_norm, float eps, int rot_dim, int pos0,
+                              const float *inv_freq, float attn_factor, float *kc, float *vc) {
+    int qw = n_heads * head_dim, kw = n_kv * head_dim;
+    if (q_norm) cpu_rmsnorm(b, q, q_norm, n * n_heads, head_dim, eps, q);
+    if (k_norm) cpu_rmsnorm(b, k, k_norm, n * n_kv, head_dim, eps, k);
+    cpu_rope(b, q, n, qw, n_heads, head_dim, rot_dim, pos0, inv_freq, attn_factor);
+    cpu_rope(b, k, n, kw, n_kv, head_dim, rot_dim, pos0, inv_freq, attn_factor);
+    cpu_kv_store(b, kc, pos0, k, n, kw);
+    cpu_kv_store(b, vc, pos0, v, n, kw);
+}
+
 static const sl_backend_ops cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -189,6 +201,7 @@ static const sl_backend_ops cpu_ops = {
     .matmul_multi = cpu_matmul_multi,
     .swiglu_matmul = cpu_swiglu_matmul,
     .add_gated = cpu_add_gated,
+    .qk_rope_store = cpu_qk_rope_store,
     .mem_bandwidth = cpu_mem_bandwidth,
     .peak_flops = cpu_peak_flops,
 };

@@ -107,6 +107,67 @@ void cu_rope(sl_backend *b, float *x, int n, int stride, int n_heads, int head_d
     cu_check_launch(c, "rope");
 }
 
+/* One block per (token, head), q heads then k heads: the head's values in shared memory, optional RMSNorm,
+ * rotary embedding, written back; k heads also store themselves and their v head in the caches. */
+__global__ void qk_rope_store_k(float *q, float *k, const float *v, int nh, int nkv, int hd, const float *qn,
+                                const float *kn, float eps, int half, int pos0, const int *dpos, const float *inv_freq,
+                                float attn_factor, float *kc, float *vc) {
+    cu_pdl_enter();
+    extern __shared__ float hv[];
+    __shared__ float sh[32];
+    int i = blockIdx.y, h = blockIdx.x;
+    bool isk = h >= nh;
+    int hh = isk ? h - nh : h;
+    long long width = (long long)(isk ? nkv : nh) * hd, off = (long long)i * width + (long long)hh * hd;
+    float *xr = (isk ? k : q) + off;
+    const float *nw = isk ? kn : qn;
+    float ss = 0;
+    for (int j = threadIdx.x; j < hd; j += blockDim.x) {
+        float a = xr[j];
+        hv[j] = a;
+        ss += a * a;
+    }
+    if (nw) {
+        float inv = rsqrtf(block_sum(ss, sh) / (float)hd + eps);
+        for (int j = threadIdx.x; j < hd; j += blockDim.x) hv[j] = (hv[j] * inv) * nw[j];
+    }
+    __syncthreads();
+    int pos = (dpos ? *dpos : pos0) + i;
+    for (int f = threadIdx.x; f < half; f += blockDim.x) {
+        float sn, cs;
+        sincosf((float)pos * inv_freq[f], &sn, &cs);
+        cs *= attn_factor;
+        sn *= attn_factor;
+        float a = hv[f], c = hv[f + half];
+        hv[f] = a * cs - c * sn;
+        hv[f + half] = c * cs + a * sn;
+    }
+    __syncthreads();
+    if (!isk) {
+        for (int j = threadIdx.x; j < hd; j += blockDim.x) xr[j] = hv[j];
+        return;
+    }
+    long long crow = (long long)pos * width + (long long)hh * hd; /* cache rows are [n_kv * hd] */
+    const float *vr = v + off;
+    for (int j = threadIdx.x; j < hd; j += blockDim.x) {
+        xr[j] = hv[j];
+        kc[crow + j] = hv[j];
+        vc[crow + j] = vr[j];
+    }
+}
+
+void cu_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int head_dim,
+                      const float *q_norm, const float *k_norm, float eps, int rot_dim, int pos0, const float *inv_freq,
+                      float attn_factor, float *kc, float *vc) {
+    cu_impl *c = cu_of(b);
+    if (n <= 0 || n_heads + n_kv <= 0) return;
+    int threads = head_dim >= 128 ? 128 : (head_dim + 31) / 32 * 32;
+    dim3 grid((unsigned)(n_heads + n_kv), (unsigned)n);
+    cu_launch(c, qk_rope_store_k, grid, threads, (size_t)head_dim * sizeof(float), q, k, v, n_heads, n_kv, head_dim,
+              q_norm, k_norm, eps, rot_dim / 2, pos0, cu_dpos(c), inv_freq, attn_factor, kc, vc);
+    cu_check_launch(c, "q/k norm, rope and KV store");
+}
+
 __global__ void copy_rows_k(float *dst, int dst_stride, const float *src, int src_stride, int n, int width,
                             const int *drow0) {
     cu_pdl_enter();

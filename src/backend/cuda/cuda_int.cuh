@@ -177,6 +177,9 @@ void cu_add_rmsnorm(sl_backend *b, float *x, const float *d, const float *w, int
 void cu_matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n, float *const *y);
 void cu_swiglu_matmul(sl_backend *b, const sl_weight *w, const float *g, const float *u, int n, float *y);
 void cu_add_gated(sl_backend *b, float *y, const float *x, const float *s, int rows, int dim);
+void cu_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int head_dim,
+                      const float *q_norm, const float *k_norm, float eps, int rot_dim, int pos0, const float *inv_freq,
+                      float attn_factor, float *kc, float *vc);
 
 /* matmul core, shared with the MoE: y[slot] = w(slot) x[slot / x_div], one weight per grid row `slot`
  * (the table entry ids[slot] when table is set). */
