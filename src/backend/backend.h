@@ -107,6 +107,10 @@ typedef struct sl_backend_ops {
     /* y[i][:] += sigmoid(s[i]) * x[i][:] for rows of dim: a sigmoid-gated shared expert joining the
      * routed experts' sum */
     void (*add_gated)(sl_backend *b, float *y, const float *x, const float *s, int rows, int dim);
+    /* y[n][w.rows] = g[n][w.cols] . w^T with g = gated_rmsnorm(x, z, nw) over groups of dim (the delta-net's
+     * output norm and projection); x may be overwritten */
+    void (*gated_rmsnorm_matmul)(sl_backend *b, const sl_weight *w, float *x, const float *z, const float *nw, int dim,
+                                 float eps, int n, float *y);
     /* The attention inputs of n new tokens at positions pos0..: q [n][n_heads * head_dim] and
      * k [n][n_kv * head_dim] get the per-head RMSNorm by q_norm / k_norm (NULL: none), then the rotary
      * embedding (as rope), in place; then k and v are stored in the caches at pos0 (as kv_store). */

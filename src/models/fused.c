@@ -57,3 +57,14 @@ void sl_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, int n, 
     op->kv_store(b, kc, pos0, k, n, kw);
     op->kv_store(b, vc, pos0, v, n, kw);
 }
+
+void sl_gated_rmsnorm_matmul(sl_backend *b, const sl_weight *w, float *x, const float *z, const float *nw, int dim,
+                             float eps, int n, float *y) {
+    const sl_backend_ops *op = b->ops;
+    if (op->gated_rmsnorm_matmul) {
+        op->gated_rmsnorm_matmul(b, w, x, z, nw, dim, eps, n, y);
+        return;
+    }
+    op->gated_rmsnorm(b, x, z, nw, n * (w->cols / dim), dim, eps);
+    op->matmul(b, w, x, n, y);
+}

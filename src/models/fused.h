@@ -13,6 +13,9 @@ void sl_matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const flo
 void sl_swiglu_matmul(sl_backend *b, const sl_weight *w, float *g, const float *u, int n, float *y);
 /* y[i][:] += sigmoid(s[i]) * x[i][:]; x may be overwritten (the unfused path scales it in place). */
 void sl_add_gated(sl_backend *b, float *y, float *x, const float *s, int rows, int dim);
+/* y = gated_rmsnorm(x, z, nw over groups of dim) . w^T; x may be overwritten. */
+void sl_gated_rmsnorm_matmul(sl_backend *b, const sl_weight *w, float *x, const float *z, const float *nw, int dim,
+                             float eps, int n, float *y);
 /* q, k: per-head norm (q_norm / k_norm NULL: none) and rotary embedding in place; k and v into the caches at
  * pos0. */
 void sl_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int head_dim,

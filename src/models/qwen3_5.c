@@ -81,8 +81,7 @@ static void linear_attn(sl_model *m, sl_session *s, int l, const float *xn, int 
     sl_matmul_multi(be, 4, w, xn, n, y);
     op->conv1d_silu(be, x->qkv, n, conv_dim, L->conv_w, d.conv_kernel, s->conv[l], x->conv);
     op->deltanet(be, &d, x->conv, x->a, x->b, L->A_log, L->dt_bias, s->ssm[l], n, x->lin);
-    op->gated_rmsnorm(be, x->lin, x->z, L->lin_norm, n * d.n_v_heads, d.v_dim, (float)c->rms_eps);
-    op->matmul(be, &L->out_proj, x->lin, n, out);
+    sl_gated_rmsnorm_matmul(be, &L->out_proj, x->lin, x->z, L->lin_norm, d.v_dim, (float)c->rms_eps, n, out);
 }
 
 static int q35_layers(sl_model *m, sl_session *s, float *x, int n, sl_err *e) {

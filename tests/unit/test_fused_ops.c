@@ -114,6 +114,8 @@ static sl_backend *unfused_of(sl_backend *be, unfused *u) {
     u->ops.matmul_multi = NULL;
     u->ops.swiglu_matmul = NULL;
     u->ops.add_gated = NULL;
+    u->ops.qk_rope_store = NULL;
+    u->ops.gated_rmsnorm_matmul = NULL;
     u->b = *be;
     u->b.ops = &u->ops;
     return &u->b;
@@ -343,4 +345,52 @@ Test(fused_ops, qk_rope_store) {
     qk_rope_store_case(3, 8, 2, 128, 64, 1, 0, 1); /* partial rotary, q/k norms */
     qk_rope_store_case(2, 2, 1, 256, 256, 1, 7, 1);
     qk_rope_store_case(2, 4, 4, 32, 32, 1, 3, 0);
+}
+
+static void gated_rmsnorm_matmul_case(int rows, int groups, int dim, int n, int fused) {
+    sl_backend *be = open_backend();
+    unfused u;
+    sl_backend *run = fused ? be : unfused_of(be, &u);
+    unsigned st = (unsigned)(rows * 5 + groups * 11 + dim + n);
+    int cols = groups * dim;
+    tweight t;
+    make_weight(be, &t, SL_WF_BF16, rows, cols, 0, &st);
+    size_t len = (size_t)n * (size_t)cols;
+    float *hx, *hz, *hw;
+    float *x = dev_rand(be, len, &st, &hx), *z = dev_rand(be, len, &st, &hz), *w = dev_rand(be, (size_t)dim, &st, &hw);
+    float *y = be->ops->alloc(be, (size_t)n * (size_t)rows * sizeof *y);
+    if (fused) cr_assert_not_null(be->ops->gated_rmsnorm_matmul, "the backend has no gated_rmsnorm_matmul");
+    sl_gated_rmsnorm_matmul(run, &t.w, x, z, w, dim, 1e-6f, n, y);
+    float *got = download(be, y, (size_t)n * (size_t)rows);
+    check_ok(be);
+    float *want = malloc((size_t)n * (size_t)rows * sizeof *want);
+    for (size_t g = 0; g < (size_t)n * (size_t)groups; g++) {
+        float *v = hx + g * (size_t)dim;
+        const float *zv = hz + g * (size_t)dim;
+        double ss = 0;
+        for (int j = 0; j < dim; j++) ss += (double)v[j] * v[j];
+        double inv = 1.0 / sqrt(ss / dim + 1e-6);
+        for (int j = 0; j < dim; j++) v[j] = (float)(hw[j] * v[j] * inv * zv[j] / (1.0 + exp(-zv[j])));
+    }
+    ref_matmul(&t, hx, n, want);
+    expect_close(got, want, (size_t)n * (size_t)rows, 1e-3f, "gated_rmsnorm_matmul");
+    be->ops->free(be, x);
+    be->ops->free(be, z);
+    be->ops->free(be, w);
+    be->ops->free(be, y);
+    free_weight(&t);
+    free(hx);
+    free(hz);
+    free(hw);
+    free(got);
+    free(want);
+    sl_backend_destroy(be);
+}
+
+Test(fused_ops, gated_rmsnorm_matmul) {
+    gated_rmsnorm_matmul_case(48, 8, 128, 1, 1);
+    gated_rmsnorm_matmul_case(20, 3, 64, 6, 1);
+    gated_rmsnorm_matmul_case(8, 100, 96, 1, 1); /* groups that straddle a GPU staging chunk */
+    gated_rmsnorm_matmul_case(30, 4, 64, 20, 1); /* a prefill batch */
+    gated_rmsnorm_matmul_case(16, 2, 32, 2, 0);
 }

@@ -173,6 +173,12 @@ static void cpu_qk_rope_store(sl_backend *b, float *q, float *k, const float *v,
     cpu_kv_store(b, vc, pos0, v, n, kw);
 }
 
+static void cpu_gated_rmsnorm_matmul(sl_backend *b, const sl_weight *w, float *x, const float *z, const float *nw,
+                                     int dim, float eps, int n, float *y) {
+    cpu_gated_rmsnorm(b, x, z, nw, n * (w->cols / dim), dim, eps);
+    cpu_matmul(b, w, x, n, y);
+}
+
 static const sl_backend_ops cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -202,6 +208,7 @@ static const sl_backend_ops cpu_ops = {
     .swiglu_matmul = cpu_swiglu_matmul,
     .add_gated = cpu_add_gated,
     .qk_rope_store = cpu_qk_rope_store,
+    .gated_rmsnorm_matmul = cpu_gated_rmsnorm_matmul,
     .mem_bandwidth = cpu_mem_bandwidth,
     .peak_flops = cpu_peak_flops,
 };

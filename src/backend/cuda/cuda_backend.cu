@@ -356,6 +356,7 @@ static const sl_backend_ops cuda_ops = {
     .matmul_multi = cu_matmul_multi,
     .swiglu_matmul = cu_swiglu_matmul,
     .add_gated = cu_add_gated,
+    .gated_rmsnorm_matmul = cu_gated_rmsnorm_matmul,
     .qk_rope_store = cu_qk_rope_store,
     .place_weight = cu_place_weight,
     .supports = cu_supports,

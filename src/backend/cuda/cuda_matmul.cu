@@ -251,6 +251,28 @@ __device__ __forceinline__ void stage(const float *x, const float *xu, int cols,
     }
 }
 
+/* The staged rows of the chunk as the delta-net's output norm leaves them: each group of gdim values
+ * normed (times nw) and gated by silu(z), one warp per group. Chunks hold whole groups. */
+__device__ __forceinline__ void stage_norm_gate(const float *z, const float *nw, int gdim, float eps, int cols, int c0,
+                                                int cl, int n, float *sx, int padw) {
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, per = cl / gdim;
+    for (int g = warp; g < n * per; g += blockDim.x >> 5) {
+        int t = g / per, j0 = (g % per) * gdim;
+        float *st = sx + t * padw;
+        float ss = 0;
+        for (int j = lane; j < gdim; j += 32) {
+            float v = st[pad(j0 + j)];
+            ss += v * v;
+        }
+        float inv = rsqrtf(warp_sum(ss) / (float)gdim + eps);
+        const float *zt = z + (long long)t * cols + c0 + j0;
+        for (int j = lane; j < gdim; j += 32) {
+            float zv = zt[j];
+            st[pad(j0 + j)] = (nw[j] * (st[pad(j0 + j)] * inv)) * (zv * cu_sigmoid(zv));
+        }
+    }
+}
+
 /* Kernel variants per storage format keep each one's registers (and so its occupancy) to its own need. */
 enum { KIND_ELEM = 0, KIND_BF16 = 1, KIND_F16 = 2, KIND_F32 = 3, KIND_MLX = 10 /* + bits */ };
 
@@ -279,11 +301,12 @@ struct gv_set {
  * stages the input in chunks of `chunk` columns. With a table, grid row `slot` takes its weight from
  * the table entry ids[slot] (set.w[0] only sizes the grid) and grid z selects weight `which + z` and
  * output y + z * yz (gate and up in one launch). With xu, the input is the SwiGLU silu(x) * xu, formed
- * while staging. */
+ * while staging; with gz, the gated RMSNorm of x over groups of gdim (weight gw, gate silu(gz)). */
 template <int NT, int K>
 __global__ void __launch_bounds__(GV_WARPS * 32)
     gemv_k(gv_set set, const cu_expert *table, const int32_t *ids, int which, int x_div, const float *x,
-           const float *xu, long long xs, int n, long long ys, long long yz, int chunk) {
+           const float *xu, long long xs, int n, long long ys, long long yz, int chunk, const float *gz,
+           const float *gw, int gdim, float geps) {
     extern __shared__ float4 smem4[];
     float *sx = (float *)smem4;
     int slot = blockIdx.y, total = set.g0[set.nw];
@@ -338,6 +361,10 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
                 __syncthreads();
                 stage(x, xu, cols, c0, cl, n, sx, padw);
                 __syncthreads();
+                if (gz) {
+                    stage_norm_gate(gz, gw, gdim, geps, cols, c0, cl, n, sx, padw);
+                    __syncthreads();
+                }
             }
             if (row0 >= w.rows) continue;
             if (kind_of(w) != K) { /* an expert of another format than the one the launch was built for */
@@ -374,6 +401,9 @@ struct gv_call {
     int which, slots, nz, x_div;
     const float *x, *xu; /* xu: the up half of a SwiGLU input, or NULL */
     long long x_stride, y_stride, yz;
+    const float *gz, *gw; /* gz: the gate of a gated RMSNorm over groups of gdim applied to x, or NULL */
+    int gdim;
+    float geps;
 };
 
 template <int NT, int K> static void launch_k(cu_impl *c, const gv_call &g, const gv_set &set, int t0, int n) {
@@ -395,7 +425,8 @@ template <int NT, int K> static void launch_k(cu_impl *c, const gv_call &g, cons
     dim3 grid(groups < fit ? groups : fit, (unsigned)g.slots, (unsigned)g.nz);
     long long xo = (long long)t0 * cols;
     cu_launch(c, gemv_k<NT, K>, grid, GV_WARPS * 32, smem, set, g.table, g.ids, g.which, g.x_div, g.x + xo,
-              g.xu ? g.xu + xo : (const float *)NULL, g.x_stride, n, g.y_stride, g.yz, chunk);
+              g.xu ? g.xu + xo : (const float *)NULL, g.x_stride, n, g.y_stride, g.yz, chunk,
+              g.gz ? g.gz + xo : (const float *)NULL, g.gw, g.gdim, g.geps);
 }
 
 template <int NT> static void launch_nt(cu_impl *c, const gv_call &g, const gv_set &set, int t0, int n) {
@@ -600,6 +631,33 @@ void cu_swiglu_matmul(sl_backend *b, const sl_weight *sw, const float *gt, const
     }
     cu_w w = cu_w_of(sw);
     gv_call g = plain_call(&w, y, gt, u);
+    gemv_run(c, g, n);
+}
+
+/* 1 when every staged chunk holds whole groups of gdim columns, whichever batch variant runs */
+static int groups_fit(int cols, int gdim) {
+    if (gdim <= 0 || cols % gdim) return 0;
+    for (int nt = 1; nt <= 8; nt *= 2) {
+        int chunk = chunk_for(nt);
+        if (chunk < cols && chunk % gdim) return 0;
+    }
+    return 1;
+}
+
+void cu_gated_rmsnorm_matmul(sl_backend *b, const sl_weight *sw, float *x, const float *z, const float *nw, int dim,
+                             float eps, int n, float *y) {
+    cu_impl *c = cu_of(b);
+    if (n > c->gemv_max || !has_kernel(sw) || !groups_fit(sw->cols, dim)) {
+        cu_gated_rmsnorm(b, x, z, nw, n * (sw->cols / dim), dim, eps);
+        cu_matmul(b, sw, x, n, y);
+        return;
+    }
+    cu_w w = cu_w_of(sw);
+    gv_call g = plain_call(&w, y, x, NULL);
+    g.gz = z;
+    g.gw = nw;
+    g.gdim = dim;
+    g.geps = eps;
     gemv_run(c, g, n);
 }
 
