@@ -102,11 +102,13 @@ typedef struct sl_backend_ops {
     /* y[i][n][w[i].rows] = x[n][cols] . w[i]^T (+ bias) for nw <= SL_MATMUL_MULTI weights of the same
      * cols sharing one input (q/k/v, gate/up, the delta-net's input projections) */
     void (*matmul_multi)(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n, float *const *y);
-    /* y[n][w.rows] = (silu(g) * u)[n][w.cols] . w^T: the SwiGLU and the down projection of an MLP */
-    void (*swiglu_matmul)(sl_backend *b, const sl_weight *w, const float *g, const float *u, int n, float *y);
-    /* y[i][:] += sigmoid(s[i]) * x[i][:] for rows of dim: a sigmoid-gated shared expert joining the
-     * routed experts' sum */
-    void (*add_gated)(sl_backend *b, float *y, const float *x, const float *s, int rows, int dim);
+    /* p[n][w.rows] = (silu(g) * u)[n][w.cols] . w^T, the SwiGLU and the down projection of an MLP; then
+     * y = p, or with gate (a sigmoid-gated shared expert joining the routed experts' sum)
+     * y[i][:] += sigmoid(gate[i]) * p[i][:] */
+    void (*swiglu_matmul)(sl_backend *b, const sl_weight *w, const float *g, const float *u, int n, const float *gate,
+                          float *y);
+    /* y[n][w.rows] = (x * sigmoid(g))[n][w.cols] . w^T: a sigmoid-gated attention output and its projection */
+    void (*sigmoid_matmul)(sl_backend *b, const sl_weight *w, const float *x, const float *g, int n, float *y);
     /* y[n][w.rows] = g[n][w.cols] . w^T with g = gated_rmsnorm(x, z, nw) over groups of dim (the delta-net's
      * output norm and projection); x may be overwritten */
     void (*gated_rmsnorm_matmul)(sl_backend *b, const sl_weight *w, float *x, const float *z, const float *nw, int dim,

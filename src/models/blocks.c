@@ -56,7 +56,7 @@ void blk_attention(sl_model *m, sl_session *s, int l, const float *xn, int n, fl
     sl_backend *be = m->be;
     sl_layer *L = &m->layers[l];
     sl_scratch *x = &s->s;
-    int hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, qw = nh * hd;
+    int hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
     float eps = (float)c->rms_eps;
     const sl_weight *w[3] = {&L->wq, &L->wk, &L->wv};
     float *y[3] = {L->q_gated ? x->qraw : x->q, x->k, x->v};
@@ -70,8 +70,10 @@ void blk_attention(sl_model *m, sl_session *s, int l, const float *xn, int n, fl
                      s->pos, m->inv_freq, m->attn_factor, s->kc[l], s->vc[l]);
     op->attention(be, x->q, s->kc[l], s->vc[l], n, s->pos, nh, nkv, hd, c->sliding_window, 1.0f / sqrtf((float)hd),
                   x->att);
-    if (L->q_gated) op->mul_sigmoid(be, x->att, x->gate, (size_t)n * (size_t)qw);
-    op->matmul(be, &L->wo, x->att, n, out);
+    if (L->q_gated)
+        sl_sigmoid_matmul(be, &L->wo, x->att, x->gate, n, out);
+    else
+        op->matmul(be, &L->wo, x->att, n, out);
 }
 
 int blk_load_mlp(sl_model *m, sl_loader *ld, int l, sl_err *e) {
@@ -94,7 +96,7 @@ void blk_mlp(sl_model *m, sl_session *s, int l, const float *xn, int n, float *o
     const sl_weight *w[2] = {&L->w_gate, &L->w_up};
     float *y[2] = {s->s.ff_g, s->s.ff_u};
     sl_matmul_multi(m->be, 2, w, xn, n, y);
-    sl_swiglu_matmul(m->be, &L->w_down, s->s.ff_g, s->s.ff_u, n, out);
+    sl_swiglu_matmul(m->be, &L->w_down, s->s.ff_g, s->s.ff_u, n, NULL, NULL, out);
 }
 
 int blk_load_moe(sl_model *m, sl_loader *ld, int l, int with_shared, sl_err *e) {
@@ -154,8 +156,8 @@ void blk_moe(sl_model *m, sl_session *s, int l, const float *xn, int n, float *o
     op->route(be, x->router, n, c->n_experts, c->top_k, c->norm_topk_prob, x->moe_ids, x->moe_w);
     op->moe(be, &L->experts, xn, n, c->hidden, x->moe_ids, x->moe_w, c->top_k, out);
     if (!L->has_shared) return;
-    sl_swiglu_matmul(be, &L->sh_down, x->ff_g, x->ff_u, n, x->ff_o);
-    sl_add_gated(be, out, x->ff_o, x->sh_gate, n, c->hidden);
+    /* out += sigmoid(shared gate) * shared expert */
+    sl_swiglu_matmul(be, &L->sh_down, x->ff_g, x->ff_u, n, x->sh_gate, x->ff_o, out);
 }
 
 void blk_ffn(sl_model *m, sl_session *s, int l, float *x, const float *attn_out, int n) {

@@ -20,24 +20,31 @@ void sl_matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const flo
         op->matmul_multi(b, nw - i < SL_MATMUL_MULTI ? nw - i : SL_MATMUL_MULTI, w + i, x, n, y + i);
 }
 
-void sl_swiglu_matmul(sl_backend *b, const sl_weight *w, float *g, const float *u, int n, float *y) {
+void sl_swiglu_matmul(sl_backend *b, const sl_weight *w, float *g, const float *u, int n, const float *gate, float *tmp,
+                      float *y) {
     const sl_backend_ops *op = b->ops;
     if (op->swiglu_matmul) {
-        op->swiglu_matmul(b, w, g, u, n, y);
+        op->swiglu_matmul(b, w, g, u, n, gate, y);
         return;
     }
     op->swiglu(b, g, u, (size_t)n * (size_t)w->cols, g);
-    op->matmul(b, w, g, n, y);
-}
-
-void sl_add_gated(sl_backend *b, float *y, float *x, const float *s, int rows, int dim) {
-    const sl_backend_ops *op = b->ops;
-    if (op->add_gated) {
-        op->add_gated(b, y, x, s, rows, dim);
+    if (!gate) {
+        op->matmul(b, w, g, n, y);
         return;
     }
-    op->scale_rows_sigmoid(b, x, s, rows, dim);
-    op->add(b, y, x, (size_t)rows * (size_t)dim);
+    op->matmul(b, w, g, n, tmp);
+    op->scale_rows_sigmoid(b, tmp, gate, n, w->rows);
+    op->add(b, y, tmp, (size_t)n * (size_t)w->rows);
+}
+
+void sl_sigmoid_matmul(sl_backend *b, const sl_weight *w, float *x, const float *g, int n, float *y) {
+    const sl_backend_ops *op = b->ops;
+    if (op->sigmoid_matmul) {
+        op->sigmoid_matmul(b, w, x, g, n, y);
+        return;
+    }
+    op->mul_sigmoid(b, x, g, (size_t)n * (size_t)w->cols);
+    op->matmul(b, w, x, n, y);
 }
 
 void sl_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int head_dim,

@@ -9,10 +9,12 @@
 void sl_add_rmsnorm(sl_backend *b, float *x, const float *d, const float *w, int rows, int dim, float eps, float *y);
 /* y[i] = x . w[i]^T for nw weights of the same cols; more than SL_MATMUL_MULTI run in several calls. */
 void sl_matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n, float *const *y);
-/* y = (silu(g) * u) . w^T; g may be overwritten (the unfused path forms the SwiGLU in it). */
-void sl_swiglu_matmul(sl_backend *b, const sl_weight *w, float *g, const float *u, int n, float *y);
-/* y[i][:] += sigmoid(s[i]) * x[i][:]; x may be overwritten (the unfused path scales it in place). */
-void sl_add_gated(sl_backend *b, float *y, float *x, const float *s, int rows, int dim);
+/* p = (silu(g) * u) . w^T; y = p, or with gate y[i][:] += sigmoid(gate[i]) * p[i][:]. g may be overwritten
+ * (the unfused path forms the SwiGLU in it) and, with gate, the unfused path puts p in tmp[n][w.rows]. */
+void sl_swiglu_matmul(sl_backend *b, const sl_weight *w, float *g, const float *u, int n, const float *gate, float *tmp,
+                      float *y);
+/* y = (x * sigmoid(g)) . w^T; x may be overwritten (the unfused path gates it in place). */
+void sl_sigmoid_matmul(sl_backend *b, const sl_weight *w, float *x, const float *g, int n, float *y);
 /* y = gated_rmsnorm(x, z, nw over groups of dim) . w^T; x may be overwritten. */
 void sl_gated_rmsnorm_matmul(sl_backend *b, const sl_weight *w, float *x, const float *z, const float *nw, int dim,
                              float eps, int n, float *y);

@@ -1,6 +1,6 @@
-/* The fused backend ops (add + RMSNorm, several matmuls sharing an input, SwiGLU + matmul, gated add)
- * against plain host arithmetic, on the backend SLUICE_BACKEND picks (the CPU without a GPU), and the
- * models' fallbacks to the unfused ops for backends that leave them out. */
+/* The fused backend ops (add + RMSNorm, several matmuls sharing an input, matmuls with gated inputs or
+ * outputs, q/k norm + rope + KV store) against plain host arithmetic, on the backend SLUICE_BACKEND picks
+ * (the CPU without a GPU), and the models' fallbacks to the unfused ops for backends that leave them out. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -113,7 +113,7 @@ static sl_backend *unfused_of(sl_backend *be, unfused *u) {
     u->ops.add_rmsnorm = NULL;
     u->ops.matmul_multi = NULL;
     u->ops.swiglu_matmul = NULL;
-    u->ops.add_gated = NULL;
+    u->ops.sigmoid_matmul = NULL;
     u->ops.qk_rope_store = NULL;
     u->ops.gated_rmsnorm_matmul = NULL;
     u->b = *be;
@@ -213,72 +213,78 @@ Test(fused_ops, matmul_multi) {
     matmul_multi_case(3, 64, 2, 0);
 }
 
-static void swiglu_matmul_case(int rows, int cols, int n, int fused) {
+/* y = (silu(g) * u) . w^T, or with gated, y0 + sigmoid(s) * that */
+static void swiglu_matmul_case(int rows, int cols, int n, int gated, int fused) {
     sl_backend *be = open_backend();
     unfused u;
     sl_backend *run = fused ? be : unfused_of(be, &u);
-    unsigned st = (unsigned)(rows * 17 + cols + n);
+    unsigned st = (unsigned)(rows * 17 + cols + n + gated);
     tweight t;
     make_weight(be, &t, SL_WF_BF16, rows, cols, 0, &st);
-    size_t len = (size_t)n * (size_t)cols;
-    float *hg, *hu, *g = dev_rand(be, len, &st, &hg), *up = dev_rand(be, len, &st, &hu);
-    float *y = be->ops->alloc(be, (size_t)n * (size_t)rows * sizeof *y);
+    size_t len = (size_t)n * (size_t)cols, out = (size_t)n * (size_t)rows;
+    float *hg, *hu, *hy, *hs;
+    float *g = dev_rand(be, len, &st, &hg), *up = dev_rand(be, len, &st, &hu), *y = dev_rand(be, out, &st, &hy);
+    float *s = dev_rand(be, (size_t)n, &st, &hs), *tmp = be->ops->alloc(be, out * sizeof *tmp);
     if (fused) cr_assert_not_null(be->ops->swiglu_matmul, "the backend has no swiglu_matmul");
-    sl_swiglu_matmul(run, &t.w, g, up, n, y);
-    float *got = download(be, y, (size_t)n * (size_t)rows);
+    sl_swiglu_matmul(run, &t.w, g, up, n, gated ? s : NULL, tmp, y);
+    float *got = download(be, y, out);
     check_ok(be);
-    float *act = malloc(len * sizeof *act), *want = malloc((size_t)n * (size_t)rows * sizeof *want);
+    float *act = malloc(len * sizeof *act), *want = malloc(out * sizeof *want);
     for (size_t i = 0; i < len; i++) act[i] = hg[i] / (1.0f + expf(-hg[i])) * hu[i];
     ref_matmul(&t, act, n, want);
-    expect_close(got, want, (size_t)n * (size_t)rows, 1e-3f, "swiglu_matmul");
-    be->ops->free(be, g);
-    be->ops->free(be, up);
-    be->ops->free(be, y);
+    if (gated)
+        for (size_t i = 0; i < out; i++) want[i] = hy[i] + want[i] / (1.0f + expf(-hs[i / (size_t)rows]));
+    expect_close(got, want, out, 1e-3f, gated ? "swiglu_matmul (gated add)" : "swiglu_matmul");
+    float *dv[] = {g, up, y, s, tmp};
+    for (int i = 0; i < 5; i++) be->ops->free(be, dv[i]);
+    float *hp[] = {hg, hu, hy, hs, got, act, want};
+    for (int i = 0; i < 7; i++) free(hp[i]);
     free_weight(&t);
-    free(hg);
-    free(hu);
-    free(got);
-    free(act);
-    free(want);
     sl_backend_destroy(be);
 }
 
 Test(fused_ops, swiglu_matmul) {
-    swiglu_matmul_case(40, 128, 1, 1);
-    swiglu_matmul_case(17, 512, 5, 1);
-    swiglu_matmul_case(64, 256, 20, 1); /* a prefill batch */
-    swiglu_matmul_case(9, 64, 2, 0);
+    swiglu_matmul_case(40, 128, 1, 0, 1);
+    swiglu_matmul_case(17, 512, 5, 0, 1);
+    swiglu_matmul_case(64, 256, 20, 0, 1); /* a prefill batch */
+    swiglu_matmul_case(48, 256, 1, 1, 1);
+    swiglu_matmul_case(33, 128, 3, 1, 1);
+    swiglu_matmul_case(24, 64, 20, 1, 1);
+    swiglu_matmul_case(9, 64, 2, 0, 0);
+    swiglu_matmul_case(9, 64, 2, 1, 0);
 }
 
-static void add_gated_case(int rows, int dim, int fused) {
+static void sigmoid_matmul_case(int rows, int cols, int n, int fused) {
     sl_backend *be = open_backend();
     unfused u;
     sl_backend *run = fused ? be : unfused_of(be, &u);
-    unsigned st = (unsigned)(rows * 7 + dim);
-    size_t len = (size_t)rows * (size_t)dim;
-    float *hy, *hx, *hs;
-    float *y = dev_rand(be, len, &st, &hy), *x = dev_rand(be, len, &st, &hx), *s = dev_rand(be, (size_t)rows, &st, &hs);
-    if (fused) cr_assert_not_null(be->ops->add_gated, "the backend has no add_gated");
-    sl_add_gated(run, y, x, s, rows, dim);
-    float *got = download(be, y, len), *want = malloc(len * sizeof *want);
+    unsigned st = (unsigned)(rows * 3 + cols + n);
+    tweight t;
+    make_weight(be, &t, SL_WF_F32, rows, cols, 1, &st);
+    size_t len = (size_t)n * (size_t)cols, out = (size_t)n * (size_t)rows;
+    float *hx, *hg, *x = dev_rand(be, len, &st, &hx), *g = dev_rand(be, len, &st, &hg);
+    float *y = be->ops->alloc(be, out * sizeof *y);
+    if (fused) cr_assert_not_null(be->ops->sigmoid_matmul, "the backend has no sigmoid_matmul");
+    sl_sigmoid_matmul(run, &t.w, x, g, n, y);
+    float *got = download(be, y, out), *want = malloc(out * sizeof *want);
     check_ok(be);
-    for (size_t i = 0; i < len; i++) want[i] = hy[i] + hx[i] / (1.0f + expf(-hs[i / (size_t)dim]));
-    expect_close(got, want, len, 1e-6f, "add_gated");
-    be->ops->free(be, y);
+    for (size_t i = 0; i < len; i++) hx[i] /= 1.0f + expf(-hg[i]);
+    ref_matmul(&t, hx, n, want);
+    expect_close(got, want, out, 1e-3f, "sigmoid_matmul");
     be->ops->free(be, x);
-    be->ops->free(be, s);
-    free(hy);
-    free(hx);
-    free(hs);
-    free(got);
-    free(want);
+    be->ops->free(be, g);
+    be->ops->free(be, y);
+    float *hp[] = {hx, hg, got, want};
+    for (int i = 0; i < 4; i++) free(hp[i]);
+    free_weight(&t);
     sl_backend_destroy(be);
 }
 
-Test(fused_ops, add_gated) {
-    add_gated_case(1, 2048, 1);
-    add_gated_case(5, 33, 1);
-    add_gated_case(3, 40, 0);
+Test(fused_ops, sigmoid_matmul) {
+    sigmoid_matmul_case(50, 256, 1, 1);
+    sigmoid_matmul_case(7, 96, 4, 1);
+    sigmoid_matmul_case(20, 128, 18, 1); /* a prefill batch */
+    sigmoid_matmul_case(5, 32, 2, 0);
 }
 
 /* host reference of one head: optional norm, then rotary embedding over the first rot_dim dims */

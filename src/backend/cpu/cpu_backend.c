@@ -133,32 +133,44 @@ static void cpu_matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, c
     for (int i = 0; i < nw; i++) cpu_matmul(b, w[i], x, n, y[i]);
 }
 
-static void cpu_swiglu_matmul(sl_backend *b, const sl_weight *w, const float *g, const float *u, int n, float *y) {
-    cpu_impl *c = cpu_of(b);
-    size_t len = (size_t)n * (size_t)w->cols;
-    if (c->act_len < len) {
-        float *p = realloc(c->act, len * sizeof *p);
+/* The fused ops' intermediate values: `floats` of c->act. */
+static float *act_buf(cpu_impl *c, size_t floats) {
+    if (c->act_len < floats) {
+        float *p = realloc(c->act, floats * sizeof *p);
         if (!p) {
-            if (!c->failed) sl_fail(&c->failure, "out of memory for %zu bytes of SwiGLU input", len * sizeof *p);
+            if (!c->failed) sl_fail(&c->failure, "out of memory for %zu bytes of CPU scratch", floats * sizeof *p);
             c->failed = 1;
-            return;
+            return NULL;
         }
         c->act = p;
-        c->act_len = len;
+        c->act_len = floats;
     }
-    cpu_swiglu(b, g, u, len, c->act);
-    cpu_matmul(b, w, c->act, n, y);
+    return c->act;
 }
 
-static void cpu_add_gated(sl_backend *b, float *y, const float *x, const float *s, int rows, int dim) {
-    (void)b;
-    for (int r = 0; r < rows; r++) {
-        float k = sigmoidf(s[r]);
-        for (int i = 0; i < dim; i++) {
-            size_t j = (size_t)r * (size_t)dim + (size_t)i;
-            y[j] += x[j] * k;
-        }
+static void cpu_swiglu_matmul(sl_backend *b, const sl_weight *w, const float *g, const float *u, int n,
+                              const float *gate, float *y) {
+    size_t len = (size_t)n * (size_t)w->cols, out = (size_t)n * (size_t)w->rows;
+    float *a = act_buf(cpu_of(b), len + (gate ? out : 0));
+    if (!a) return;
+    cpu_swiglu(b, g, u, len, a);
+    if (!gate) {
+        cpu_matmul(b, w, a, n, y);
+        return;
     }
+    float *p = a + len;
+    cpu_matmul(b, w, a, n, p);
+    cpu_scale_rows_sigmoid(b, p, gate, n, w->rows);
+    cpu_add(b, y, p, out);
+}
+
+static void cpu_sigmoid_matmul(sl_backend *b, const sl_weight *w, const float *x, const float *g, int n, float *y) {
+    size_t len = (size_t)n * (size_t)w->cols;
+    float *a = act_buf(cpu_of(b), len);
+    if (!a) return;
+    memcpy(a, x, len * sizeof *a);
+    cpu_mul_sigmoid(b, a, g, len);
+    cpu_matmul(b, w, a, n, y);
 }
 
 static void cpu_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, int n, int n_heads, int n_kv,
@@ -206,7 +218,7 @@ static const sl_backend_ops cpu_ops = {
     .add_rmsnorm = cpu_add_rmsnorm,
     .matmul_multi = cpu_matmul_multi,
     .swiglu_matmul = cpu_swiglu_matmul,
-    .add_gated = cpu_add_gated,
+    .sigmoid_matmul = cpu_sigmoid_matmul,
     .qk_rope_store = cpu_qk_rope_store,
     .gated_rmsnorm_matmul = cpu_gated_rmsnorm_matmul,
     .mem_bandwidth = cpu_mem_bandwidth,

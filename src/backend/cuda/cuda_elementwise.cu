@@ -247,8 +247,7 @@ __global__ void add_gated_k(float *y, const float *x, const float *s, int dim, l
     if (i < len) y[i] += x[i] * cu_sigmoid(s[i / dim]);
 }
 
-void cu_add_gated(sl_backend *b, float *y, const float *x, const float *s, int rows, int dim) {
-    cu_impl *c = cu_of(b);
+void cu_add_gated(cu_impl *c, float *y, const float *x, const float *s, int rows, int dim) {
     long long len = (long long)rows * dim;
     if (len <= 0) return;
     cu_launch(c, add_gated_k, CU_BLOCKS(len, 256), 256, 0, y, x, s, dim, len);

@@ -175,10 +175,13 @@ void cu_deltanet(sl_backend *b, const sl_deltanet_dims *d, const float *qkv, con
 void cu_gated_rmsnorm(sl_backend *b, float *x, const float *z, const float *w, int rows, int dim, float eps);
 void cu_add_rmsnorm(sl_backend *b, float *x, const float *d, const float *w, int rows, int dim, float eps, float *y);
 void cu_matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n, float *const *y);
-void cu_swiglu_matmul(sl_backend *b, const sl_weight *w, const float *g, const float *u, int n, float *y);
+void cu_swiglu_matmul(sl_backend *b, const sl_weight *w, const float *g, const float *u, int n, const float *gate,
+                      float *y);
+void cu_sigmoid_matmul(sl_backend *b, const sl_weight *w, const float *x, const float *g, int n, float *y);
 void cu_gated_rmsnorm_matmul(sl_backend *b, const sl_weight *w, float *x, const float *z, const float *nw, int dim,
                              float eps, int n, float *y);
-void cu_add_gated(sl_backend *b, float *y, const float *x, const float *s, int rows, int dim);
+/* y[i][:] += sigmoid(s[i]) * x[i][:] for rows of dim */
+void cu_add_gated(cu_impl *c, float *y, const float *x, const float *s, int rows, int dim);
 void cu_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int head_dim,
                       const float *q_norm, const float *k_norm, float eps, int rot_dim, int pos0, const float *inv_freq,
                       float attn_factor, float *kc, float *vc);

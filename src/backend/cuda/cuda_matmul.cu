@@ -226,19 +226,25 @@ __device__ __forceinline__ void rows_elem(const cu_w &w, int row0, int c0, int c
     }
 }
 
-/* Copies columns [c0, c0 + cl) of the n input rows into shared memory (padded layout); with xu, the
- * SwiGLU silu(x) * xu of a gate/up pair instead. */
-__device__ __forceinline__ void stage(const float *x, const float *xu, int cols, int c0, int cl, int n, float *sx,
-                                      int padw) {
+/* How the staged input combines x with a second operand xu. */
+enum { XM_PLAIN = 0, XM_SWIGLU = 1 /* silu(x) * xu */, XM_SIGMOID = 2 /* x * sigmoid(xu) */ };
+
+/* Copies columns [c0, c0 + cl) of the n input rows into shared memory (padded layout), combined with xu
+ * as xmode says. */
+__device__ __forceinline__ void stage(const float *x, const float *xu, int xmode, int cols, int c0, int cl, int n,
+                                      float *sx, int padw) {
     for (int t = 0; t < n; t++) {
         const float *xt = x + (long long)t * cols + c0;
         float *st = sx + t * padw;
-        if (xu) {
+        if (xmode == XM_SWIGLU) {
             const float *ut = xu + (long long)t * cols + c0;
             for (int j = threadIdx.x; j < cl; j += blockDim.x) {
                 float g = xt[j];
                 st[pad(j)] = g * cu_sigmoid(g) * ut[j];
             }
+        } else if (xmode == XM_SIGMOID) {
+            const float *ut = xu + (long long)t * cols + c0;
+            for (int j = threadIdx.x; j < cl; j += blockDim.x) st[pad(j)] = xt[j] * cu_sigmoid(ut[j]);
         } else if ((cols & 3) == 0) { /* 128-bit loads; 4 consecutive inputs stay contiguous */
             for (int j = threadIdx.x * 4; j < cl; j += blockDim.x * 4)
                 if (j + 3 < cl)
@@ -300,13 +306,14 @@ struct gv_set {
 /* y[slot][t][rows] = W(slot) . x[slot / x_div][t] for t < n. Each warp owns GV_RPW rows; the block
  * stages the input in chunks of `chunk` columns. With a table, grid row `slot` takes its weight from
  * the table entry ids[slot] (set.w[0] only sizes the grid) and grid z selects weight `which + z` and
- * output y + z * yz (gate and up in one launch). With xu, the input is the SwiGLU silu(x) * xu, formed
- * while staging; with gz, the gated RMSNorm of x over groups of gdim (weight gw, gate silu(gz)). */
+ * output y + z * yz (gate and up in one launch). The input is x combined with xu as xmode says, formed
+ * while staging, and with gz the gated RMSNorm of that over groups of gdim (weight gw, gate silu(gz)).
+ * With ysc, token t's results are added to y scaled by sigmoid(ysc[t]) instead of stored. */
 template <int NT, int K>
 __global__ void __launch_bounds__(GV_WARPS * 32)
     gemv_k(gv_set set, const cu_expert *table, const int32_t *ids, int which, int x_div, const float *x,
-           const float *xu, long long xs, int n, long long ys, long long yz, int chunk, const float *gz,
-           const float *gw, int gdim, float geps) {
+           const float *xu, int xmode, long long xs, int n, long long ys, long long yz, int chunk, const float *gz,
+           const float *gw, int gdim, float geps, const float *ysc) {
     extern __shared__ float4 smem4[];
     float *sx = (float *)smem4;
     int slot = blockIdx.y, total = set.g0[set.nw];
@@ -359,7 +366,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
             int cl = min(chunk, cols - c0);
             if (!single || rb == (int)blockIdx.x) {
                 __syncthreads();
-                stage(x, xu, cols, c0, cl, n, sx, padw);
+                stage(x, xu, xmode, cols, c0, cl, n, sx, padw);
                 __syncthreads();
                 if (gz) {
                     stage_norm_gate(gz, gw, gdim, geps, cols, c0, cl, n, sx, padw);
@@ -383,7 +390,14 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
 #pragma unroll
             for (int t = 0; t < NT; t++) {
                 float v = warp_sum(acc[rr][t]);
-                if (lane == 0 && t < n && r < w.rows) y[(long long)t * w.rows + r] = v + (w.bias ? w.bias[r] : 0.0f);
+                if (lane == 0 && t < n && r < w.rows) {
+                    v += w.bias ? w.bias[r] : 0.0f;
+                    float *o = y + (long long)t * w.rows + r;
+                    if (ysc)
+                        *o += cu_sigmoid(ysc[t]) * v;
+                    else
+                        *o = v;
+                }
             }
         }
     }
@@ -399,7 +413,9 @@ struct gv_call {
     const cu_expert *table;
     const int32_t *ids;
     int which, slots, nz, x_div;
-    const float *x, *xu; /* xu: the up half of a SwiGLU input, or NULL */
+    const float *x, *xu; /* xu: combined with x as xmode says */
+    int xmode;
+    const float *ysc; /* per-token sigmoid scale of an accumulated result, or NULL */
     long long x_stride, y_stride, yz;
     const float *gz, *gw; /* gz: the gate of a gated RMSNorm over groups of gdim applied to x, or NULL */
     int gdim;
@@ -425,8 +441,9 @@ template <int NT, int K> static void launch_k(cu_impl *c, const gv_call &g, cons
     dim3 grid(groups < fit ? groups : fit, (unsigned)g.slots, (unsigned)g.nz);
     long long xo = (long long)t0 * cols;
     cu_launch(c, gemv_k<NT, K>, grid, GV_WARPS * 32, smem, set, g.table, g.ids, g.which, g.x_div, g.x + xo,
-              g.xu ? g.xu + xo : (const float *)NULL, g.x_stride, n, g.y_stride, g.yz, chunk,
-              g.gz ? g.gz + xo : (const float *)NULL, g.gw, g.gdim, g.geps);
+              g.xu ? g.xu + xo : (const float *)NULL, g.xmode, g.x_stride, n, g.y_stride, g.yz, chunk,
+              g.gz ? g.gz + xo : (const float *)NULL, g.gw, g.gdim, g.geps,
+              g.ysc ? g.ysc + t0 : (const float *)NULL);
 }
 
 template <int NT> static void launch_nt(cu_impl *c, const gv_call &g, const gv_set &set, int t0, int n) {
@@ -466,7 +483,7 @@ static void gemv_run(cu_impl *c, gv_call &g, int n) {
     cu_check_launch(c, "matrix-vector kernel");
 }
 
-static gv_call plain_call(const cu_w *w, float *y, const float *x, const float *xu) {
+static gv_call plain_call(const cu_w *w, float *y, const float *x, const float *xu, int xmode) {
     gv_call g;
     memset(&g, 0, sizeof g);
     g.set.w[0] = *w;
@@ -475,12 +492,13 @@ static gv_call plain_call(const cu_w *w, float *y, const float *x, const float *
     g.slots = g.nz = g.x_div = 1;
     g.x = x;
     g.xu = xu;
+    g.xmode = xmode;
     return g;
 }
 
 void cu_gemv_launch(cu_impl *c, const cu_w *w, const cu_expert *table, const int32_t *ids, int which, int slots,
                     int x_div, const float *x, long long x_stride, int n, float *y, long long y_stride) {
-    gv_call g = plain_call(w, y, x, NULL);
+    gv_call g = plain_call(w, y, x, NULL, XM_PLAIN);
     g.table = table;
     g.ids = ids;
     g.which = which;
@@ -495,7 +513,7 @@ void cu_moe_gemv(cu_impl *c, const cu_w *gate, const cu_w *down, const cu_expert
                  int slots, int k, const float *x, int hidden, float *gu, float *d) {
     int inter = gate->rows;
     /* gate and up of every routed slot in one launch, into gu[0] and gu[slots * inter] */
-    gv_call g1 = plain_call(gate, gu, x, NULL);
+    gv_call g1 = plain_call(gate, gu, x, NULL, XM_PLAIN);
     g1.table = table;
     g1.ids = ids;
     g1.slots = slots;
@@ -506,7 +524,7 @@ void cu_moe_gemv(cu_impl *c, const cu_w *gate, const cu_w *down, const cu_expert
     g1.yz = (long long)slots * inter;
     gemv_run(c, g1, 1);
     /* down of silu(gate) * up */
-    gv_call g2 = plain_call(down, d, gu, gu + (long long)slots * inter);
+    gv_call g2 = plain_call(down, d, gu, gu + (long long)slots * inter, XM_SWIGLU);
     g2.table = table;
     g2.ids = ids;
     g2.which = 2;
@@ -606,7 +624,7 @@ void cu_matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const flo
         }
         /* one launch for the weights of i's kernel variant: a launch is compiled for one format */
         cu_w wi = cu_w_of(w[i]);
-        gv_call g = plain_call(&wi, y[i], x, NULL);
+        gv_call g = plain_call(&wi, y[i], x, NULL, XM_PLAIN);
         for (int j = i + 1; j < nw && j < SL_MATMUL_MULTI; j++) {
             if (done[j] || !has_kernel(w[j]) || w[j]->cols != w[i]->cols) continue;
             cu_w wj = cu_w_of(w[j]);
@@ -619,18 +637,36 @@ void cu_matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const flo
     }
 }
 
-void cu_swiglu_matmul(sl_backend *b, const sl_weight *sw, const float *gt, const float *u, int n, float *y) {
+void cu_swiglu_matmul(sl_backend *b, const sl_weight *sw, const float *gt, const float *u, int n, const float *gate,
+                      float *y) {
     cu_impl *c = cu_of(b);
     if (n > c->gemv_max || !has_kernel(sw)) {
-        /* tensor-core batches take the SwiGLU from a scratch buffer */
-        size_t len = (size_t)n * (size_t)sw->cols;
-        if (cu_grow(c, (void **)&c->act, &c->act_len, len * sizeof(float), "SwiGLU input")) return;
+        /* tensor-core batches: the SwiGLU (and the product to add) in a scratch buffer */
+        size_t len = (size_t)n * (size_t)sw->cols, out = gate ? (size_t)n * (size_t)sw->rows : 0;
+        if (cu_grow(c, (void **)&c->act, &c->act_len, (len + out) * sizeof(float), "SwiGLU input")) return;
         cu_swiglu(b, gt, u, len, c->act);
+        cu_matmul(b, sw, c->act, n, gate ? c->act + len : y);
+        if (gate) cu_add_gated(c, y, c->act + len, gate, n, sw->rows);
+        return;
+    }
+    cu_w w = cu_w_of(sw);
+    gv_call g = plain_call(&w, y, gt, u, XM_SWIGLU);
+    g.ysc = gate;
+    gemv_run(c, g, n);
+}
+
+void cu_sigmoid_matmul(sl_backend *b, const sl_weight *sw, const float *x, const float *gt, int n, float *y) {
+    cu_impl *c = cu_of(b);
+    if (n > c->gemv_max || !has_kernel(sw)) {
+        size_t len = (size_t)n * (size_t)sw->cols;
+        if (cu_grow(c, (void **)&c->act, &c->act_len, len * sizeof(float), "gated input")) return;
+        cudaMemcpyAsync(c->act, x, len * sizeof(float), cudaMemcpyDeviceToDevice, c->st);
+        cu_mul_sigmoid(b, c->act, gt, len);
         cu_matmul(b, sw, c->act, n, y);
         return;
     }
     cu_w w = cu_w_of(sw);
-    gv_call g = plain_call(&w, y, gt, u);
+    gv_call g = plain_call(&w, y, x, gt, XM_SIGMOID);
     gemv_run(c, g, n);
 }
 
@@ -653,7 +689,7 @@ void cu_gated_rmsnorm_matmul(sl_backend *b, const sl_weight *sw, float *x, const
         return;
     }
     cu_w w = cu_w_of(sw);
-    gv_call g = plain_call(&w, y, x, NULL);
+    gv_call g = plain_call(&w, y, x, NULL, XM_PLAIN);
     g.gz = z;
     g.gw = nw;
     g.gdim = dim;
