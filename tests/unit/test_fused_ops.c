@@ -45,6 +45,7 @@ typedef struct {
     sl_weight w;
     void *data;
     float *vals, *bias;
+    uint16_t *scales, *biases; /* MLX */
 } tweight;
 
 static void make_weight(sl_backend *be, tweight *t, sl_wfmt fmt, int rows, int cols, int with_bias, unsigned *st) {
@@ -73,7 +74,48 @@ static void make_weight(sl_backend *be, tweight *t, sl_wfmt fmt, int rows, int c
     if (be->ops->place_weight) cr_assert_eq(be->ops->place_weight(be, &t->w, &e), 0, "%s", e.msg);
 }
 
+/* A random MLX affine weight of `bits` (groups of 64, bf16 scales and biases), placed on the backend. */
+static void make_mlx(sl_backend *be, tweight *t, int bits, int rows, int cols, unsigned *st) {
+    size_t rb = (size_t)cols * (size_t)bits / 8, ng = (size_t)(cols / 64);
+    memset(t, 0, sizeof *t);
+    uint8_t *d = malloc((size_t)rows * rb);
+    t->data = d;
+    t->scales = malloc((size_t)rows * ng * sizeof *t->scales);
+    t->biases = malloc((size_t)rows * ng * sizeof *t->biases);
+    t->vals = malloc((size_t)rows * (size_t)cols * sizeof *t->vals);
+    for (size_t i = 0; i < (size_t)rows * rb; i++) d[i] = (uint8_t)(frand(st) * 255 + 128);
+    for (size_t i = 0; i < (size_t)rows * ng; i++) {
+        t->scales[i] = sl_f32_to_bf16(0.01f + 0.02f * frand(st));
+        t->biases[i] = sl_f32_to_bf16(0.1f * frand(st));
+    }
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < cols; j++) { /* value j is bits [j * bits, (j + 1) * bits) of the row */
+            unsigned q = 0;
+            for (int k = 0; k < bits; k++) {
+                size_t bit = (size_t)j * (size_t)bits + (size_t)k;
+                q |= (unsigned)((d[(size_t)r * rb + bit / 8] >> (bit % 8)) & 1u) << k;
+            }
+            size_t g = (size_t)r * ng + (size_t)j / 64;
+            t->vals[(size_t)r * (size_t)cols + (size_t)j] =
+                sl_bf16_to_f32(t->scales[g]) * (float)q + sl_bf16_to_f32(t->biases[g]);
+        }
+    t->w = (sl_weight){.fmt = SL_WF_MLX,
+                       .rows = rows,
+                       .cols = cols,
+                       .data = d,
+                       .row_bytes = rb,
+                       .bits = bits,
+                       .group = 64,
+                       .sb_fmt = SL_WF_BF16,
+                       .scales = (const uint8_t *)t->scales,
+                       .biases = (const uint8_t *)t->biases};
+    sl_err e = {{0}};
+    if (be->ops->place_weight) cr_assert_eq(be->ops->place_weight(be, &t->w, &e), 0, "%s", e.msg);
+}
+
 static void free_weight(tweight *t) {
+    free(t->scales);
+    free(t->biases);
     free(t->data);
     free(t->vals);
     free(t->bias);
@@ -171,8 +213,9 @@ Test(fused_ops, add_rmsnorm) {
     add_rmsnorm_case(3, 96, 1, 0);
 }
 
-/* nw weights of mixed formats and heights sharing one input, n tokens, through sl_matmul_multi */
-static void matmul_multi_case(int nw, int cols, int n, int fused) {
+/* nw weights of mixed formats and heights sharing one input, n tokens, through sl_matmul_multi; with
+ * mlx, 4-bit and 8-bit MLX weights (a router beside 4-bit projections) instead */
+static void matmul_multi_case(int nw, int cols, int n, int mlx, int fused) {
     static const int heights[] = {7, 33, 100, 1, 64, 17};
     sl_backend *be = open_backend();
     unfused u;
@@ -182,7 +225,10 @@ static void matmul_multi_case(int nw, int cols, int n, int fused) {
     const sl_weight *w[6];
     float *y[6];
     for (int i = 0; i < nw; i++) {
-        make_weight(be, &t[i], i % 3 == 1 ? SL_WF_F32 : SL_WF_BF16, heights[i], cols, i == 2, &st);
+        if (mlx)
+            make_mlx(be, &t[i], i % 3 == 1 ? 8 : 4, heights[i], cols, &st);
+        else
+            make_weight(be, &t[i], i % 3 == 1 ? SL_WF_F32 : SL_WF_BF16, heights[i], cols, i == 2, &st);
         w[i] = &t[i].w;
         y[i] = be->ops->alloc(be, (size_t)n * (size_t)heights[i] * sizeof(float));
     }
@@ -206,11 +252,13 @@ static void matmul_multi_case(int nw, int cols, int n, int fused) {
 }
 
 Test(fused_ops, matmul_multi) {
-    matmul_multi_case(3, 256, 1, 1);
-    matmul_multi_case(4, 96, 3, 1);
-    matmul_multi_case(2, 512, 24, 1); /* a prefill batch */
-    matmul_multi_case(6, 64, 1, 1);   /* more weights than one call takes */
-    matmul_multi_case(3, 64, 2, 0);
+    matmul_multi_case(3, 256, 1, 0, 1);
+    matmul_multi_case(4, 96, 3, 0, 1);
+    matmul_multi_case(2, 512, 24, 0, 1); /* a prefill batch */
+    matmul_multi_case(6, 64, 1, 0, 1);   /* more weights than one call takes */
+    matmul_multi_case(4, 256, 1, 1, 1);
+    matmul_multi_case(6, 128, 2, 1, 1);
+    matmul_multi_case(3, 64, 2, 0, 0);
 }
 
 /* y = (silu(g) * u) . w^T, or with gated, y0 + sigmoid(s) * that */

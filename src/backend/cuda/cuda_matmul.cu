@@ -309,7 +309,19 @@ struct gv_set {
  * output y + z * yz (gate and up in one launch). The input is x combined with xu as xmode says, formed
  * while staging, and with gz the gated RMSNorm of that over groups of gdim (weight gw, gate silu(gz)).
  * With ysc, token t's results are added to y scaled by sigmoid(ysc[t]) instead of stored. */
+/* The rows of one weight by the fast path of kind K. */
 template <int NT, int K>
+__device__ __forceinline__ void rows_kind(const cu_w &w, int row0, int c0, int cl, const float *sx, int padw, int n,
+                                          int lane, float (*acc)[NT]) {
+    if constexpr (K == KIND_BF16) rows_half<NT, true>(w, row0, c0, cl, sx, padw, n, lane, acc);
+    else if constexpr (K == KIND_F16) rows_half<NT, false>(w, row0, c0, cl, sx, padw, n, lane, acc);
+    else if constexpr (K == KIND_F32) rows_f32<NT>(w, row0, c0, cl, sx, padw, n, lane, acc);
+    else if constexpr (K > KIND_MLX) rows_mlx<NT, K - KIND_MLX>(w, row0, c0, cl, sx, padw, n, lane, acc);
+    else rows_elem<NT>(w, row0, c0, cl, sx, padw, n, lane, acc);
+}
+
+/* K2 != K: a launch whose weights come in two kinds (MLX routers kept at 8 bits beside 4-bit projections). */
+template <int NT, int K, int K2>
 __global__ void __launch_bounds__(GV_WARPS * 32)
     gemv_k(gv_set set, const cu_expert *table, const int32_t *ids, int which, int x_div, const float *x,
            const float *xu, int xmode, long long xs, int n, long long ys, long long yz, int chunk, const float *gz,
@@ -374,15 +386,13 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
                 }
             }
             if (row0 >= w.rows) continue;
-            if (kind_of(w) != K) { /* an expert of another format than the one the launch was built for */
+            int kw = kind_of(w);
+            if (kw == K)
+                rows_kind<NT, K>(w, row0, c0, cl, sx, padw, n, lane, acc);
+            else if (K2 != K && kw == K2)
+                rows_kind<NT, K2>(w, row0, c0, cl, sx, padw, n, lane, acc);
+            else /* an expert of another format than the one the launch was built for */
                 rows_elem<NT>(w, row0, c0, cl, sx, padw, n, lane, acc);
-                continue;
-            }
-            if constexpr (K == KIND_BF16) rows_half<NT, true>(w, row0, c0, cl, sx, padw, n, lane, acc);
-            else if constexpr (K == KIND_F16) rows_half<NT, false>(w, row0, c0, cl, sx, padw, n, lane, acc);
-            else if constexpr (K == KIND_F32) rows_f32<NT>(w, row0, c0, cl, sx, padw, n, lane, acc);
-            else if constexpr (K > KIND_MLX) rows_mlx<NT, K - KIND_MLX>(w, row0, c0, cl, sx, padw, n, lane, acc);
-            else rows_elem<NT>(w, row0, c0, cl, sx, padw, n, lane, acc);
         }
 #pragma unroll
         for (int rr = 0; rr < GV_RPW; rr++) {
@@ -422,7 +432,7 @@ struct gv_call {
     float geps;
 };
 
-template <int NT, int K> static void launch_k(cu_impl *c, const gv_call &g, const gv_set &set, int t0, int n) {
+template <int NT, int K, int K2 = K> static void launch_k(cu_impl *c, const gv_call &g, const gv_set &set, int t0, int n) {
     int cols = set.w[0].cols;
     int chunk = chunk_for(NT);
     if (chunk > cols) chunk = (cols + 255) / 256 * 256;
@@ -430,7 +440,7 @@ template <int NT, int K> static void launch_k(cu_impl *c, const gv_call &g, cons
     static int per_sm; /* resident blocks per SM of this variant, for the staging size last seen */
     static size_t per_sm_smem;
     if (!per_sm || per_sm_smem != smem) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_k<NT, K>, GV_WARPS * 32, smem) != cudaSuccess ||
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_k<NT, K, K2>, GV_WARPS * 32, smem) != cudaSuccess ||
             per_sm < 1)
             per_sm = 1;
         per_sm_smem = smem;
@@ -440,14 +450,29 @@ template <int NT, int K> static void launch_k(cu_impl *c, const gv_call &g, cons
     if (g.slots * g.nz > 1) fit = (fit + (unsigned)(g.slots * g.nz) - 1) / (unsigned)(g.slots * g.nz);
     dim3 grid(groups < fit ? groups : fit, (unsigned)g.slots, (unsigned)g.nz);
     long long xo = (long long)t0 * cols;
-    cu_launch(c, gemv_k<NT, K>, grid, GV_WARPS * 32, smem, set, g.table, g.ids, g.which, g.x_div, g.x + xo,
+    cu_launch(c, gemv_k<NT, K, K2>, grid, GV_WARPS * 32, smem, set, g.table, g.ids, g.which, g.x_div, g.x + xo,
               g.xu ? g.xu + xo : (const float *)NULL, g.xmode, g.x_stride, n, g.y_stride, g.yz, chunk,
               g.gz ? g.gz + xo : (const float *)NULL, g.gw, g.gdim, g.geps,
               g.ysc ? g.ysc + t0 : (const float *)NULL);
 }
 
+/* The kinds a launch of two kinds can pair: 4-bit MLX projections with the 8-bit routers beside them. */
+static int pairable(int k1, int k2) {
+    return (k1 == KIND_MLX + 4 && k2 == KIND_MLX + 8) || (k1 == KIND_MLX + 8 && k2 == KIND_MLX + 4);
+}
+
 template <int NT> static void launch_nt(cu_impl *c, const gv_call &g, const gv_set &set, int t0, int n) {
-    switch (kind_of(set.w[0])) {
+    int k1 = kind_of(set.w[0]), k2 = k1;
+    for (int i = 1; i < set.nw; i++)
+        if (kind_of(set.w[i]) != k1) k2 = kind_of(set.w[i]);
+    if (k2 != k1) {
+        if (k1 == KIND_MLX + 4)
+            launch_k<NT, KIND_MLX + 4, KIND_MLX + 8>(c, g, set, t0, n);
+        else
+            launch_k<NT, KIND_MLX + 8, KIND_MLX + 4>(c, g, set, t0, n);
+        return;
+    }
+    switch (k1) {
     case KIND_BF16: launch_k<NT, KIND_BF16>(c, g, set, t0, n); break;
     case KIND_F16: launch_k<NT, KIND_F16>(c, g, set, t0, n); break;
     case KIND_F32: launch_k<NT, KIND_F32>(c, g, set, t0, n); break;
@@ -628,7 +653,12 @@ void cu_matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const flo
         for (int j = i + 1; j < nw && j < SL_MATMUL_MULTI; j++) {
             if (done[j] || !has_kernel(w[j]) || w[j]->cols != w[i]->cols) continue;
             cu_w wj = cu_w_of(w[j]);
-            if (kind_of(wj) != kind_of(wi)) continue;
+            int kj = kind_of(wj), ki = kind_of(wi);
+            /* one other kind may join when the pair has a two-kind kernel */
+            int other = ki;
+            for (int q = 1; q < g.set.nw; q++)
+                if (kind_of(g.set.w[q]) != ki) other = kind_of(g.set.w[q]);
+            if (kj != ki && (other != ki ? kj != other : !pairable(ki, kj))) continue;
             g.set.w[g.set.nw] = wj;
             g.set.y[g.set.nw++] = y[j];
             done[j] = 1;
