@@ -156,6 +156,7 @@ static sl_backend *unfused_of(sl_backend *be, unfused *u) {
     u->ops.matmul_multi = NULL;
     u->ops.swiglu_matmul = NULL;
     u->ops.sigmoid_matmul = NULL;
+    u->ops.moe_shared = NULL;
     u->ops.qk_rope_store = NULL;
     u->ops.gated_rmsnorm_matmul = NULL;
     u->b = *be;
@@ -447,4 +448,71 @@ Test(fused_ops, gated_rmsnorm_matmul) {
     gated_rmsnorm_matmul_case(8, 100, 96, 1, 1); /* groups that straddle a GPU staging chunk */
     gated_rmsnorm_matmul_case(30, 4, 64, 20, 1); /* a prefill batch */
     gated_rmsnorm_matmul_case(16, 2, 32, 2, 0);
+}
+
+/* E experts of hidden -> inter -> hidden, top-k routes given, plus a shared expert's down projection */
+static void moe_shared_case(int E, int k, int hidden, int inter, int n, int fused) {
+    sl_backend *be = open_backend();
+    unfused u;
+    sl_backend *run = fused ? be : unfused_of(be, &u);
+    unsigned st = (unsigned)(E * 7 + k * 3 + hidden + inter + n);
+    tweight tw[3 * 8], shd;
+    sl_expert ex[8];
+    const sl_expert *exp[8];
+    for (int e = 0; e < E; e++) {
+        make_weight(be, &tw[3 * e], SL_WF_BF16, inter, hidden, 0, &st);
+        make_weight(be, &tw[3 * e + 1], SL_WF_BF16, inter, hidden, 0, &st);
+        make_weight(be, &tw[3 * e + 2], SL_WF_BF16, hidden, inter, 0, &st);
+        ex[e] = (sl_expert){tw[3 * e].w, tw[3 * e + 1].w, tw[3 * e + 2].w};
+        exp[e] = &ex[e];
+    }
+    sl_expert_table tab = {E, exp};
+    sl_err e = {{0}};
+    if (be->ops->place_experts) cr_assert_eq(be->ops->place_experts(be, &tab, &e), 0, "%s", e.msg);
+    make_weight(be, &shd, SL_WF_BF16, hidden, inter, 0, &st);
+    size_t xl = (size_t)n * (size_t)hidden, gl = (size_t)n * (size_t)inter;
+    float *hx, *hg, *hu, *hs, *hw;
+    float *x = dev_rand(be, xl, &st, &hx), *g = dev_rand(be, gl, &st, &hg), *up = dev_rand(be, gl, &st, &hu);
+    float *gate = dev_rand(be, (size_t)n, &st, &hs), *w = dev_rand(be, (size_t)n * (size_t)k, &st, &hw);
+    int32_t hid[64];
+    for (int i = 0; i < n * k; i++) hid[i] = (i * 5 + i / k) % E;
+    int32_t *ids = be->ops->alloc(be, sizeof hid);
+    be->ops->upload(be, ids, hid, sizeof hid);
+    float *tmp = be->ops->alloc(be, xl * sizeof *tmp), *out = be->ops->alloc(be, xl * sizeof *out);
+    if (fused) cr_assert_not_null(be->ops->moe_shared, "the backend has no moe_shared");
+    sl_moe_shared(run, &tab, x, n, hidden, ids, w, k, &shd.w, g, up, gate, tmp, out);
+    float *got = download(be, out, xl);
+    check_ok(be);
+    float *want = calloc(xl, sizeof *want), *a = malloc(gl * sizeof *a), *gg = malloc((size_t)inter * sizeof *gg),
+          *uu = malloc((size_t)inter * sizeof *uu), *dd = malloc((size_t)hidden * sizeof *dd);
+    for (int t = 0; t < n; t++) {
+        for (int s = 0; s < k; s++) {
+            int id = hid[t * k + s];
+            ref_matmul(&tw[3 * id], hx + (size_t)t * (size_t)hidden, 1, gg);
+            ref_matmul(&tw[3 * id + 1], hx + (size_t)t * (size_t)hidden, 1, uu);
+            for (int j = 0; j < inter; j++) gg[j] = gg[j] / (1.0f + expf(-gg[j])) * uu[j];
+            ref_matmul(&tw[3 * id + 2], gg, 1, dd);
+            for (int j = 0; j < hidden; j++) want[(size_t)t * (size_t)hidden + (size_t)j] += hw[t * k + s] * dd[j];
+        }
+    }
+    for (size_t i = 0; i < gl; i++) a[i] = hg[i] / (1.0f + expf(-hg[i])) * hu[i];
+    float *sh = malloc(xl * sizeof *sh);
+    ref_matmul(&shd, a, n, sh);
+    for (size_t i = 0; i < xl; i++) want[i] += sh[i] / (1.0f + expf(-hs[i / (size_t)hidden]));
+    expect_close(got, want, xl, 1e-3f, "moe_shared");
+    float *dv[] = {x, g, up, gate, w, tmp, out};
+    for (int i = 0; i < 7; i++) be->ops->free(be, dv[i]);
+    be->ops->free(be, ids);
+    float *hp[] = {hx, hg, hu, hs, hw, got, want, a, gg, uu, dd, sh};
+    for (int i = 0; i < 12; i++) free(hp[i]);
+    for (int i = 0; i < 3 * E; i++) free_weight(&tw[i]);
+    free_weight(&shd);
+    sl_backend_destroy(be);
+}
+
+Test(fused_ops, moe_shared) {
+    moe_shared_case(4, 2, 64, 32, 1, 1);
+    moe_shared_case(8, 3, 128, 64, 3, 1);
+    moe_shared_case(6, 2, 64, 32, 20, 1); /* a prefill batch */
+    moe_shared_case(4, 2, 32, 32, 2, 0);
 }

@@ -164,6 +164,13 @@ static void cpu_swiglu_matmul(sl_backend *b, const sl_weight *w, const float *g,
     cpu_add(b, y, p, out);
 }
 
+static void cpu_moe_shared(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden,
+                           const int32_t *ids, const float *weights, int k, const sl_weight *sh_down, const float *g,
+                           const float *u, const float *gate, float *out) {
+    cpu_moe(b, t, x, n, hidden, ids, weights, k, out);
+    cpu_swiglu_matmul(b, sh_down, g, u, n, gate, out);
+}
+
 static void cpu_sigmoid_matmul(sl_backend *b, const sl_weight *w, const float *x, const float *g, int n, float *y) {
     size_t len = (size_t)n * (size_t)w->cols;
     float *a = act_buf(cpu_of(b), len);
@@ -219,6 +226,7 @@ static const sl_backend_ops cpu_ops = {
     .matmul_multi = cpu_matmul_multi,
     .swiglu_matmul = cpu_swiglu_matmul,
     .sigmoid_matmul = cpu_sigmoid_matmul,
+    .moe_shared = cpu_moe_shared,
     .qk_rope_store = cpu_qk_rope_store,
     .gated_rmsnorm_matmul = cpu_gated_rmsnorm_matmul,
     .mem_bandwidth = cpu_mem_bandwidth,

@@ -355,6 +355,7 @@ static const sl_backend_ops cuda_ops = {
     .add_rmsnorm = cu_add_rmsnorm,
     .matmul_multi = cu_matmul_multi,
     .swiglu_matmul = cu_swiglu_matmul,
+    .moe_shared = cu_moe_shared,
     .sigmoid_matmul = cu_sigmoid_matmul,
     .gated_rmsnorm_matmul = cu_gated_rmsnorm_matmul,
     .qk_rope_store = cu_qk_rope_store,

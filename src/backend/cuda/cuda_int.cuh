@@ -191,6 +191,16 @@ void cu_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, int n, 
 void cu_gemv_launch(cu_impl *c, const cu_w *w, const cu_expert *table, const int32_t *ids, int which, int slots,
                     int x_div, const float *x, long long x_stride, int n, float *y, long long y_stride);
 
+/* 1 when a matmul of w by n tokens runs through the GEMV kernels */
+int cu_gemv_takes(cu_impl *c, const sl_weight *w, int n);
+/* y = sum over s < k of weights[t][s] * d[t * k + s] + sigmoid(gate[t]) * (silu(g) * u) . w^T: a shared
+ * expert's down projection joining the routed experts' outputs (GEMV path only) */
+void cu_shared_down(cu_impl *c, const sl_weight *w, const float *g, const float *u, int n, const float *gate,
+                    const float *d, const float *weights, int k, float *y);
+void cu_moe_shared(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
+                   const float *weights, int k, const sl_weight *sh_down, const float *g, const float *u,
+                   const float *gate, float *out);
+
 /* the expert GEMVs of a MoE layer: gu[2][slots][inter] = gate, up of x; d[slots][hidden] = down of
  * silu(gate) * up */
 void cu_moe_gemv(cu_impl *c, const cu_w *gate, const cu_w *down, const cu_expert *table, const int32_t *ids,

@@ -308,7 +308,8 @@ struct gv_set {
  * the table entry ids[slot] (set.w[0] only sizes the grid) and grid z selects weight `which + z` and
  * output y + z * yz (gate and up in one launch). The input is x combined with xu as xmode says, formed
  * while staging, and with gz the gated RMSNorm of that over groups of gdim (weight gw, gate silu(gz)).
- * With ysc, token t's results are added to y scaled by sigmoid(ysc[t]) instead of stored. */
+ * With ysc, token t's results are added to y scaled by sigmoid(ysc[t]) instead of stored; with cd as well,
+ * y starts from the MoE combine sum over s < ck of cw[t][s] * cd[t * ck + s][row] instead of its contents. */
 /* The rows of one weight by the fast path of kind K. */
 template <int NT, int K>
 __device__ __forceinline__ void rows_kind(const cu_w &w, int row0, int c0, int cl, const float *sx, int padw, int n,
@@ -325,7 +326,7 @@ template <int NT, int K, int K2>
 __global__ void __launch_bounds__(GV_WARPS * 32)
     gemv_k(gv_set set, const cu_expert *table, const int32_t *ids, int which, int x_div, const float *x,
            const float *xu, int xmode, long long xs, int n, long long ys, long long yz, int chunk, const float *gz,
-           const float *gw, int gdim, float geps, const float *ysc) {
+           const float *gw, int gdim, float geps, const float *ysc, const float *cd, const float *cw, int ck) {
     extern __shared__ float4 smem4[];
     float *sx = (float *)smem4;
     int slot = blockIdx.y, total = set.g0[set.nw];
@@ -403,8 +404,14 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
                 if (lane == 0 && t < n && r < w.rows) {
                     v += w.bias ? w.bias[r] : 0.0f;
                     float *o = y + (long long)t * w.rows + r;
-                    if (ysc)
+                    if (cd) {
+                        float base = 0;
+                        for (int q = 0; q < ck; q++)
+                            base += cw[t * ck + q] * cd[((long long)t * ck + q) * w.rows + r];
+                        *o = base + cu_sigmoid(ysc[t]) * v;
+                    } else if (ysc) {
                         *o += cu_sigmoid(ysc[t]) * v;
+                    }
                     else
                         *o = v;
                 }
@@ -426,6 +433,8 @@ struct gv_call {
     const float *x, *xu; /* xu: combined with x as xmode says */
     int xmode;
     const float *ysc; /* per-token sigmoid scale of an accumulated result, or NULL */
+    const float *cd, *cw; /* with ysc: the routed experts' outputs and weights the result starts from */
+    int ck;
     long long x_stride, y_stride, yz;
     const float *gz, *gw; /* gz: the gate of a gated RMSNorm over groups of gdim applied to x, or NULL */
     int gdim;
@@ -453,7 +462,9 @@ template <int NT, int K, int K2 = K> static void launch_k(cu_impl *c, const gv_c
     cu_launch(c, gemv_k<NT, K, K2>, grid, GV_WARPS * 32, smem, set, g.table, g.ids, g.which, g.x_div, g.x + xo,
               g.xu ? g.xu + xo : (const float *)NULL, g.xmode, g.x_stride, n, g.y_stride, g.yz, chunk,
               g.gz ? g.gz + xo : (const float *)NULL, g.gw, g.gdim, g.geps,
-              g.ysc ? g.ysc + t0 : (const float *)NULL);
+              g.ysc ? g.ysc + t0 : (const float *)NULL,
+              g.cd ? g.cd + (long long)t0 * g.ck * set.w[0].rows : (const float *)NULL,
+              g.cw ? g.cw + (long long)t0 * g.ck : (const float *)NULL, g.ck);
 }
 
 /* The kinds a launch of two kinds can pair: 4-bit MLX projections with the 8-bit routers beside them. */
@@ -683,6 +694,21 @@ void cu_swiglu_matmul(sl_backend *b, const sl_weight *sw, const float *gt, const
     gv_call g = plain_call(&w, y, gt, u, XM_SWIGLU);
     g.ysc = gate;
     gemv_run(c, g, n);
+}
+
+void cu_shared_down(cu_impl *c, const sl_weight *sw, const float *gt, const float *u, int n, const float *gate,
+                    const float *d, const float *weights, int k, float *y) {
+    cu_w w = cu_w_of(sw);
+    gv_call g = plain_call(&w, y, gt, u, XM_SWIGLU);
+    g.ysc = gate;
+    g.cd = d;
+    g.cw = weights;
+    g.ck = k;
+    gemv_run(c, g, n);
+}
+
+int cu_gemv_takes(cu_impl *c, const sl_weight *w, int n) {
+    return n <= c->gemv_max && has_kernel(w);
 }
 
 void cu_sigmoid_matmul(sl_backend *b, const sl_weight *sw, const float *x, const float *gt, int n, float *y) {

@@ -82,24 +82,48 @@ static const cu_table *find_table(cu_impl *c, const sl_expert_table *t) {
     return NULL;
 }
 
-void cu_moe(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
-            const float *weights, int k, float *out) {
-    cu_impl *c = cu_of(b);
+/* The routed experts of n tokens: returns their outputs d[n * k][hidden] (in the MoE buffers), or NULL
+ * when there is nothing to do or it failed (recorded). */
+static const float *experts(cu_impl *c, const sl_expert_table *t, const float *x, int n, int hidden,
+                            const int32_t *ids, int k) {
     const cu_table *tab = find_table(c, t);
     if (!tab) {
         cu_fail(c, "moe: this layer's experts were not placed on the GPU");
-        return;
+        return NULL;
     }
     const sl_expert *e0 = NULL;
     for (int i = 0; i < t->n_experts && !e0; i++) e0 = t->experts[i];
-    if (!e0 || n <= 0) return;
+    if (!e0 || n <= 0) return NULL;
     int inter = e0->gate.rows, slots = n * k;
     size_t need = (size_t)slots * ((size_t)inter * 2 + (size_t)hidden) * sizeof(float);
-    if (cu_grow(c, (void **)&c->moe_buf, &c->moe_len, need, "MoE buffers")) return;
+    if (cu_grow(c, (void **)&c->moe_buf, &c->moe_len, need, "MoE buffers")) return NULL;
     float *g = c->moe_buf, *d = g + (size_t)2 * slots * inter;
     /* shapes and formats are per expert (read from the table); e0 only sizes the grids */
     cu_w gs = cu_w_of(&e0->gate), ds = cu_w_of(&e0->down);
     cu_moe_gemv(c, &gs, &ds, tab->d, ids, slots, k, x, hidden, g, d);
+    return d;
+}
+
+void cu_moe(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
+            const float *weights, int k, float *out) {
+    cu_impl *c = cu_of(b);
+    const float *d = experts(c, t, x, n, hidden, ids, k);
+    if (!d) return;
     cu_launch(c, moe_combine_k, dim3(CU_BLOCKS(hidden, 256), (unsigned)n), 256, 0, d, weights, k, hidden, out);
+    cu_check_launch(c, "moe");
+}
+
+void cu_moe_shared(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
+                   const float *weights, int k, const sl_weight *sh_down, const float *g, const float *u,
+                   const float *gate, float *out) {
+    cu_impl *c = cu_of(b);
+    if (!cu_gemv_takes(c, sh_down, n) || sh_down->rows != hidden) {
+        cu_moe(b, t, x, n, hidden, ids, weights, k, out);
+        cu_swiglu_matmul(b, sh_down, g, u, n, gate, out);
+        return;
+    }
+    /* the combine of the routed outputs happens in the shared expert's down projection */
+    const float *d = experts(c, t, x, n, hidden, ids, k);
+    if (d) cu_shared_down(c, sh_down, g, u, n, gate, d, weights, k, out);
     cu_check_launch(c, "moe");
 }
