@@ -102,6 +102,10 @@ typedef struct sl_backend_ops {
     /* y[i][n][w[i].rows] = x[n][cols] . w[i]^T (+ bias) for nw <= SL_MATMUL_MULTI weights of the same
      * cols sharing one input (q/k/v, gate/up, the delta-net's input projections) */
     void (*matmul_multi)(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n, float *const *y);
+    /* matmul_multi whose first output goes through the delta-net's causal conv: y[0] =
+     * conv1d_silu(x . w[0]^T) with taps conv_w [w[0].rows][kernel] and state advanced as conv1d_silu does */
+    void (*matmul_multi_conv)(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n, float *const *y,
+                              const float *conv_w, int kernel, float *state);
     /* p[n][w.rows] = (silu(g) * u)[n][w.cols] . w^T, the SwiGLU and the down projection of an MLP; then
      * y = p, or with gate (a sigmoid-gated shared expert joining the routed experts' sum)
      * y[i][:] += sigmoid(gate[i]) * p[i][:] */

@@ -87,3 +87,16 @@ void sl_moe_shared(sl_backend *b, const sl_expert_table *t, const float *x, int 
     op->moe(b, t, x, n, hidden, ids, weights, k, out);
     sl_swiglu_matmul(b, sh_down, g, u, n, gate, tmp, out);
 }
+
+void sl_matmul_multi_conv(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n, float *const *y,
+                          const float *conv_w, int kernel, float *state, float *tmp) {
+    const sl_backend_ops *op = b->ops;
+    if (op->matmul_multi_conv) {
+        op->matmul_multi_conv(b, nw, w, x, n, y, conv_w, kernel, state);
+        return;
+    }
+    float *yy[SL_MATMUL_MULTI];
+    for (int i = 0; i < nw && i < SL_MATMUL_MULTI; i++) yy[i] = i ? y[i] : tmp;
+    sl_matmul_multi(b, nw < SL_MATMUL_MULTI ? nw : SL_MATMUL_MULTI, w, x, n, yy);
+    op->conv1d_silu(b, tmp, n, w[0]->rows, conv_w, kernel, state, y[0]);
+}

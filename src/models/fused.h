@@ -9,6 +9,10 @@
 void sl_add_rmsnorm(sl_backend *b, float *x, const float *d, const float *w, int rows, int dim, float eps, float *y);
 /* y[i] = x . w[i]^T for nw weights of the same cols; more than SL_MATMUL_MULTI run in several calls. */
 void sl_matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n, float *const *y);
+/* sl_matmul_multi whose first output is conv1d_silu(x . w[0]^T) (taps conv_w, state advanced); tmp
+ * [n][w[0].rows] is scratch for the unfused path. nw <= SL_MATMUL_MULTI. */
+void sl_matmul_multi_conv(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n, float *const *y,
+                          const float *conv_w, int kernel, float *state, float *tmp);
 /* p = (silu(g) * u) . w^T; y = p, or with gate y[i][:] += sigmoid(gate[i]) * p[i][:]. g may be overwritten
  * (the unfused path forms the SwiGLU in it) and, with gate, the unfused path puts p in tmp[n][w.rows]. */
 void sl_swiglu_matmul(sl_backend *b, const sl_weight *w, float *g, const float *u, int n, const float *gate, float *tmp,

@@ -75,11 +75,9 @@ static void linear_attn(sl_model *m, sl_session *s, int l, const float *xn, int 
     sl_scratch *x = &s->s;
     sl_deltanet_dims d = {c->lin_n_k_heads,  c->lin_n_v_heads, c->lin_k_head_dim,
                           c->lin_v_head_dim, c->conv_kernel,   c->lin_v_tiled};
-    int conv_dim = sl_config_conv_dim(c);
     const sl_weight *w[4] = {&L->in_qkv, &L->in_z, &L->in_a, &L->in_b};
-    float *y[4] = {x->qkv, x->z, x->a, x->b};
-    sl_matmul_multi(be, 4, w, xn, n, y);
-    op->conv1d_silu(be, x->qkv, n, conv_dim, L->conv_w, d.conv_kernel, s->conv[l], x->conv);
+    float *y[4] = {x->conv, x->z, x->a, x->b};
+    sl_matmul_multi_conv(be, 4, w, xn, n, y, L->conv_w, d.conv_kernel, s->conv[l], x->qkv);
     op->deltanet(be, &d, x->conv, x->a, x->b, L->A_log, L->dt_bias, s->ssm[l], n, x->lin);
     sl_gated_rmsnorm_matmul(be, &L->out_proj, x->lin, x->z, L->lin_norm, d.v_dim, (float)c->rms_eps, n, out);
 }

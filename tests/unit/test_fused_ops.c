@@ -157,6 +157,7 @@ static sl_backend *unfused_of(sl_backend *be, unfused *u) {
     u->ops.swiglu_matmul = NULL;
     u->ops.sigmoid_matmul = NULL;
     u->ops.moe_shared = NULL;
+    u->ops.matmul_multi_conv = NULL;
     u->ops.qk_rope_store = NULL;
     u->ops.gated_rmsnorm_matmul = NULL;
     u->b = *be;
@@ -515,4 +516,69 @@ Test(fused_ops, moe_shared) {
     moe_shared_case(8, 3, 128, 64, 3, 1);
     moe_shared_case(6, 2, 64, 32, 20, 1); /* a prefill batch */
     moe_shared_case(4, 2, 32, 32, 2, 0);
+}
+
+/* two weights sharing x, the first through a causal conv of `kernel` taps + SiLU with its state */
+static void matmul_multi_conv_case(int ch, int cols, int kernel, int n, int fused) {
+    sl_backend *be = open_backend();
+    unfused u;
+    sl_backend *run = fused ? be : unfused_of(be, &u);
+    unsigned st = (unsigned)(ch * 3 + cols + kernel * 11 + n);
+    tweight t[2];
+    make_weight(be, &t[0], SL_WF_BF16, ch, cols, 0, &st);
+    make_weight(be, &t[1], SL_WF_F32, 24, cols, 1, &st);
+    int hist = kernel - 1;
+    size_t sl = (size_t)hist * (size_t)ch, ol = (size_t)n * (size_t)ch;
+    float *hx, *hw, *hs;
+    float *x = dev_rand(be, (size_t)n * (size_t)cols, &st, &hx),
+          *cw = dev_rand(be, (size_t)ch * (size_t)kernel, &st, &hw);
+    float *state = dev_rand(be, sl ? sl : 1, &st, &hs);
+    float *y0 = be->ops->alloc(be, ol * sizeof *y0), *y1 = be->ops->alloc(be, (size_t)n * 24 * sizeof *y1);
+    float *tmp = be->ops->alloc(be, ol * sizeof *tmp);
+    const sl_weight *w[2] = {&t[0].w, &t[1].w};
+    float *y[2] = {y0, y1};
+    if (fused) cr_assert_not_null(be->ops->matmul_multi_conv, "the backend has no matmul_multi_conv");
+    sl_matmul_multi_conv(run, 2, w, x, n, y, cw, kernel, state, tmp);
+    float *g0 = download(be, y0, ol), *g1 = download(be, y1, (size_t)n * 24), *gs = download(be, state, sl ? sl : 1);
+    check_ok(be);
+    float *raw = malloc(ol * sizeof *raw), *w0 = malloc(ol * sizeof *w0), *w1 = malloc((size_t)n * 24 * sizeof *w1);
+    float *ws = calloc(sl ? sl : 1, sizeof *ws);
+    ref_matmul(&t[0], hx, n, raw);
+    ref_matmul(&t[1], hx, n, w1);
+    for (int c = 0; c < ch; c++) {
+        for (int i = 0; i < n; i++) {
+            float s = 0;
+            for (int k = 0; k < kernel; k++) {
+                int src = i - hist + k;
+                s += hw[(size_t)c * (size_t)kernel + (size_t)k] *
+                     (src >= 0 ? raw[(size_t)src * (size_t)ch + (size_t)c]
+                               : hs[(size_t)(hist + src) * (size_t)ch + (size_t)c]);
+            }
+            w0[(size_t)i * (size_t)ch + (size_t)c] = s / (1.0f + expf(-s));
+        }
+        for (int h = 0; h < hist; h++) {
+            int src = n - hist + h;
+            ws[(size_t)h * (size_t)ch + (size_t)c] = src >= 0 ? raw[(size_t)src * (size_t)ch + (size_t)c]
+                                                              : hs[(size_t)(hist + src) * (size_t)ch + (size_t)c];
+        }
+    }
+    expect_close(g0, w0, ol, 1e-3f, "matmul_multi_conv conv output");
+    expect_close(g1, w1, (size_t)n * 24, 1e-3f, "matmul_multi_conv second output");
+    expect_close(gs, ws, sl, 1e-3f, "matmul_multi_conv state");
+    float *dv[] = {x, cw, state, y0, y1, tmp};
+    for (int i = 0; i < 6; i++) be->ops->free(be, dv[i]);
+    float *hp[] = {hx, hw, hs, g0, g1, gs, raw, w0, w1, ws};
+    for (int i = 0; i < 10; i++) free(hp[i]);
+    free_weight(&t[0]);
+    free_weight(&t[1]);
+    sl_backend_destroy(be);
+}
+
+Test(fused_ops, matmul_multi_conv) {
+    matmul_multi_conv_case(96, 128, 4, 1, 1);
+    matmul_multi_conv_case(40, 64, 4, 2, 1);  /* fewer tokens than the conv's history */
+    matmul_multi_conv_case(64, 64, 4, 12, 1); /* two GPU launches, the state carried between them */
+    matmul_multi_conv_case(32, 96, 3, 20, 1); /* a prefill batch */
+    matmul_multi_conv_case(16, 32, 1, 3, 1);  /* no history */
+    matmul_multi_conv_case(24, 64, 4, 3, 0);
 }

@@ -148,6 +148,16 @@ static float *act_buf(cpu_impl *c, size_t floats) {
     return c->act;
 }
 
+static void cpu_matmul_multi_conv(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n,
+                                  float *const *y, const float *conv_w, int kernel, float *state) {
+    if (nw < 1) return;
+    float *raw = act_buf(cpu_of(b), (size_t)n * (size_t)w[0]->rows);
+    if (!raw) return;
+    cpu_matmul(b, w[0], x, n, raw);
+    for (int i = 1; i < nw; i++) cpu_matmul(b, w[i], x, n, y[i]);
+    cpu_conv1d_silu(b, raw, n, w[0]->rows, conv_w, kernel, state, y[0]);
+}
+
 static void cpu_swiglu_matmul(sl_backend *b, const sl_weight *w, const float *g, const float *u, int n,
                               const float *gate, float *y) {
     size_t len = (size_t)n * (size_t)w->cols, out = (size_t)n * (size_t)w->rows;
@@ -224,6 +234,7 @@ static const sl_backend_ops cpu_ops = {
     .kv_store = cpu_kv_store,
     .add_rmsnorm = cpu_add_rmsnorm,
     .matmul_multi = cpu_matmul_multi,
+    .matmul_multi_conv = cpu_matmul_multi_conv,
     .swiglu_matmul = cpu_swiglu_matmul,
     .sigmoid_matmul = cpu_sigmoid_matmul,
     .moe_shared = cpu_moe_shared,

@@ -354,6 +354,7 @@ static const sl_backend_ops cuda_ops = {
     .kv_store = cu_kv_store,
     .add_rmsnorm = cu_add_rmsnorm,
     .matmul_multi = cu_matmul_multi,
+    .matmul_multi_conv = cu_matmul_multi_conv,
     .swiglu_matmul = cu_swiglu_matmul,
     .moe_shared = cu_moe_shared,
     .sigmoid_matmul = cu_sigmoid_matmul,

@@ -175,6 +175,8 @@ void cu_deltanet(sl_backend *b, const sl_deltanet_dims *d, const float *qkv, con
 void cu_gated_rmsnorm(sl_backend *b, float *x, const float *z, const float *w, int rows, int dim, float eps);
 void cu_add_rmsnorm(sl_backend *b, float *x, const float *d, const float *w, int rows, int dim, float eps, float *y);
 void cu_matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n, float *const *y);
+void cu_matmul_multi_conv(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n, float *const *y,
+                          const float *conv_w, int kernel, float *state);
 void cu_swiglu_matmul(sl_backend *b, const sl_weight *w, const float *g, const float *u, int n, const float *gate,
                       float *y);
 void cu_sigmoid_matmul(sl_backend *b, const sl_weight *w, const float *x, const float *g, int n, float *y);

@@ -309,7 +309,36 @@ struct gv_set {
  * output y + z * yz (gate and up in one launch). The input is x combined with xu as xmode says, formed
  * while staging, and with gz the gated RMSNorm of that over groups of gdim (weight gw, gate silu(gz)).
  * With ysc, token t's results are added to y scaled by sigmoid(ysc[t]) instead of stored; with cd as well,
- * y starts from the MoE combine sum over s < ck of cw[t][s] * cd[t * ck + s][row] instead of its contents. */
+ * y starts from the MoE combine sum over s < ck of cw[t][s] * cd[t * ck + s][row] instead of its contents.
+ * With conv_w, weight 0's outputs go through the causal conv + SiLU (conv_row) on their way to y. */
+/* Channel r of a causal depthwise conv + SiLU over n tokens whose inputs u[t] are in registers: y[t][r]
+ * from the taps wc[kernel] and the previous kernel-1 inputs in st[kernel-1][channels], which advances. */
+template <int NT>
+__device__ __forceinline__ void conv_row(const float (&u)[NT], int n, int r, int channels, const float *wc, int kernel,
+                                         float *st, float *y) {
+    int hist = kernel - 1;
+    for (int t = 0; t < n; t++) {
+        float s = 0;
+        for (int k = 0; k < kernel; k++) {
+            int src = t - hist + k;
+            float v = 0;
+#pragma unroll
+            for (int q = 0; q < NT; q++)
+                if (q == src) v = u[q];
+            s += wc[k] * (src >= 0 ? v : st[(long long)(hist + src) * channels + r]);
+        }
+        y[(long long)t * channels + r] = s * cu_sigmoid(s);
+    }
+    for (int h = 0; h < hist; h++) { /* row h reads only rows > h of the old state */
+        int src = n - hist + h;
+        float v = 0;
+#pragma unroll
+        for (int q = 0; q < NT; q++)
+            if (q == src) v = u[q];
+        st[(long long)h * channels + r] = src >= 0 ? v : st[(long long)(hist + src) * channels + r];
+    }
+}
+
 /* The rows of one weight by the fast path of kind K. */
 template <int NT, int K>
 __device__ __forceinline__ void rows_kind(const cu_w &w, int row0, int c0, int cl, const float *sx, int padw, int n,
@@ -326,7 +355,8 @@ template <int NT, int K, int K2>
 __global__ void __launch_bounds__(GV_WARPS * 32)
     gemv_k(gv_set set, const cu_expert *table, const int32_t *ids, int which, int x_div, const float *x,
            const float *xu, int xmode, long long xs, int n, long long ys, long long yz, int chunk, const float *gz,
-           const float *gw, int gdim, float geps, const float *ysc, const float *cd, const float *cw, int ck) {
+           const float *gw, int gdim, float geps, const float *ysc, const float *cd, const float *cw, int ck,
+           const float *conv_w, int conv_k, float *conv_st) {
     extern __shared__ float4 smem4[];
     float *sx = (float *)smem4;
     int slot = blockIdx.y, total = set.g0[set.nw];
@@ -398,6 +428,13 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
 #pragma unroll
         for (int rr = 0; rr < GV_RPW; rr++) {
             int r = row0 + rr;
+            if (conv_w && i == 0) { /* the conv of this channel over the n tokens, then its state */
+                float u[NT];
+#pragma unroll
+                for (int t = 0; t < NT; t++) u[t] = warp_sum(acc[rr][t]) + (w.bias && r < w.rows ? w.bias[r] : 0.0f);
+                if (lane == 0 && r < w.rows) conv_row(u, n, r, w.rows, conv_w + (long long)r * conv_k, conv_k, conv_st, y);
+                continue;
+            }
 #pragma unroll
             for (int t = 0; t < NT; t++) {
                 float v = warp_sum(acc[rr][t]);
@@ -435,6 +472,9 @@ struct gv_call {
     const float *ysc; /* per-token sigmoid scale of an accumulated result, or NULL */
     const float *cd, *cw; /* with ysc: the routed experts' outputs and weights the result starts from */
     int ck;
+    const float *conv_w; /* weight 0's outputs through a causal conv + SiLU with taps conv_w, state conv_st */
+    int conv_k;
+    float *conv_st;
     long long x_stride, y_stride, yz;
     const float *gz, *gw; /* gz: the gate of a gated RMSNorm over groups of gdim applied to x, or NULL */
     int gdim;
@@ -464,7 +504,7 @@ template <int NT, int K, int K2 = K> static void launch_k(cu_impl *c, const gv_c
               g.gz ? g.gz + xo : (const float *)NULL, g.gw, g.gdim, g.geps,
               g.ysc ? g.ysc + t0 : (const float *)NULL,
               g.cd ? g.cd + (long long)t0 * g.ck * set.w[0].rows : (const float *)NULL,
-              g.cw ? g.cw + (long long)t0 * g.ck : (const float *)NULL, g.ck);
+              g.cw ? g.cw + (long long)t0 * g.ck : (const float *)NULL, g.ck, g.conv_w, g.conv_k, g.conv_st);
 }
 
 /* The kinds a launch of two kinds can pair: 4-bit MLX projections with the 8-bit routers beside them. */
@@ -648,7 +688,32 @@ void cu_matmul(sl_backend *b, const sl_weight *sw, const float *x, int n, float 
     cu_check_launch(c, "matmul");
 }
 
+static void matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n, float *const *y,
+                         const float *conv_w, int conv_k, float *conv_st);
+
 void cu_matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n, float *const *y) {
+    matmul_multi(b, nw, w, x, n, y, NULL, 0, NULL);
+}
+
+void cu_matmul_multi_conv(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n, float *const *y,
+                          const float *conv_w, int kernel, float *state) {
+    cu_impl *c = cu_of(b);
+    if (nw < 1) return;
+    if (!cu_gemv_takes(c, w[0], n) || kernel < 1) {
+        /* tensor-core batches: weight 0's product in a scratch buffer, then the conv */
+        size_t len = (size_t)n * (size_t)w[0]->rows;
+        if (cu_grow(c, (void **)&c->act, &c->act_len, len * sizeof(float), "conv input")) return;
+        float *yy[SL_MATMUL_MULTI];
+        for (int i = 0; i < nw && i < SL_MATMUL_MULTI; i++) yy[i] = i ? y[i] : c->act;
+        matmul_multi(b, nw, w, x, n, yy, NULL, 0, NULL);
+        cu_conv1d_silu(b, c->act, n, w[0]->rows, conv_w, kernel, state, y[0]);
+        return;
+    }
+    matmul_multi(b, nw, w, x, n, y, conv_w, kernel, state);
+}
+
+static void matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n, float *const *y,
+                         const float *conv_w, int conv_k, float *conv_st) {
     cu_impl *c = cu_of(b);
     int done[SL_MATMUL_MULTI] = {0};
     for (int i = 0; i < nw && i < SL_MATMUL_MULTI; i++) {
@@ -673,6 +738,11 @@ void cu_matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const flo
             g.set.w[g.set.nw] = wj;
             g.set.y[g.set.nw++] = y[j];
             done[j] = 1;
+        }
+        if (i == 0) { /* weight 0 is first in the first launch */
+            g.conv_w = conv_w;
+            g.conv_k = conv_k;
+            g.conv_st = conv_st;
         }
         gemv_run(c, g, n);
     }
