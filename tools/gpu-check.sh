@@ -5,7 +5,7 @@
 #      when the build dependencies are missing there;
 #   2. every fixture model on the CUDA backend against its fp32 reference: a table of prefill/decode
 #      rel-L2, argmax agreement and pass/fail (targets: rel-L2 <= 3e-2, argmax equal at >= 95%);
-#   3. the whole Criterion model suite with SLUICE_BACKEND=cuda;
+#   3. the whole Criterion model suite with SLUICE_BACKEND=cuda, and the fused ops against host arithmetic;
 #   4. decode/prefill timings with `sluice bench --synthetic` (BENCH="shape:quant ..."), with recorded
 #      decode steps (CUDA graphs) on and off;
 #   5. with PROFILE=shape:quant, GPU time per kernel over a few decode steps (Nsight Compute).
@@ -29,9 +29,9 @@ if [ "${1:-}" = "--bundle" ]; then
     dir=${2:?--bundle needs a directory}
     mkdir -p "$dir/lib"
     build "$dir" || { tail -30 "$dir/build.log"; exit 1; }
-    cp "$BUILD/sluice" "$BUILD/test_models" "$dir/"
+    cp "$BUILD/sluice" "$BUILD/test_models" "$BUILD/test_fused_ops" "$dir/"
     # everything but the C runtime and CUDA, which the GPU machine has
-    ldd "$BUILD/sluice" "$BUILD/test_models" | awk '/=> \//{print $3}' | sort -u |
+    ldd "$BUILD/sluice" "$BUILD/test_models" "$BUILD/test_fused_ops" | awk '/=> \//{print $3}' | sort -u |
         grep -Ev '/(libc|libm|libdl|libpthread|librt|libresolv|libgcc_s|libstdc\+\+|libcuda|libcudart|libcublas|libcublasLt)\.so' |
         xargs -r cp -L -t "$dir/lib/"
     echo "bundle in $dir: $(ls "$dir" | tr '\n' ' ')"
@@ -67,6 +67,11 @@ fixtures() { # LABEL [VAR=VALUE...]: runs the suite with those variables and pri
 }
 fixtures cuda | tee "$OUT/fixtures.txt"
 suite=${PIPESTATUS[0]}
+# the fused ops (one launch for several) on the GPU against plain host arithmetic
+SLUICE_BACKEND=cuda "$BIN/test_fused_ops" --jobs 1 >"$OUT/test_fused_ops.log" 2>&1
+fused=$?
+echo "fused ops on cuda: $([ $fused -eq 0 ] && echo passed || echo FAILED)" | tee -a "$OUT/fixtures.txt"
+[ $fused -eq 0 ] || suite=1
 # the same with every matmul in fp32 GEMV kernels, and with decode steps issued directly
 [ -n "${DIAG:-}" ] && { fixtures fp32 SLUICE_CUDA_GEMV_MAX=100000; fixtures nographs SLUICE_CUDA_GRAPHS=0; } |
     tee -a "$OUT/fixtures.txt"
