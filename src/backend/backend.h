@@ -111,11 +111,12 @@ typedef struct sl_backend_ops {
      * y[i][:] += sigmoid(gate[i]) * p[i][:] */
     void (*swiglu_matmul)(sl_backend *b, const sl_weight *w, const float *g, const float *u, int n, const float *gate,
                           float *y);
-    /* moe() plus a sigmoid-gated shared expert whose gate and up projections g, u [n][sh_down.cols] are
-     * done: out = moe(...) + sigmoid(gate[i]) * (silu(g) * u) . sh_down^T, in one pass over out */
-    void (*moe_shared)(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
-                       const float *weights, int k, const sl_weight *sh_down, const float *g, const float *u,
-                       const float *gate, float *out);
+    /* A MoE layer with a sigmoid-gated shared expert whose gate and up projections g, u [n][sh_down.cols]
+     * are done: route() of logits [n][n_experts] (top-k, writing ids and weights), then
+     * out = moe(t, x, ids, weights) + sigmoid(gate[i]) * (silu(g) * u) . sh_down^T */
+    void (*moe_shared)(sl_backend *b, const sl_expert_table *t, const float *logits, int n_experts, int k, int renorm,
+                       int32_t *ids, float *weights, const float *x, int n, int hidden, const sl_weight *sh_down,
+                       const float *g, const float *u, const float *gate, float *out);
     /* y[n][w.rows] = (x * sigmoid(g))[n][w.cols] . w^T: a sigmoid-gated attention output and its projection */
     void (*sigmoid_matmul)(sl_backend *b, const sl_weight *w, const float *x, const float *g, int n, float *y);
     /* y[n][w.rows] = g[n][w.cols] . w^T with g = gated_rmsnorm(x, z, nw) over groups of dim (the delta-net's

@@ -153,14 +153,14 @@ void blk_moe(sl_model *m, sl_session *s, int l, const float *xn, int n, float *o
     const sl_weight *w[4] = {&L->router, &L->sh_router, &L->sh_gate, &L->sh_up};
     float *y[4] = {x->router, x->sh_gate, x->ff_g, x->ff_u};
     sl_matmul_multi(be, L->has_shared ? 4 : 1, w, xn, n, y);
-    op->route(be, x->router, n, c->n_experts, c->top_k, c->norm_topk_prob, x->moe_ids, x->moe_w);
     if (!L->has_shared) {
+        op->route(be, x->router, n, c->n_experts, c->top_k, c->norm_topk_prob, x->moe_ids, x->moe_w);
         op->moe(be, &L->experts, xn, n, c->hidden, x->moe_ids, x->moe_w, c->top_k, out);
         return;
     }
-    /* the routed experts + sigmoid(shared gate) * shared expert */
-    sl_moe_shared(be, &L->experts, xn, n, c->hidden, x->moe_ids, x->moe_w, c->top_k, &L->sh_down, x->ff_g, x->ff_u,
-                  x->sh_gate, x->ff_o, out);
+    /* routing, the routed experts + sigmoid(shared gate) * shared expert */
+    sl_moe_shared(be, &L->experts, x->router, c->n_experts, c->top_k, c->norm_topk_prob, x->moe_ids, x->moe_w, xn, n,
+                  c->hidden, &L->sh_down, x->ff_g, x->ff_u, x->sh_gate, x->ff_o, out);
 }
 
 void blk_ffn(sl_model *m, sl_session *s, int l, float *x, const float *attn_out, int n) {

@@ -76,14 +76,15 @@ void sl_gated_rmsnorm_matmul(sl_backend *b, const sl_weight *w, float *x, const 
     op->matmul(b, w, x, n, y);
 }
 
-void sl_moe_shared(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
-                   const float *weights, int k, const sl_weight *sh_down, float *g, const float *u, const float *gate,
-                   float *tmp, float *out) {
+void sl_moe_shared(sl_backend *b, const sl_expert_table *t, const float *logits, int n_experts, int k, int renorm,
+                   int32_t *ids, float *weights, const float *x, int n, int hidden, const sl_weight *sh_down, float *g,
+                   const float *u, const float *gate, float *tmp, float *out) {
     const sl_backend_ops *op = b->ops;
     if (op->moe_shared) {
-        op->moe_shared(b, t, x, n, hidden, ids, weights, k, sh_down, g, u, gate, out);
+        op->moe_shared(b, t, logits, n_experts, k, renorm, ids, weights, x, n, hidden, sh_down, g, u, gate, out);
         return;
     }
+    op->route(b, logits, n, n_experts, k, renorm, ids, weights);
     op->moe(b, t, x, n, hidden, ids, weights, k, out);
     sl_swiglu_matmul(b, sh_down, g, u, n, gate, tmp, out);
 }

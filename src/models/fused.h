@@ -17,11 +17,11 @@ void sl_matmul_multi_conv(sl_backend *b, int nw, const sl_weight *const *w, cons
  * (the unfused path forms the SwiGLU in it) and, with gate, the unfused path puts p in tmp[n][w.rows]. */
 void sl_swiglu_matmul(sl_backend *b, const sl_weight *w, float *g, const float *u, int n, const float *gate, float *tmp,
                       float *y);
-/* out = moe(t, x, ids, weights) + sigmoid(gate[i]) * (silu(g) * u) . sh_down^T; g may be overwritten and
- * tmp[n][hidden] is scratch for the unfused path. */
-void sl_moe_shared(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
-                   const float *weights, int k, const sl_weight *sh_down, float *g, const float *u, const float *gate,
-                   float *tmp, float *out);
+/* route(logits) into ids, weights; out = moe(t, x, ids, weights) + sigmoid(gate[i]) * (silu(g) * u) .
+ * sh_down^T. g may be overwritten and tmp[n][hidden] is scratch for the unfused path. */
+void sl_moe_shared(sl_backend *b, const sl_expert_table *t, const float *logits, int n_experts, int k, int renorm,
+                   int32_t *ids, float *weights, const float *x, int n, int hidden, const sl_weight *sh_down, float *g,
+                   const float *u, const float *gate, float *tmp, float *out);
 /* y = (x * sigmoid(g)) . w^T; x may be overwritten (the unfused path gates it in place). */
 void sl_sigmoid_matmul(sl_backend *b, const sl_weight *w, float *x, const float *g, int n, float *y);
 /* y = gated_rmsnorm(x, z, nw over groups of dim) . w^T; x may be overwritten. */

@@ -451,15 +451,34 @@ Test(fused_ops, gated_rmsnorm_matmul) {
     gated_rmsnorm_matmul_case(16, 2, 32, 2, 0);
 }
 
-/* E experts of hidden -> inter -> hidden, top-k routes given, plus a shared expert's down projection */
-static void moe_shared_case(int E, int k, int hidden, int inter, int n, int fused) {
+/* host routing of one token: softmax, top-k (ties to the lower index), optional renormalisation */
+static void ref_route(const float *l, int E, int k, int renorm, int32_t *ids, float *w) {
+    float mx = l[0], sum = 0, tot = 0;
+    for (int x = 1; x < E; x++) mx = fmaxf(mx, l[x]);
+    for (int x = 0; x < E; x++) sum += expf(l[x] - mx);
+    int taken[64] = {0};
+    for (int s = 0; s < k; s++) {
+        int bi = -1;
+        for (int x = 0; x < E; x++)
+            if (!taken[x] && (bi < 0 || l[x] > l[bi])) bi = x;
+        taken[bi] = 1;
+        ids[s] = bi;
+        w[s] = expf(l[bi] - mx) / sum;
+        tot += w[s];
+    }
+    if (renorm)
+        for (int s = 0; s < k; s++) w[s] /= tot;
+}
+
+/* E experts of hidden -> inter -> hidden routed top-k from logits, plus a shared expert's down projection */
+static void moe_shared_case(int E, int k, int renorm, int hidden, int inter, int n, int fused) {
     sl_backend *be = open_backend();
     unfused u;
     sl_backend *run = fused ? be : unfused_of(be, &u);
     unsigned st = (unsigned)(E * 7 + k * 3 + hidden + inter + n);
-    tweight tw[3 * 8], shd;
-    sl_expert ex[8];
-    const sl_expert *exp[8];
+    tweight tw[3 * 40], shd;
+    sl_expert ex[40];
+    const sl_expert *exp[40];
     for (int e = 0; e < E; e++) {
         make_weight(be, &tw[3 * e], SL_WF_BF16, inter, hidden, 0, &st);
         make_weight(be, &tw[3 * e + 1], SL_WF_BF16, inter, hidden, 0, &st);
@@ -472,18 +491,24 @@ static void moe_shared_case(int E, int k, int hidden, int inter, int n, int fuse
     if (be->ops->place_experts) cr_assert_eq(be->ops->place_experts(be, &tab, &e), 0, "%s", e.msg);
     make_weight(be, &shd, SL_WF_BF16, hidden, inter, 0, &st);
     size_t xl = (size_t)n * (size_t)hidden, gl = (size_t)n * (size_t)inter;
-    float *hx, *hg, *hu, *hs, *hw;
+    float *hx, *hg, *hu, *hs, *hw = NULL;
     float *x = dev_rand(be, xl, &st, &hx), *g = dev_rand(be, gl, &st, &hg), *up = dev_rand(be, gl, &st, &hu);
-    float *gate = dev_rand(be, (size_t)n, &st, &hs), *w = dev_rand(be, (size_t)n * (size_t)k, &st, &hw);
-    int32_t hid[64];
-    for (int i = 0; i < n * k; i++) hid[i] = (i * 5 + i / k) % E;
+    float *hl, *gate = dev_rand(be, (size_t)n, &st, &hs), *logits = dev_rand(be, (size_t)n * (size_t)E, &st, &hl);
+    float *w = be->ops->alloc(be, (size_t)n * (size_t)k * sizeof *w);
+    int32_t hid[64], gid[64];
+    hw = malloc((size_t)n * (size_t)k * sizeof *hw);
+    for (int t = 0; t < n; t++)
+        ref_route(hl + (size_t)t * (size_t)E, E, k, renorm, hid + t * k, hw + (size_t)t * (size_t)k);
     int32_t *ids = be->ops->alloc(be, sizeof hid);
-    be->ops->upload(be, ids, hid, sizeof hid);
     float *tmp = be->ops->alloc(be, xl * sizeof *tmp), *out = be->ops->alloc(be, xl * sizeof *out);
     if (fused) cr_assert_not_null(be->ops->moe_shared, "the backend has no moe_shared");
-    sl_moe_shared(run, &tab, x, n, hidden, ids, w, k, &shd.w, g, up, gate, tmp, out);
-    float *got = download(be, out, xl);
+    sl_moe_shared(run, &tab, logits, E, k, renorm, ids, w, x, n, hidden, &shd.w, g, up, gate, tmp, out);
+    float *got = download(be, out, xl), *gw = download(be, w, (size_t)n * (size_t)k);
+    be->ops->download(be, gid, ids, (size_t)n * (size_t)k * sizeof *gid);
     check_ok(be);
+    for (int i = 0; i < n * k; i++)
+        cr_assert_eq(gid[i], hid[i], "moe_shared: route %d is expert %d, expected %d", i, gid[i], hid[i]);
+    expect_close(gw, hw, (size_t)n * (size_t)k, 1e-5f, "moe_shared routing weights");
     float *want = calloc(xl, sizeof *want), *a = malloc(gl * sizeof *a), *gg = malloc((size_t)inter * sizeof *gg),
           *uu = malloc((size_t)inter * sizeof *uu), *dd = malloc((size_t)hidden * sizeof *dd);
     for (int t = 0; t < n; t++) {
@@ -501,21 +526,22 @@ static void moe_shared_case(int E, int k, int hidden, int inter, int n, int fuse
     ref_matmul(&shd, a, n, sh);
     for (size_t i = 0; i < xl; i++) want[i] += sh[i] / (1.0f + expf(-hs[i / (size_t)hidden]));
     expect_close(got, want, xl, 1e-3f, "moe_shared");
-    float *dv[] = {x, g, up, gate, w, tmp, out};
-    for (int i = 0; i < 7; i++) be->ops->free(be, dv[i]);
+    float *dv[] = {x, g, up, gate, w, tmp, out, logits};
+    for (int i = 0; i < 8; i++) be->ops->free(be, dv[i]);
     be->ops->free(be, ids);
-    float *hp[] = {hx, hg, hu, hs, hw, got, want, a, gg, uu, dd, sh};
-    for (int i = 0; i < 12; i++) free(hp[i]);
+    float *hp[] = {hx, hg, hu, hs, hw, got, want, a, gg, uu, dd, sh, hl, gw};
+    for (int i = 0; i < 14; i++) free(hp[i]);
     for (int i = 0; i < 3 * E; i++) free_weight(&tw[i]);
     free_weight(&shd);
     sl_backend_destroy(be);
 }
 
 Test(fused_ops, moe_shared) {
-    moe_shared_case(4, 2, 64, 32, 1, 1);
-    moe_shared_case(8, 3, 128, 64, 3, 1);
-    moe_shared_case(6, 2, 64, 32, 20, 1); /* a prefill batch */
-    moe_shared_case(4, 2, 32, 32, 2, 0);
+    moe_shared_case(4, 2, 1, 64, 32, 1, 1);
+    moe_shared_case(8, 3, 0, 128, 64, 3, 1);
+    moe_shared_case(40, 8, 1, 64, 32, 2, 1); /* more experts than a warp has lanes */
+    moe_shared_case(6, 2, 1, 64, 32, 20, 1); /* a prefill batch */
+    moe_shared_case(4, 2, 0, 32, 32, 2, 0);
 }
 
 /* two weights sharing x, the first through a causal conv of `kernel` taps + SiLU with its state */

@@ -174,9 +174,10 @@ static void cpu_swiglu_matmul(sl_backend *b, const sl_weight *w, const float *g,
     cpu_add(b, y, p, out);
 }
 
-static void cpu_moe_shared(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden,
-                           const int32_t *ids, const float *weights, int k, const sl_weight *sh_down, const float *g,
-                           const float *u, const float *gate, float *out) {
+static void cpu_moe_shared(sl_backend *b, const sl_expert_table *t, const float *logits, int n_experts, int k,
+                           int renorm, int32_t *ids, float *weights, const float *x, int n, int hidden,
+                           const sl_weight *sh_down, const float *g, const float *u, const float *gate, float *out) {
+    cpu_route(b, logits, n, n_experts, k, renorm, ids, weights);
     cpu_moe(b, t, x, n, hidden, ids, weights, k, out);
     cpu_swiglu_matmul(b, sh_down, g, u, n, gate, out);
 }

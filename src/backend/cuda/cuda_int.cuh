@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <math.h>
 #include <stdint.h>
 
 extern "C" {
@@ -148,6 +149,53 @@ __device__ __forceinline__ float block_sum(float v, float *sh) {
     return warp_sum(t);
 }
 
+/* Routing of one token by one warp: softmax over the ne logits l, top-k by repeated max (ties to the lower
+ * index, as the CPU does), optional renormalisation. rs is ne floats of shared scratch. The ids go to
+ * sel (shared, k ints) when set, and ids and weights to global memory when set. */
+__device__ __forceinline__ void cu_route_warp(const float *l, int ne, int k, int renorm, float *rs, int *sel,
+                                              int32_t *ids, float *weights) {
+    int lane = threadIdx.x & 31;
+    float mx = -INFINITY;
+    for (int x = lane; x < ne; x += 32) {
+        rs[x] = l[x];
+        mx = fmaxf(mx, l[x]);
+    }
+    mx = warp_max(mx);
+    float sum = 0;
+    for (int x = lane; x < ne; x += 32) sum += expf(l[x] - mx);
+    sum = warp_sum(sum);
+    __syncwarp();
+    float tot = 0, mine = 0;
+    for (int s = 0; s < k; s++) {
+        float bv = -INFINITY;
+        int bi = ne;
+        for (int x = lane; x < ne; x += 32)
+            if (rs[x] > bv || (rs[x] == bv && x < bi)) {
+                bv = rs[x];
+                bi = x;
+            }
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) {
+                bv = ov;
+                bi = oi;
+            }
+        }
+        if (bi >= ne) bi = 0; /* only when every logit is NaN */
+        float w = expf(l[bi] - mx) / sum;
+        if (lane == s) mine = w;
+        if (lane == 0) {
+            if (sel) sel[s] = bi;
+            if (ids) ids[s] = bi;
+            rs[bi] = __int_as_float(0x7fc00000); /* NaN fails every comparison: never taken twice */
+        }
+        tot += w;
+        __syncwarp();
+    }
+    if (weights && lane < k) weights[lane] = renorm ? mine / tot : mine;
+}
+
 /* ops implemented per file */
 double cu_mem_bandwidth(sl_backend *b);
 double cu_peak_flops(sl_backend *b);
@@ -199,13 +247,17 @@ int cu_gemv_takes(cu_impl *c, const sl_weight *w, int n);
  * expert's down projection joining the routed experts' outputs (GEMV path only) */
 void cu_shared_down(cu_impl *c, const sl_weight *w, const float *g, const float *u, int n, const float *gate,
                     const float *d, const float *weights, int k, float *y);
-void cu_moe_shared(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
-                   const float *weights, int k, const sl_weight *sh_down, const float *g, const float *u,
-                   const float *gate, float *out);
+void cu_moe_shared(sl_backend *b, const sl_expert_table *t, const float *logits, int n_experts, int k, int renorm,
+                   int32_t *ids, float *weights, const float *x, int n, int hidden, const sl_weight *sh_down,
+                   const float *g, const float *u, const float *gate, float *out);
 
 /* the expert GEMVs of a MoE layer: gu[2][slots][inter] = gate, up of x; d[slots][hidden] = down of
- * silu(gate) * up */
-void cu_moe_gemv(cu_impl *c, const cu_w *gate, const cu_w *down, const cu_expert *table, const int32_t *ids,
-                 int slots, int k, const float *x, int hidden, float *gu, float *d);
+ * silu(gate) * up. With logits (ne per token), the gate/up launch routes first and writes ids and
+ * weights; else ids are given. */
+void cu_moe_gemv(cu_impl *c, const cu_w *gate, const cu_w *down, const cu_expert *table, int32_t *ids, int slots,
+                 int k, const float *x, int hidden, float *gu, float *d, const float *logits, int ne, int renorm,
+                 float *weights);
+/* 1 when the gate/up launch can route ne experts itself (its staging memory holds the logits) */
+int cu_moe_routes(int ne, int hidden);
 
 #endif

@@ -310,7 +310,9 @@ struct gv_set {
  * while staging, and with gz the gated RMSNorm of that over groups of gdim (weight gw, gate silu(gz)).
  * With ysc, token t's results are added to y scaled by sigmoid(ysc[t]) instead of stored; with cd as well,
  * y starts from the MoE combine sum over s < ck of cw[t][s] * cd[t * ck + s][row] instead of its contents.
- * With conv_w, weight 0's outputs go through the causal conv + SiLU (conv_row) on their way to y. */
+ * With conv_w, weight 0's outputs go through the causal conv + SiLU (conv_row) on their way to y. With rl,
+ * a table launch routes first: each block picks its slot's expert from token slot / x_div's logits rl (rne
+ * per token, top-x_div), and one block per token writes the ids and weights to rids and rw. */
 /* Channel r of a causal depthwise conv + SiLU over n tokens whose inputs u[t] are in registers: y[t][r]
  * from the taps wc[kernel] and the previous kernel-1 inputs in st[kernel-1][channels], which advances. */
 template <int NT>
@@ -356,7 +358,8 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     gemv_k(gv_set set, const cu_expert *table, const int32_t *ids, int which, int x_div, const float *x,
            const float *xu, int xmode, long long xs, int n, long long ys, long long yz, int chunk, const float *gz,
            const float *gw, int gdim, float geps, const float *ysc, const float *cd, const float *cw, int ck,
-           const float *conv_w, int conv_k, float *conv_st) {
+           const float *conv_w, int conv_k, float *conv_st, const float *rl, int rne, int rrenorm, int32_t *rids,
+           float *rw) {
     extern __shared__ float4 smem4[];
     float *sx = (float *)smem4;
     int slot = blockIdx.y, total = set.g0[set.nw];
@@ -377,7 +380,20 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     }
     cu_pdl_enter();
     cu_w tw = set.w[0];
-    if (table) tw = table[ids[slot]].w[which + blockIdx.z];
+    if (rl) {
+        __shared__ int sel[32];
+        int t = slot / x_div;
+        if (threadIdx.x < 32) {
+            bool out = blockIdx.x == 0 && blockIdx.z == 0 && slot % x_div == 0;
+            cu_route_warp(rl + (long long)t * rne, rne, x_div, rrenorm, sx, sel,
+                          out ? rids + (long long)t * x_div : (int32_t *)NULL,
+                          out ? rw + (long long)t * x_div : (float *)NULL);
+        }
+        __syncthreads(); /* sel is set; sx is staged over only after the next barrier */
+        tw = table[sel[slot % x_div]].w[which + blockIdx.z];
+    } else if (table) {
+        tw = table[ids[slot]].w[which + blockIdx.z];
+    }
     x += (long long)(slot / x_div) * xs;
     if (xu) xu += (long long)(slot / x_div) * xs;
     long long yoff = (long long)slot * ys + (long long)blockIdx.z * yz;
@@ -475,6 +491,10 @@ struct gv_call {
     const float *conv_w; /* weight 0's outputs through a causal conv + SiLU with taps conv_w, state conv_st */
     int conv_k;
     float *conv_st;
+    const float *rl; /* routing inside the launch: logits [tokens][rne], ids and weights written to rids, rw */
+    int rne, rrenorm;
+    int32_t *rids;
+    float *rw;
     long long x_stride, y_stride, yz;
     const float *gz, *gw; /* gz: the gate of a gated RMSNorm over groups of gdim applied to x, or NULL */
     int gdim;
@@ -504,7 +524,8 @@ template <int NT, int K, int K2 = K> static void launch_k(cu_impl *c, const gv_c
               g.gz ? g.gz + xo : (const float *)NULL, g.gw, g.gdim, g.geps,
               g.ysc ? g.ysc + t0 : (const float *)NULL,
               g.cd ? g.cd + (long long)t0 * g.ck * set.w[0].rows : (const float *)NULL,
-              g.cw ? g.cw + (long long)t0 * g.ck : (const float *)NULL, g.ck, g.conv_w, g.conv_k, g.conv_st);
+              g.cw ? g.cw + (long long)t0 * g.ck : (const float *)NULL, g.ck, g.conv_w, g.conv_k, g.conv_st, g.rl, g.rne,
+              g.rrenorm, g.rids, g.rw);
 }
 
 /* The kinds a launch of two kinds can pair: 4-bit MLX projections with the 8-bit routers beside them. */
@@ -585,13 +606,26 @@ void cu_gemv_launch(cu_impl *c, const cu_w *w, const cu_expert *table, const int
     gemv_run(c, g, n);
 }
 
-void cu_moe_gemv(cu_impl *c, const cu_w *gate, const cu_w *down, const cu_expert *table, const int32_t *ids,
-                 int slots, int k, const float *x, int hidden, float *gu, float *d) {
+int cu_moe_routes(int ne, int hidden) {
+    /* the gate/up launch of one token stages `hidden` inputs (rounded up to 256) at least */
+    int chunk = chunk_for(1);
+    int staged = chunk > hidden ? (hidden + 255) / 256 * 256 : chunk;
+    return ne <= staged;
+}
+
+void cu_moe_gemv(cu_impl *c, const cu_w *gate, const cu_w *down, const cu_expert *table, int32_t *ids, int slots,
+                 int k, const float *x, int hidden, float *gu, float *d, const float *logits, int ne, int renorm,
+                 float *weights) {
     int inter = gate->rows;
     /* gate and up of every routed slot in one launch, into gu[0] and gu[slots * inter] */
     gv_call g1 = plain_call(gate, gu, x, NULL, XM_PLAIN);
     g1.table = table;
     g1.ids = ids;
+    g1.rl = logits;
+    g1.rne = ne;
+    g1.rrenorm = renorm;
+    g1.rids = ids;
+    g1.rw = weights;
     g1.slots = slots;
     g1.nz = 2;
     g1.x_div = k;
