@@ -382,6 +382,7 @@ static void cu_destroy(sl_backend *b) {
     cudaFree(c->xtmp);
     cudaFree(c->ids);
     cudaFree(c->att_part);
+    cudaFree(c->att_cnt);
     cudaFree(c->moe_buf);
     cudaFree(c->act);
     cudaFree(c->d_step);
@@ -445,7 +446,9 @@ int sl_cuda_backend_create(int device, sl_backend **out, char *about, size_t abo
         cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(c->blas, c->st) != CUBLAS_STATUS_SUCCESS ||
         cudaMalloc((void **)&c->d_step, sizeof(cu_step)) != cudaSuccess ||
         cudaMallocHost((void **)&c->h_step, sizeof(cu_step)) != cudaSuccess ||
-        cudaMalloc((void **)&c->att_part, part) != cudaSuccess) {
+        cudaMalloc((void **)&c->att_part, part) != cudaSuccess ||
+        cudaMalloc((void **)&c->att_cnt, ATT_CNT * sizeof(int)) != cudaSuccess ||
+        cudaMemset(c->att_cnt, 0, ATT_CNT * sizeof(int)) != cudaSuccess) {
         snprintf(about, about_len, "setting up %s: %s", p.name, cudaGetErrorString(cudaGetLastError()));
         cu_destroy(b);
         return -1;
