@@ -353,9 +353,12 @@ __device__ __forceinline__ void rows_kind(const cu_w &w, int row0, int c0, int c
 }
 
 /* K2 != K: a launch whose weights come in two kinds (MLX routers kept at 8 bits beside 4-bit projections). */
-template <int NT, int K, int K2>
+/* FX: the extras a variant has: 0 none, 1 the combined inputs (xu) and the gated or combining outputs (ysc,
+ * cd), 2 all (also the gated norm, the conv and the routing). Variants without extras keep their registers
+ * for the loads. */
+template <int NT, int K, int K2, int FX>
 __global__ void __launch_bounds__(GV_WARPS * 32)
-    gemv_k(gv_set set, const cu_expert *table, const int32_t *ids, int which, int x_div, const float *x,
+    gemv_k(const __grid_constant__ gv_set set, const cu_expert *table, const int32_t *ids, int which, int x_div, const float *x,
            const float *xu, int xmode, long long xs, int n, long long ys, long long yz, int chunk, const float *gz,
            const float *gw, int gdim, float geps, const float *ysc, const float *cd, const float *cw, int ck,
            const float *conv_w, int conv_k, float *conv_st, const float *rl, int rne, int rrenorm, int32_t *rids,
@@ -380,7 +383,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     }
     cu_pdl_enter();
     cu_w tw = set.w[0];
-    if (rl) {
+    if (FX > 1 && rl) {
         __shared__ int sel[32];
         int t = slot / x_div;
         if (threadIdx.x < 32) {
@@ -395,7 +398,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
         tw = table[ids[slot]].w[which + blockIdx.z];
     }
     x += (long long)(slot / x_div) * xs;
-    if (xu) xu += (long long)(slot / x_div) * xs;
+    if (FX && xu) xu += (long long)(slot / x_div) * xs;
     long long yoff = (long long)slot * ys + (long long)blockIdx.z * yz;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int cols = tw.cols, padw = pad(chunk), single = cols <= chunk;
@@ -425,9 +428,9 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
             int cl = min(chunk, cols - c0);
             if (!single || rb == (int)blockIdx.x) {
                 __syncthreads();
-                stage(x, xu, xmode, cols, c0, cl, n, sx, padw);
+                stage(x, xu, FX ? xmode : XM_PLAIN, cols, c0, cl, n, sx, padw);
                 __syncthreads();
-                if (gz) {
+                if (FX > 1 && gz) {
                     stage_norm_gate(gz, gw, gdim, geps, cols, c0, cl, n, sx, padw);
                     __syncthreads();
                 }
@@ -444,7 +447,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
 #pragma unroll
         for (int rr = 0; rr < GV_RPW; rr++) {
             int r = row0 + rr;
-            if (conv_w && i == 0) { /* the conv of this channel over the n tokens, then its state */
+            if (FX > 1 && conv_w && i == 0) { /* the conv of this channel over the n tokens, then its state */
                 float u[NT];
 #pragma unroll
                 for (int t = 0; t < NT; t++) u[t] = warp_sum(acc[rr][t]) + (w.bias && r < w.rows ? w.bias[r] : 0.0f);
@@ -457,12 +460,12 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
                 if (lane == 0 && t < n && r < w.rows) {
                     v += w.bias ? w.bias[r] : 0.0f;
                     float *o = y + (long long)t * w.rows + r;
-                    if (cd) {
+                    if (FX && cd) {
                         float base = 0;
                         for (int q = 0; q < ck; q++)
                             base += cw[t * ck + q] * cd[((long long)t * ck + q) * w.rows + r];
                         *o = base + cu_sigmoid(ysc[t]) * v;
-                    } else if (ysc) {
+                    } else if (FX && ysc) {
                         *o += cu_sigmoid(ysc[t]) * v;
                     }
                     else
@@ -501,7 +504,7 @@ struct gv_call {
     float geps;
 };
 
-template <int NT, int K, int K2 = K> static void launch_k(cu_impl *c, const gv_call &g, const gv_set &set, int t0, int n) {
+template <int NT, int K, int K2, int FX> static void launch_k(cu_impl *c, const gv_call &g, const gv_set &set, int t0, int n) {
     int cols = set.w[0].cols;
     int chunk = chunk_for(NT);
     if (chunk > cols) chunk = (cols + 255) / 256 * 256;
@@ -509,7 +512,7 @@ template <int NT, int K, int K2 = K> static void launch_k(cu_impl *c, const gv_c
     static int per_sm; /* resident blocks per SM of this variant, for the staging size last seen */
     static size_t per_sm_smem;
     if (!per_sm || per_sm_smem != smem) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_k<NT, K, K2>, GV_WARPS * 32, smem) != cudaSuccess ||
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_k<NT, K, K2, FX>, GV_WARPS * 32, smem) != cudaSuccess ||
             per_sm < 1)
             per_sm = 1;
         per_sm_smem = smem;
@@ -519,13 +522,30 @@ template <int NT, int K, int K2 = K> static void launch_k(cu_impl *c, const gv_c
     if (g.slots * g.nz > 1) fit = (fit + (unsigned)(g.slots * g.nz) - 1) / (unsigned)(g.slots * g.nz);
     dim3 grid(groups < fit ? groups : fit, (unsigned)g.slots, (unsigned)g.nz);
     long long xo = (long long)t0 * cols;
-    cu_launch(c, gemv_k<NT, K, K2>, grid, GV_WARPS * 32, smem, set, g.table, g.ids, g.which, g.x_div, g.x + xo,
+    cu_launch(c, gemv_k<NT, K, K2, FX>, grid, GV_WARPS * 32, smem, set, g.table, g.ids, g.which, g.x_div, g.x + xo,
               g.xu ? g.xu + xo : (const float *)NULL, g.xmode, g.x_stride, n, g.y_stride, g.yz, chunk,
               g.gz ? g.gz + xo : (const float *)NULL, g.gw, g.gdim, g.geps,
               g.ysc ? g.ysc + t0 : (const float *)NULL,
               g.cd ? g.cd + (long long)t0 * g.ck * set.w[0].rows : (const float *)NULL,
               g.cw ? g.cw + (long long)t0 * g.ck : (const float *)NULL, g.ck, g.conv_w, g.conv_k, g.conv_st, g.rl, g.rne,
               g.rrenorm, g.rids, g.rw);
+}
+
+/* One kind, with the extras FX (see gemv_k). */
+template <int NT, int FX>
+static void launch_kind(cu_impl *c, const gv_call &g, const gv_set &set, int t0, int n, int kind) {
+    switch (kind) {
+    case KIND_BF16: launch_k<NT, KIND_BF16, KIND_BF16, FX>(c, g, set, t0, n); break;
+    case KIND_F16: launch_k<NT, KIND_F16, KIND_F16, FX>(c, g, set, t0, n); break;
+    case KIND_F32: launch_k<NT, KIND_F32, KIND_F32, FX>(c, g, set, t0, n); break;
+    case KIND_MLX + 2: launch_k<NT, KIND_MLX + 2, KIND_MLX + 2, FX>(c, g, set, t0, n); break;
+    case KIND_MLX + 3: launch_k<NT, KIND_MLX + 3, KIND_MLX + 3, FX>(c, g, set, t0, n); break;
+    case KIND_MLX + 4: launch_k<NT, KIND_MLX + 4, KIND_MLX + 4, FX>(c, g, set, t0, n); break;
+    case KIND_MLX + 5: launch_k<NT, KIND_MLX + 5, KIND_MLX + 5, FX>(c, g, set, t0, n); break;
+    case KIND_MLX + 6: launch_k<NT, KIND_MLX + 6, KIND_MLX + 6, FX>(c, g, set, t0, n); break;
+    case KIND_MLX + 8: launch_k<NT, KIND_MLX + 8, KIND_MLX + 8, FX>(c, g, set, t0, n); break;
+    default: launch_k<NT, KIND_ELEM, KIND_ELEM, FX>(c, g, set, t0, n); break;
+    }
 }
 
 /* The kinds a launch of two kinds can pair: 4-bit MLX projections with the 8-bit routers beside them. */
@@ -539,23 +559,17 @@ template <int NT> static void launch_nt(cu_impl *c, const gv_call &g, const gv_s
         if (kind_of(set.w[i]) != k1) k2 = kind_of(set.w[i]);
     if (k2 != k1) {
         if (k1 == KIND_MLX + 4)
-            launch_k<NT, KIND_MLX + 4, KIND_MLX + 8>(c, g, set, t0, n);
+            launch_k<NT, KIND_MLX + 4, KIND_MLX + 8, 0>(c, g, set, t0, n);
         else
-            launch_k<NT, KIND_MLX + 8, KIND_MLX + 4>(c, g, set, t0, n);
+            launch_k<NT, KIND_MLX + 8, KIND_MLX + 4, 0>(c, g, set, t0, n);
         return;
     }
-    switch (k1) {
-    case KIND_BF16: launch_k<NT, KIND_BF16>(c, g, set, t0, n); break;
-    case KIND_F16: launch_k<NT, KIND_F16>(c, g, set, t0, n); break;
-    case KIND_F32: launch_k<NT, KIND_F32>(c, g, set, t0, n); break;
-    case KIND_MLX + 2: launch_k<NT, KIND_MLX + 2>(c, g, set, t0, n); break;
-    case KIND_MLX + 3: launch_k<NT, KIND_MLX + 3>(c, g, set, t0, n); break;
-    case KIND_MLX + 4: launch_k<NT, KIND_MLX + 4>(c, g, set, t0, n); break;
-    case KIND_MLX + 5: launch_k<NT, KIND_MLX + 5>(c, g, set, t0, n); break;
-    case KIND_MLX + 6: launch_k<NT, KIND_MLX + 6>(c, g, set, t0, n); break;
-    case KIND_MLX + 8: launch_k<NT, KIND_MLX + 8>(c, g, set, t0, n); break;
-    default: launch_k<NT, KIND_ELEM>(c, g, set, t0, n); break;
-    }
+    if (g.gz || g.conv_w || g.rl)
+        launch_kind<NT, 2>(c, g, set, t0, n, k1);
+    else if (g.xu || g.ysc || g.cd)
+        launch_kind<NT, 1>(c, g, set, t0, n, k1);
+    else
+        launch_kind<NT, 0>(c, g, set, t0, n, k1);
 }
 
 /* Row groups per weight of g.set; every weight in it must have the same kind and cols. */
@@ -768,7 +782,8 @@ static void matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const
             int other = ki;
             for (int q = 1; q < g.set.nw; q++)
                 if (kind_of(g.set.w[q]) != ki) other = kind_of(g.set.w[q]);
-            if (kj != ki && (other != ki ? kj != other : !pairable(ki, kj))) continue;
+            /* (two-kind launches have no epilogue extras: not with the conv) */
+            if (kj != ki && (conv_w || (other != ki ? kj != other : !pairable(ki, kj)))) continue;
             g.set.w[g.set.nw] = wj;
             g.set.y[g.set.nw++] = y[j];
             done[j] = 1;
