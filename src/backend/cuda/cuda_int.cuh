@@ -43,6 +43,7 @@ struct cu_table {
 };
 
 struct cu_impl {
+    sl_backend_ops ops; /* the op table, less the fused ops SLUICE_CUDA_UNFUSE names */
     int dev;
     cudaStream_t st;
     cublasHandle_t blas;
