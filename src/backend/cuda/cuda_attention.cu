@@ -207,7 +207,7 @@ void cu_attention(sl_backend *b, const float *q, const float *kc, const float *v
         size_t need = (size_t)n_heads * DEC_SPLITS * (size_t)(head_dim + 2) * sizeof(float);
         if (cu_grow(c, (void **)&c->att_part, &c->att_part_len, need, "attention partials")) return;
         /* heads within the counters merge in the decode kernel's last slice, others in a second kernel */
-        int *cnt = n_heads <= ATT_CNT ? c->att_cnt : NULL;
+        int *cnt = n_heads <= ATT_CNT && !c->att_merge2 ? c->att_cnt : NULL;
         cu_launch(c, att_decode_k, dim3((unsigned)splits, (unsigned)n_heads), DEC_WARPS * 32, 0, a, splits,
                   c->att_part, cnt);
         if (!cnt) cu_launch(c, att_merge_k, n_heads, 128, 0, c->att_part, splits, head_dim, out);

@@ -373,7 +373,8 @@ static const sl_backend_ops cuda_ops = {
 };
 
 /* SLUICE_CUDA_UNFUSE=all or a comma list of fused op names: those ops are left out, so the models issue
- * the plain sequences instead (for measuring what each fusion gains). */
+ * the plain sequences instead (for measuring what each fusion gains); attention_merge merges decode
+ * attention's slices in a kernel of its own. */
 static void unfuse(sl_backend_ops *o, const char *list) {
     struct {
         const char *name;
@@ -450,6 +451,7 @@ int sl_cuda_backend_create(int device, sl_backend **out, char *about, size_t abo
     c->ops = cuda_ops;
     const char *uf = getenv("SLUICE_CUDA_UNFUSE");
     if (uf) unfuse(&c->ops, uf);
+    c->att_merge2 = uf && (!strcmp(uf, "all") || strstr(uf, "attention_merge"));
     b->ops = &c->ops;
     b->impl = c;
     b->destroy = cu_destroy;

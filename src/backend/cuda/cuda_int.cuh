@@ -64,6 +64,7 @@ struct cu_impl {
     float *att_part; /* decode attention: per-split partial results */
     size_t att_part_len;
     int *att_cnt; /* decode attention: slices done per head (ATT_CNT heads), zero between kernels */
+    int att_merge2; /* decode attention merges in a second kernel (SLUICE_CUDA_UNFUSE=attention_merge) */
     float *moe_buf; /* gate/up/down outputs per routed slot */
     size_t moe_len;
     float *act; /* swiglu_matmul of a tensor-core batch: the SwiGLU input */
