@@ -1,7 +1,7 @@
 /* Causal GQA attention on the GPU, in fp32 with online softmax (no n x n score buffer).
  * Prefill: a block is 4 consecutive queries of one head; key/value tiles are staged in shared memory and
  * each lane scores one key of the tile. Decode: split-K over the cache, each block a slice of positions
- * for one head; the last slice of a head to finish merges them. Positions come from device memory inside recorded
+ * for one head, then a pass that merges the slices. Positions come from device memory inside recorded
  * steps. */
 #include <math.h>
 
@@ -84,29 +84,8 @@ __global__ void __launch_bounds__(ATT_Q * 32) att_prefill_k(att_args a, int tk) 
     }
 }
 
-/* out[hd] = the slices' partial results of one head merged. The partials may come from other blocks of
- * the running kernel, so they are read past L1 (__ldcg). */
-__device__ __forceinline__ void merge_head(const float *ph, int splits, int hd, float *out, int tid, int nthreads) {
-    float M = -INFINITY;
-    for (int s = 0; s < splits; s++) M = fmaxf(M, __ldcg(ph + s * (hd + 2) + hd));
-    float L = 0;
-    for (int s = 0; s < splits; s++) {
-        float ms = __ldcg(ph + s * (hd + 2) + hd);
-        if (ms != -INFINITY) L += __ldcg(ph + s * (hd + 2) + hd + 1) * expf(ms - M);
-    }
-    for (int d = tid; d < hd; d += nthreads) {
-        float v = 0;
-        for (int s = 0; s < splits; s++) {
-            float ms = __ldcg(ph + s * (hd + 2) + hd);
-            if (ms != -INFINITY) v += __ldcg(ph + s * (hd + 2) + d) * expf(ms - M);
-        }
-        out[d] = v / L;
-    }
-}
-
-/* One slice of the cache for one query head: partial max, sum and weighted values. With cnt, the last
- * slice of a head to finish (counted in cnt[h], which it resets) merges the head's slices into out. */
-__global__ void __launch_bounds__(DEC_WARPS * 32) att_decode_k(att_args a, int splits, float *part, int *cnt) {
+/* One slice of the cache for one query head: partial max, sum and weighted values. */
+__global__ void __launch_bounds__(DEC_WARPS * 32) att_decode_k(att_args a, int splits, float *part) {
     cu_pdl_enter();
     __shared__ float red[DEC_WARPS][ATT_MAXD * 32 + 2];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -172,21 +151,27 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) att_decode_k(att_args a, int s
         dst[a.hd] = M;
         dst[a.hd + 1] = L;
     }
-    if (!cnt) return;
-    __threadfence(); /* this slice's partials are visible before it is counted */
-    __syncwarp();
-    int last = 0;
-    if (lane == 0) last = atomicAdd(&cnt[h], 1) == splits - 1;
-    if (!__shfl_sync(0xffffffffu, last, 0)) return;
-    __threadfence();
-    merge_head(part + (long long)h * splits * (a.hd + 2), splits, a.hd, a.out + h * a.hd, lane, 32);
-    if (lane == 0) cnt[h] = 0; /* ready for the next step (and the next replay of a recorded one) */
 }
 
 __global__ void att_merge_k(const float *part, int splits, int hd, float *out) {
     cu_pdl_enter();
     int h = blockIdx.x;
-    merge_head(part + (long long)h * splits * (hd + 2), splits, hd, out + h * hd, threadIdx.x, blockDim.x);
+    const float *ph = part + (long long)h * splits * (hd + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < splits; s++) M = fmaxf(M, ph[s * (hd + 2) + hd]);
+    float L = 0;
+    for (int s = 0; s < splits; s++) {
+        float ms = ph[s * (hd + 2) + hd];
+        if (ms != -INFINITY) L += ph[s * (hd + 2) + hd + 1] * expf(ms - M);
+    }
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float v = 0;
+        for (int s = 0; s < splits; s++) {
+            float ms = ph[s * (hd + 2) + hd];
+            if (ms != -INFINITY) v += ph[s * (hd + 2) + d] * expf(ms - M);
+        }
+        out[h * hd + d] = v / L;
+    }
 }
 
 void cu_attention(sl_backend *b, const float *q, const float *kc, const float *vc, int n, int pos0, int n_heads,
@@ -206,11 +191,9 @@ void cu_attention(sl_backend *b, const float *q, const float *kc, const float *v
         }
         size_t need = (size_t)n_heads * DEC_SPLITS * (size_t)(head_dim + 2) * sizeof(float);
         if (cu_grow(c, (void **)&c->att_part, &c->att_part_len, need, "attention partials")) return;
-        /* heads within the counters merge in the decode kernel's last slice, others in a second kernel */
-        int *cnt = n_heads <= ATT_CNT && !c->att_merge2 ? c->att_cnt : NULL;
         cu_launch(c, att_decode_k, dim3((unsigned)splits, (unsigned)n_heads), DEC_WARPS * 32, 0, a, splits,
-                  c->att_part, cnt);
-        if (!cnt) cu_launch(c, att_merge_k, n_heads, 128, 0, c->att_part, splits, head_dim, out);
+                                                                                           c->att_part);
+        cu_launch(c, att_merge_k, n_heads, 128, 0, c->att_part, splits, head_dim, out);
     } else {
         int tk = head_dim <= 128 ? 32 : 16;
         size_t smem = ((size_t)2 * tk * (head_dim + 1) + (size_t)ATT_Q * head_dim) * sizeof(float);

@@ -373,8 +373,7 @@ static const sl_backend_ops cuda_ops = {
 };
 
 /* SLUICE_CUDA_UNFUSE=all or a comma list of fused op names: those ops are left out, so the models issue
- * the plain sequences instead (for measuring what each fusion gains); attention_merge merges decode
- * attention's slices in a kernel of its own. */
+ * the plain sequences instead (for measuring what each fusion gains). */
 static void unfuse(sl_backend_ops *o, const char *list) {
     struct {
         const char *name;
@@ -404,7 +403,6 @@ static void cu_destroy(sl_backend *b) {
     cudaFree(c->xtmp);
     cudaFree(c->ids);
     cudaFree(c->att_part);
-    cudaFree(c->att_cnt);
     cudaFree(c->moe_buf);
     cudaFree(c->act);
     cudaFree(c->d_step);
@@ -451,7 +449,6 @@ int sl_cuda_backend_create(int device, sl_backend **out, char *about, size_t abo
     c->ops = cuda_ops;
     const char *uf = getenv("SLUICE_CUDA_UNFUSE");
     if (uf) unfuse(&c->ops, uf);
-    c->att_merge2 = uf && (!strcmp(uf, "all") || strstr(uf, "attention_merge"));
     b->ops = &c->ops;
     b->impl = c;
     b->destroy = cu_destroy;
@@ -472,9 +469,7 @@ int sl_cuda_backend_create(int device, sl_backend **out, char *about, size_t abo
         cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(c->blas, c->st) != CUBLAS_STATUS_SUCCESS ||
         cudaMalloc((void **)&c->d_step, sizeof(cu_step)) != cudaSuccess ||
         cudaMallocHost((void **)&c->h_step, sizeof(cu_step)) != cudaSuccess ||
-        cudaMalloc((void **)&c->att_part, part) != cudaSuccess ||
-        cudaMalloc((void **)&c->att_cnt, ATT_CNT * sizeof(int)) != cudaSuccess ||
-        cudaMemset(c->att_cnt, 0, ATT_CNT * sizeof(int)) != cudaSuccess) {
+        cudaMalloc((void **)&c->att_part, part) != cudaSuccess) {
         snprintf(about, about_len, "setting up %s: %s", p.name, cudaGetErrorString(cudaGetLastError()));
         cu_destroy(b);
         return -1;

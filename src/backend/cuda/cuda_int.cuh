@@ -28,8 +28,6 @@ struct cu_expert {
     cu_w w[3]; /* gate, up, down */
 };
 
-#define ATT_CNT 256 /* heads whose decode attention merges inside the slice kernel */
-
 /* The values a recorded step reads at replay time. */
 struct cu_step {
     int pos;
@@ -63,8 +61,6 @@ struct cu_impl {
     size_t ids_len;
     float *att_part; /* decode attention: per-split partial results */
     size_t att_part_len;
-    int *att_cnt; /* decode attention: slices done per head (ATT_CNT heads), zero between kernels */
-    int att_merge2; /* decode attention merges in a second kernel (SLUICE_CUDA_UNFUSE=attention_merge) */
     float *moe_buf; /* gate/up/down outputs per routed slot */
     size_t moe_len;
     float *act; /* swiglu_matmul of a tensor-core batch: the SwiGLU input */
