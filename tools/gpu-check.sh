@@ -6,8 +6,8 @@
 #   2. every fixture model on the CUDA backend against its fp32 reference: a table of prefill/decode
 #      rel-L2, argmax agreement and pass/fail (targets: rel-L2 <= 3e-2, argmax equal at >= 95%);
 #   3. the whole Criterion model suite with SLUICE_BACKEND=cuda (the GGUF fixtures, tests/fixtures/gguf/*,
-#      included), and the GGML quant suite, whose CUDA twins check every block type's GEMV, prefill
-#      GEMM, embedding and MoE path on the GPU against the CPU reference;
+#      included), the fused ops against host arithmetic, and the GGML quant suite, whose CUDA twins check
+#      every block type's GEMV, prefill GEMM, embedding and MoE path on the GPU against the CPU reference;
 #   4. decode/prefill timings with `sluice bench --synthetic` (BENCH="shape:quant ..."; quant q4k is a
 #      GGUF Q4_K file), with recorded decode steps (CUDA graphs) on and off;
 #   5. with PROFILE=shape:quant, GPU time per kernel over a few decode steps (Nsight Compute).
@@ -31,9 +31,9 @@ if [ "${1:-}" = "--bundle" ]; then
     dir=${2:?--bundle needs a directory}
     mkdir -p "$dir/lib"
     build "$dir" || { tail -30 "$dir/build.log"; exit 1; }
-    cp "$BUILD/sluice" "$BUILD/test_models" "$BUILD/test_ggml_quants" "$dir/"
+    cp "$BUILD/sluice" "$BUILD/test_models" "$BUILD/test_ggml_quants" "$BUILD/test_fused_ops" "$dir/"
     # everything but the C runtime and CUDA, which the GPU machine has
-    ldd "$BUILD/sluice" "$BUILD/test_models" "$BUILD/test_ggml_quants" | awk '/=> \//{print $3}' | sort -u |
+    ldd "$BUILD/sluice" "$BUILD/test_models" "$BUILD/test_ggml_quants" "$BUILD/test_fused_ops" | awk '/=> \//{print $3}' | sort -u |
         grep -Ev '/(libc|libm|libdl|libpthread|librt|libresolv|libgcc_s|libstdc\+\+|libcuda|libcudart|libcublas|libcublasLt)\.so' |
         xargs -r cp -L -t "$dir/lib/"
     echo "bundle in $dir: $(ls "$dir" | tr '\n' ' ')"
@@ -79,6 +79,11 @@ q=$?
 if grep -q "CUDA GGML tests skipped" "$OUT/test_ggml_quants.log"; then q=1; fi
 echo "GGML quant suite with its CUDA twins: $([ $q -eq 0 ] && echo passed || echo FAILED)" | tee -a "$OUT/fixtures.txt"
 [ $q -eq 0 ] || suite=1
+# the fused ops (one launch for several) on the GPU against plain host arithmetic
+SLUICE_BACKEND=cuda "$BIN/test_fused_ops" --jobs 1 >"$OUT/test_fused_ops.log" 2>&1
+fused=$?
+echo "fused ops on cuda: $([ $fused -eq 0 ] && echo passed || echo FAILED)" | tee -a "$OUT/fixtures.txt"
+[ $fused -eq 0 ] || suite=1
 # the same with every matmul in fp32 GEMV kernels, and with decode steps issued directly
 [ -n "${DIAG:-}" ] && { fixtures fp32 SLUICE_CUDA_GEMV_MAX=100000; fixtures nographs SLUICE_CUDA_GRAPHS=0; } |
     tee -a "$OUT/fixtures.txt"

@@ -34,6 +34,9 @@ typedef struct sl_deltanet_dims {
 
 typedef struct sl_backend sl_backend;
 
+/* Most weights one matmul_multi call takes. */
+#define SL_MATMUL_MULTI 4
+
 typedef struct sl_backend_ops {
     const char *name;
     /* zero-filled buffer for activations, caches and state; NULL when out of memory */
@@ -89,6 +92,43 @@ typedef struct sl_backend_ops {
     void (*kv_store)(sl_backend *b, float *cache, int pos, const float *x, int n, int width);
 
     /* Optional ops: NULL where the backend has no use for them. */
+
+    /* Fused sequences: one pass (one GPU launch) instead of several ops. Models issue them through
+     * models/fused.h, which falls back to the plain ops where a backend leaves them NULL. */
+    /* x += d, then y = rmsnorm(x) * w over rows of dim (w NULL: no weight): a residual add and the
+     * norm that follows it */
+    void (*add_rmsnorm)(sl_backend *b, float *x, const float *d, const float *w, int rows, int dim, float eps,
+                        float *y);
+    /* y[i][n][w[i].rows] = x[n][cols] . w[i]^T (+ bias) for nw <= SL_MATMUL_MULTI weights of the same
+     * cols sharing one input (q/k/v, gate/up, the delta-net's input projections) */
+    void (*matmul_multi)(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n, float *const *y);
+    /* matmul_multi whose first output goes through the delta-net's causal conv: y[0] =
+     * conv1d_silu(x . w[0]^T) with taps conv_w [w[0].rows][kernel] and state advanced as conv1d_silu does */
+    void (*matmul_multi_conv)(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n, float *const *y,
+                              const float *conv_w, int kernel, float *state);
+    /* p[n][w.rows] = (silu(g) * u)[n][w.cols] . w^T, the SwiGLU and the down projection of an MLP; then
+     * y = p, or with gate (a sigmoid-gated shared expert joining the routed experts' sum)
+     * y[i][:] += sigmoid(gate[i]) * p[i][:] */
+    void (*swiglu_matmul)(sl_backend *b, const sl_weight *w, const float *g, const float *u, int n, const float *gate,
+                          float *y);
+    /* A MoE layer with a sigmoid-gated shared expert whose gate and up projections g, u [n][sh_down.cols]
+     * are done: route() of logits [n][n_experts] (top-k, writing ids and weights), then
+     * out = moe(t, x, ids, weights) + sigmoid(gate[i]) * (silu(g) * u) . sh_down^T */
+    void (*moe_shared)(sl_backend *b, const sl_expert_table *t, const float *logits, int n_experts, int k, int renorm,
+                       int32_t *ids, float *weights, const float *x, int n, int hidden, const sl_weight *sh_down,
+                       const float *g, const float *u, const float *gate, float *out);
+    /* y[n][w.rows] = (x * sigmoid(g))[n][w.cols] . w^T: a sigmoid-gated attention output and its projection */
+    void (*sigmoid_matmul)(sl_backend *b, const sl_weight *w, const float *x, const float *g, int n, float *y);
+    /* y[n][w.rows] = g[n][w.cols] . w^T with g = gated_rmsnorm(x, z, nw) over groups of dim (the delta-net's
+     * output norm and projection); x may be overwritten */
+    void (*gated_rmsnorm_matmul)(sl_backend *b, const sl_weight *w, float *x, const float *z, const float *nw, int dim,
+                                 float eps, int n, float *y);
+    /* The attention inputs of n new tokens at positions pos0..: q [n][n_heads * head_dim] and
+     * k [n][n_kv * head_dim] get the per-head RMSNorm by q_norm / k_norm (NULL: none), then the rotary
+     * embedding (as rope), in place; then k and v are stored in the caches at pos0 (as kv_store). */
+    void (*qk_rope_store)(sl_backend *b, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int head_dim,
+                          const float *q_norm, const float *k_norm, float eps, int rot_dim, int pos0,
+                          const float *inv_freq, float attn_factor, float *kc, float *vc);
 
     /* Resident weights for backends with their own memory: copy a weight (data, scales, biases and bias)
      * or a float vector into memory the backend owns and repoint it there. The CPU computes on the

@@ -1,5 +1,7 @@
 #include "models/blocks.h"
 
+#include "models/fused.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,32 +56,24 @@ void blk_attention(sl_model *m, sl_session *s, int l, const float *xn, int n, fl
     sl_backend *be = m->be;
     sl_layer *L = &m->layers[l];
     sl_scratch *x = &s->s;
-    int hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, qw = nh * hd, kw = nkv * hd;
+    int hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
     float eps = (float)c->rms_eps;
+    const sl_weight *w[3] = {&L->wq, &L->wk, &L->wv};
+    float *y[3] = {L->q_gated ? x->qraw : x->q, x->k, x->v};
+    sl_matmul_multi(be, 3, w, xn, n, y);
     if (L->q_gated) {
-        /* q_proj rows are [query | gate] per head */
-        op->matmul(be, &L->wq, xn, n, x->qraw);
-        for (int h = 0; h < nh; h++) {
-            op->copy_rows(be, x->q + h * hd, qw, x->qraw + 2 * h * hd, 2 * qw, n, hd);
-            op->copy_rows(be, x->gate + h * hd, qw, x->qraw + 2 * h * hd + hd, 2 * qw, n, hd);
-        }
-    } else {
-        op->matmul(be, &L->wq, xn, n, x->q);
+        /* q_proj rows are [query | gate] per head: as rows of hd, qraw is [n * nh][2 * hd] */
+        op->copy_rows(be, x->q, hd, x->qraw, 2 * hd, n * nh, hd);
+        op->copy_rows(be, x->gate, hd, x->qraw + hd, 2 * hd, n * nh, hd);
     }
-    op->matmul(be, &L->wk, xn, n, x->k);
-    op->matmul(be, &L->wv, xn, n, x->v);
-    if (L->q_norm) {
-        op->rmsnorm(be, x->q, L->q_norm, n * nh, hd, eps, x->q);
-        op->rmsnorm(be, x->k, L->k_norm, n * nkv, hd, eps, x->k);
-    }
-    op->rope(be, x->q, n, qw, nh, hd, m->rot_dim, s->pos, m->inv_freq, m->attn_factor);
-    op->rope(be, x->k, n, kw, nkv, hd, m->rot_dim, s->pos, m->inv_freq, m->attn_factor);
-    op->kv_store(be, s->kc[l], s->pos, x->k, n, kw);
-    op->kv_store(be, s->vc[l], s->pos, x->v, n, kw);
+    sl_qk_rope_store(be, x->q, x->k, x->v, n, nh, nkv, hd, L->q_norm, L->q_norm ? L->k_norm : NULL, eps, m->rot_dim,
+                     s->pos, m->inv_freq, m->attn_factor, s->kc[l], s->vc[l]);
     op->attention(be, x->q, s->kc[l], s->vc[l], n, s->pos, nh, nkv, hd, c->sliding_window, 1.0f / sqrtf((float)hd),
                   x->att);
-    if (L->q_gated) op->mul_sigmoid(be, x->att, x->gate, (size_t)n * (size_t)qw);
-    op->matmul(be, &L->wo, x->att, n, out);
+    if (L->q_gated)
+        sl_sigmoid_matmul(be, &L->wo, x->att, x->gate, n, out);
+    else
+        op->matmul(be, &L->wo, x->att, n, out);
 }
 
 int blk_load_mlp(sl_model *m, sl_loader *ld, int l, sl_err *e) {
@@ -97,18 +91,12 @@ int blk_load_mlp(sl_model *m, sl_loader *ld, int l, sl_err *e) {
                : 0;
 }
 
-static void swiglu_mlp(sl_model *m, sl_session *s, const sl_weight *g, const sl_weight *u, const sl_weight *d,
-                       const float *xn, int n, float *out) {
-    const sl_backend_ops *op = m->be->ops;
-    op->matmul(m->be, g, xn, n, s->s.ff_g);
-    op->matmul(m->be, u, xn, n, s->s.ff_u);
-    op->swiglu(m->be, s->s.ff_g, s->s.ff_u, (size_t)n * (size_t)g->rows, s->s.ff_g);
-    op->matmul(m->be, d, s->s.ff_g, n, out);
-}
-
 void blk_mlp(sl_model *m, sl_session *s, int l, const float *xn, int n, float *out) {
     sl_layer *L = &m->layers[l];
-    swiglu_mlp(m, s, &L->w_gate, &L->w_up, &L->w_down, xn, n, out);
+    const sl_weight *w[2] = {&L->w_gate, &L->w_up};
+    float *y[2] = {s->s.ff_g, s->s.ff_u};
+    sl_matmul_multi(m->be, 2, w, xn, n, y);
+    sl_swiglu_matmul(m->be, &L->w_down, s->s.ff_g, s->s.ff_u, n, NULL, NULL, out);
 }
 
 int blk_load_moe(sl_model *m, sl_loader *ld, int l, int with_shared, sl_err *e) {
@@ -161,36 +149,51 @@ void blk_moe(sl_model *m, sl_session *s, int l, const float *xn, int n, float *o
     sl_backend *be = m->be;
     sl_layer *L = &m->layers[l];
     sl_scratch *x = &s->s;
-    op->matmul(be, &L->router, xn, n, x->router);
-    op->route(be, x->router, n, c->n_experts, c->top_k, c->norm_topk_prob, x->moe_ids, x->moe_w);
-    op->moe(be, &L->experts, xn, n, c->hidden, x->moe_ids, x->moe_w, c->top_k, out);
-    if (!L->has_shared) return;
-    swiglu_mlp(m, s, &L->sh_gate, &L->sh_up, &L->sh_down, xn, n, x->ff_o);
-    op->matmul(be, &L->sh_router, xn, n, x->sh_gate);
-    op->scale_rows_sigmoid(be, x->ff_o, x->sh_gate, n, c->hidden);
-    op->add(be, out, x->ff_o, (size_t)n * (size_t)c->hidden);
+    /* the router and the shared expert's gate and up projections all read xn */
+    const sl_weight *w[4] = {&L->router, &L->sh_router, &L->sh_gate, &L->sh_up};
+    float *y[4] = {x->router, x->sh_gate, x->ff_g, x->ff_u};
+    sl_matmul_multi(be, L->has_shared ? 4 : 1, w, xn, n, y);
+    if (!L->has_shared) {
+        op->route(be, x->router, n, c->n_experts, c->top_k, c->norm_topk_prob, x->moe_ids, x->moe_w);
+        op->moe(be, &L->experts, xn, n, c->hidden, x->moe_ids, x->moe_w, c->top_k, out);
+        return;
+    }
+    /* routing, the routed experts + sigmoid(shared gate) * shared expert */
+    sl_moe_shared(be, &L->experts, x->router, c->n_experts, c->top_k, c->norm_topk_prob, x->moe_ids, x->moe_w, xn, n,
+                  c->hidden, &L->sh_down, x->ff_g, x->ff_u, x->sh_gate, x->ff_o, out);
 }
 
-void blk_ffn_residual(sl_model *m, sl_session *s, int l, float *x, int n) {
+void blk_ffn(sl_model *m, sl_session *s, int l, float *x, const float *attn_out, int n) {
     const sl_config *c = &m->cfg;
     sl_layer *L = &m->layers[l];
-    m->be->ops->rmsnorm(m->be, x, L->ffn_norm, n, c->hidden, (float)c->rms_eps, s->s.xn);
+    sl_add_rmsnorm(m->be, x, attn_out, L->ffn_norm, n, c->hidden, (float)c->rms_eps, s->s.xn);
     if (L->is_moe)
         blk_moe(m, s, l, s->s.xn, n, s->s.moe_out);
     else
         blk_mlp(m, s, l, s->s.xn, n, s->s.moe_out);
-    m->be->ops->add(m->be, x, s->s.moe_out, (size_t)n * (size_t)c->hidden);
+}
+
+void blk_ffn_residual(sl_model *m, sl_session *s, int l, float *x, int n) {
+    blk_ffn(m, s, l, x, NULL, n);
+    m->be->ops->add(m->be, x, s->s.moe_out, (size_t)m->cfg.hidden * (size_t)n);
+}
+
+void blk_layer_input(sl_model *m, sl_session *s, int l, float *x, int n) {
+    const sl_config *c = &m->cfg;
+    sl_add_rmsnorm(m->be, x, l ? s->s.moe_out : NULL, m->layers[l].attn_norm, n, c->hidden, (float)c->rms_eps, s->s.xn);
+}
+
+void blk_layers_end(sl_model *m, sl_session *s, float *x, int n) {
+    if (m->cfg.n_layers > 0) m->be->ops->add(m->be, x, s->s.moe_out, (size_t)m->cfg.hidden * (size_t)n);
 }
 
 int blk_decoder_layers(sl_model *m, sl_session *s, float *x, int n, sl_err *e) {
     (void)e;
-    const sl_config *c = &m->cfg;
-    const sl_backend_ops *op = m->be->ops;
-    for (int l = 0; l < c->n_layers; l++) {
-        op->rmsnorm(m->be, x, m->layers[l].attn_norm, n, c->hidden, (float)c->rms_eps, s->s.xn);
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        blk_layer_input(m, s, l, x, n);
         blk_attention(m, s, l, s->s.xn, n, s->s.ff_o);
-        op->add(m->be, x, s->s.ff_o, (size_t)n * (size_t)c->hidden);
-        blk_ffn_residual(m, s, l, x, n);
+        blk_ffn(m, s, l, x, s->s.ff_o, n);
     }
+    blk_layers_end(m, s, x, n);
     return 0;
 }

@@ -33,6 +33,14 @@ void blk_moe(sl_model *m, sl_session *s, int l, const float *xn, int n, float *o
 /* x += f(norm(x)) for the feed-forward half of a layer (dense or MoE). */
 void blk_ffn_residual(sl_model *m, sl_session *s, int l, float *x, int n);
 
+/* Layer loops keep each residual add fused with the norm that follows it:
+ *   blk_layer_input: x += the previous layer's feed-forward output (none for layer 0); xn = attn_norm(x)
+ *   blk_ffn:         x += attn_out; xn = ffn_norm(x); the session's moe_out = f(xn)
+ *   blk_layers_end:  x += the last layer's feed-forward output */
+void blk_layer_input(sl_model *m, sl_session *s, int l, float *x, int n);
+void blk_ffn(sl_model *m, sl_session *s, int l, float *x, const float *attn_out, int n);
+void blk_layers_end(sl_model *m, sl_session *s, float *x, int n);
+
 /* The layer loop of attention-only decoders: pre-norm attention, then the feed-forward half. */
 int blk_decoder_layers(sl_model *m, sl_session *s, float *x, int n, sl_err *e);
 

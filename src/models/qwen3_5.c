@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "models/blocks.h"
+#include "models/fused.h"
 #include "models/registry.h"
 
 static int load_linear_attn(sl_model *m, sl_loader *ld, int l, sl_err *e) {
@@ -74,30 +75,24 @@ static void linear_attn(sl_model *m, sl_session *s, int l, const float *xn, int 
     sl_scratch *x = &s->s;
     sl_deltanet_dims d = {c->lin_n_k_heads,  c->lin_n_v_heads, c->lin_k_head_dim,
                           c->lin_v_head_dim, c->conv_kernel,   c->lin_v_tiled};
-    int conv_dim = sl_config_conv_dim(c);
-    op->matmul(be, &L->in_qkv, xn, n, x->qkv);
-    op->matmul(be, &L->in_z, xn, n, x->z);
-    op->matmul(be, &L->in_a, xn, n, x->a);
-    op->matmul(be, &L->in_b, xn, n, x->b);
-    op->conv1d_silu(be, x->qkv, n, conv_dim, L->conv_w, d.conv_kernel, s->conv[l], x->conv);
+    const sl_weight *w[4] = {&L->in_qkv, &L->in_z, &L->in_a, &L->in_b};
+    float *y[4] = {x->conv, x->z, x->a, x->b};
+    sl_matmul_multi_conv(be, 4, w, xn, n, y, L->conv_w, d.conv_kernel, s->conv[l], x->qkv);
     op->deltanet(be, &d, x->conv, x->a, x->b, L->A_log, L->dt_bias, s->ssm[l], n, x->lin);
-    op->gated_rmsnorm(be, x->lin, x->z, L->lin_norm, n * d.n_v_heads, d.v_dim, (float)c->rms_eps);
-    op->matmul(be, &L->out_proj, x->lin, n, out);
+    sl_gated_rmsnorm_matmul(be, &L->out_proj, x->lin, x->z, L->lin_norm, d.v_dim, (float)c->rms_eps, n, out);
 }
 
 static int q35_layers(sl_model *m, sl_session *s, float *x, int n, sl_err *e) {
     (void)e;
-    const sl_config *c = &m->cfg;
-    const sl_backend_ops *op = m->be->ops;
-    for (int l = 0; l < c->n_layers; l++) {
-        op->rmsnorm(m->be, x, m->layers[l].attn_norm, n, c->hidden, (float)c->rms_eps, s->s.xn);
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        blk_layer_input(m, s, l, x, n);
         if (m->layers[l].kind == SL_LAYER_LINEAR)
             linear_attn(m, s, l, s->s.xn, n, s->s.ff_o);
         else
             blk_attention(m, s, l, s->s.xn, n, s->s.ff_o);
-        op->add(m->be, x, s->s.ff_o, (size_t)n * (size_t)c->hidden);
-        blk_ffn_residual(m, s, l, x, n);
+        blk_ffn(m, s, l, x, s->s.ff_o, n);
     }
+    blk_layers_end(m, s, x, n);
     return 0;
 }
 

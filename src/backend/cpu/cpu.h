@@ -21,6 +21,8 @@ typedef struct cpu_impl {
     size_t xprep_len;
     void *moe_buf; /* MoE gather/intermediate buffers, grown to the largest batch seen */
     size_t moe_len;
+    float *act; /* swiglu_matmul: the SwiGLU input of the down projection */
+    size_t act_len;
     double bandwidth, flops; /* measured bounds, 0 until measured */
     sl_err failure;          /* first op failure since the last check() */
     int failed;

@@ -122,6 +122,93 @@ static void cpu_scale_rows_sigmoid(sl_backend *b, float *x, const float *s, int 
     }
 }
 
+/* The fused ops: the same arithmetic as the plain sequences they replace. */
+static void cpu_add_rmsnorm(sl_backend *b, float *x, const float *d, const float *w, int rows, int dim, float eps,
+                            float *y) {
+    cpu_add(b, x, d, (size_t)rows * (size_t)dim);
+    cpu_rmsnorm(b, x, w, rows, dim, eps, y);
+}
+
+static void cpu_matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n, float *const *y) {
+    for (int i = 0; i < nw; i++) cpu_matmul(b, w[i], x, n, y[i]);
+}
+
+/* The fused ops' intermediate values: `floats` of c->act. */
+static float *act_buf(cpu_impl *c, size_t floats) {
+    if (c->act_len < floats) {
+        float *p = realloc(c->act, floats * sizeof *p);
+        if (!p) {
+            if (!c->failed) sl_fail(&c->failure, "out of memory for %zu bytes of CPU scratch", floats * sizeof *p);
+            c->failed = 1;
+            return NULL;
+        }
+        c->act = p;
+        c->act_len = floats;
+    }
+    return c->act;
+}
+
+static void cpu_matmul_multi_conv(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n,
+                                  float *const *y, const float *conv_w, int kernel, float *state) {
+    if (nw < 1) return;
+    float *raw = act_buf(cpu_of(b), (size_t)n * (size_t)w[0]->rows);
+    if (!raw) return;
+    cpu_matmul(b, w[0], x, n, raw);
+    for (int i = 1; i < nw; i++) cpu_matmul(b, w[i], x, n, y[i]);
+    cpu_conv1d_silu(b, raw, n, w[0]->rows, conv_w, kernel, state, y[0]);
+}
+
+static void cpu_swiglu_matmul(sl_backend *b, const sl_weight *w, const float *g, const float *u, int n,
+                              const float *gate, float *y) {
+    size_t len = (size_t)n * (size_t)w->cols, out = (size_t)n * (size_t)w->rows;
+    float *a = act_buf(cpu_of(b), len + (gate ? out : 0));
+    if (!a) return;
+    cpu_swiglu(b, g, u, len, a);
+    if (!gate) {
+        cpu_matmul(b, w, a, n, y);
+        return;
+    }
+    float *p = a + len;
+    cpu_matmul(b, w, a, n, p);
+    cpu_scale_rows_sigmoid(b, p, gate, n, w->rows);
+    cpu_add(b, y, p, out);
+}
+
+static void cpu_moe_shared(sl_backend *b, const sl_expert_table *t, const float *logits, int n_experts, int k,
+                           int renorm, int32_t *ids, float *weights, const float *x, int n, int hidden,
+                           const sl_weight *sh_down, const float *g, const float *u, const float *gate, float *out) {
+    cpu_route(b, logits, n, n_experts, k, renorm, ids, weights);
+    cpu_moe(b, t, x, n, hidden, ids, weights, k, out);
+    cpu_swiglu_matmul(b, sh_down, g, u, n, gate, out);
+}
+
+static void cpu_sigmoid_matmul(sl_backend *b, const sl_weight *w, const float *x, const float *g, int n, float *y) {
+    size_t len = (size_t)n * (size_t)w->cols;
+    float *a = act_buf(cpu_of(b), len);
+    if (!a) return;
+    memcpy(a, x, len * sizeof *a);
+    cpu_mul_sigmoid(b, a, g, len);
+    cpu_matmul(b, w, a, n, y);
+}
+
+static void cpu_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, int n, int n_heads, int n_kv,
+                              int head_dim, const float *q_norm, const float *k_norm, float eps, int rot_dim, int pos0,
+                              const float *inv_freq, float attn_factor, float *kc, float *vc) {
+    int qw = n_heads * head_dim, kw = n_kv * head_dim;
+    if (q_norm) cpu_rmsnorm(b, q, q_norm, n * n_heads, head_dim, eps, q);
+    if (k_norm) cpu_rmsnorm(b, k, k_norm, n * n_kv, head_dim, eps, k);
+    cpu_rope(b, q, n, qw, n_heads, head_dim, rot_dim, pos0, inv_freq, attn_factor);
+    cpu_rope(b, k, n, kw, n_kv, head_dim, rot_dim, pos0, inv_freq, attn_factor);
+    cpu_kv_store(b, kc, pos0, k, n, kw);
+    cpu_kv_store(b, vc, pos0, v, n, kw);
+}
+
+static void cpu_gated_rmsnorm_matmul(sl_backend *b, const sl_weight *w, float *x, const float *z, const float *nw,
+                                     int dim, float eps, int n, float *y) {
+    cpu_gated_rmsnorm(b, x, z, nw, n * (w->cols / dim), dim, eps);
+    cpu_matmul(b, w, x, n, y);
+}
+
 static const sl_backend_ops cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -146,6 +233,14 @@ static const sl_backend_ops cpu_ops = {
     .deltanet = cpu_deltanet,
     .gated_rmsnorm = cpu_gated_rmsnorm,
     .kv_store = cpu_kv_store,
+    .add_rmsnorm = cpu_add_rmsnorm,
+    .matmul_multi = cpu_matmul_multi,
+    .matmul_multi_conv = cpu_matmul_multi_conv,
+    .swiglu_matmul = cpu_swiglu_matmul,
+    .sigmoid_matmul = cpu_sigmoid_matmul,
+    .moe_shared = cpu_moe_shared,
+    .qk_rope_store = cpu_qk_rope_store,
+    .gated_rmsnorm_matmul = cpu_gated_rmsnorm_matmul,
     .mem_bandwidth = cpu_mem_bandwidth,
     .peak_flops = cpu_peak_flops,
 };
@@ -156,6 +251,7 @@ static void cpu_destroy(sl_backend *b) {
     free(c->scratch);
     free(c->scratch_len);
     free(c->moe_buf);
+    free(c->act);
     free(c->xprep);
     sl_pool_destroy(c->pool);
     free(c);

@@ -364,6 +364,14 @@ static const sl_backend_ops cuda_ops = {
     .deltanet = cu_deltanet,
     .gated_rmsnorm = cu_gated_rmsnorm,
     .kv_store = cu_kv_store,
+    .add_rmsnorm = cu_add_rmsnorm,
+    .matmul_multi = cu_matmul_multi,
+    .matmul_multi_conv = cu_matmul_multi_conv,
+    .swiglu_matmul = cu_swiglu_matmul,
+    .moe_shared = cu_moe_shared,
+    .sigmoid_matmul = cu_sigmoid_matmul,
+    .gated_rmsnorm_matmul = cu_gated_rmsnorm_matmul,
+    .qk_rope_store = cu_qk_rope_store,
     .place_weight = cu_place_weight,
     .supports = cu_supports,
     .place_vector = cu_place_vector,
@@ -376,6 +384,27 @@ static const sl_backend_ops cuda_ops = {
     .peak_flops = cu_peak_flops,
 };
 
+/* SLUICE_CUDA_UNFUSE=all or a comma list of fused op names: those ops are left out, so the models issue
+ * the plain sequences instead (for measuring what each fusion gains). */
+static void unfuse(sl_backend_ops *o, const char *list) {
+    struct {
+        const char *name;
+        void **op;
+    } f[] = {{"add_rmsnorm", (void **)&o->add_rmsnorm},
+             {"matmul_multi", (void **)&o->matmul_multi},
+             {"matmul_multi_conv", (void **)&o->matmul_multi_conv},
+             {"swiglu_matmul", (void **)&o->swiglu_matmul},
+             {"moe_shared", (void **)&o->moe_shared},
+             {"sigmoid_matmul", (void **)&o->sigmoid_matmul},
+             {"gated_rmsnorm_matmul", (void **)&o->gated_rmsnorm_matmul},
+             {"qk_rope_store", (void **)&o->qk_rope_store}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        const char *p = strstr(list, f[i].name);
+        size_t len = strlen(f[i].name);
+        if (!strcmp(list, "all") || (p && (p == list || p[-1] == ',') && (p[len] == ',' || !p[len]))) *f[i].op = NULL;
+    }
+}
+
 static void cu_destroy(sl_backend *b) {
     cu_impl *c = cu_of(b);
     cudaStreamSynchronize(c->st);
@@ -387,6 +416,7 @@ static void cu_destroy(sl_backend *b) {
     cudaFree(c->ids);
     cudaFree(c->att_part);
     cudaFree(c->moe_buf);
+    cudaFree(c->act);
     cudaFree(c->d_step);
     cudaFreeHost(c->h_step);
     if (c->blas) cublasDestroy(c->blas);
@@ -428,7 +458,10 @@ int sl_cuda_backend_create(int device, sl_backend **out, char *about, size_t abo
         snprintf(about, about_len, "out of memory");
         return -1;
     }
-    b->ops = &cuda_ops;
+    c->ops = cuda_ops;
+    const char *uf = getenv("SLUICE_CUDA_UNFUSE");
+    if (uf) unfuse(&c->ops, uf);
+    b->ops = &c->ops;
     b->impl = c;
     b->destroy = cu_destroy;
     c->dev = device;

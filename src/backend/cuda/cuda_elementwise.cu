@@ -6,10 +6,12 @@
 
 #define NORM_PER_THREAD 8 /* values a thread keeps in registers: one pass over global memory */
 
-__global__ void rmsnorm_k(const float *x, const float *w, int dim, float eps, float *y) {
+/* With ADD, x += d first (written back): the residual add fused with the norm after it. */
+template <bool ADD> __global__ void rmsnorm_k(float *x, const float *d, const float *w, int dim, float eps, float *y) {
     cu_pdl_enter();
     __shared__ float sh[32];
-    const float *xr = x + (long long)blockIdx.x * dim;
+    float *xr = x + (long long)blockIdx.x * dim;
+    const float *dr = ADD ? d + (long long)blockIdx.x * dim : NULL;
     float *yr = y + (long long)blockIdx.x * dim;
     float v[NORM_PER_THREAD], ss = 0;
     bool held = dim <= NORM_PER_THREAD * (int)blockDim.x;
@@ -18,10 +20,14 @@ __global__ void rmsnorm_k(const float *x, const float *w, int dim, float eps, fl
         for (int k = 0; k < NORM_PER_THREAD; k++) {
             int i = threadIdx.x + k * blockDim.x;
             v[k] = i < dim ? xr[i] : 0.0f;
+            if (ADD && i < dim) xr[i] = v[k] += dr[i];
             ss += v[k] * v[k];
         }
     } else {
-        for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+        for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+            if (ADD) xr[i] += dr[i];
+            ss += xr[i] * xr[i];
+        }
     }
     float inv = rsqrtf(block_sum(ss, sh) / (float)dim + eps);
     if (held) {
@@ -42,8 +48,16 @@ static int norm_threads(int dim) {
 void cu_rmsnorm(sl_backend *b, const float *x, const float *w, int rows, int dim, float eps, float *y) {
     cu_impl *c = cu_of(b);
     if (rows <= 0) return;
-    cu_launch(c, rmsnorm_k, rows, norm_threads(dim), 0, x, w, dim, eps, y);
+    /* x is only read: the kernel writes it back only with ADD */
+    cu_launch(c, rmsnorm_k<false>, rows, norm_threads(dim), 0, (float *)x, (const float *)NULL, w, dim, eps, y);
     cu_check_launch(c, "rmsnorm");
+}
+
+void cu_add_rmsnorm(sl_backend *b, float *x, const float *d, const float *w, int rows, int dim, float eps, float *y) {
+    cu_impl *c = cu_of(b);
+    if (rows <= 0) return;
+    cu_launch(c, rmsnorm_k<true>, rows, norm_threads(dim), 0, x, d, w, dim, eps, y);
+    cu_check_launch(c, "add + rmsnorm");
 }
 
 __global__ void gated_rmsnorm_k(float *x, const float *z, const float *w, int dim, float eps) {
@@ -91,6 +105,67 @@ void cu_rope(sl_backend *b, float *x, int n, int stride, int n_heads, int head_d
     cu_launch(c, rope_k, CU_BLOCKS(total, 256), 256, 0, x, n, stride, n_heads, head_dim, half, pos0, cu_dpos(c),
                                                     inv_freq, attn_factor);
     cu_check_launch(c, "rope");
+}
+
+/* One block per (token, head), q heads then k heads: the head's values in shared memory, optional RMSNorm,
+ * rotary embedding, written back; k heads also store themselves and their v head in the caches. */
+__global__ void qk_rope_store_k(float *q, float *k, const float *v, int nh, int nkv, int hd, const float *qn,
+                                const float *kn, float eps, int half, int pos0, const int *dpos, const float *inv_freq,
+                                float attn_factor, float *kc, float *vc) {
+    cu_pdl_enter();
+    extern __shared__ float hv[];
+    __shared__ float sh[32];
+    int i = blockIdx.y, h = blockIdx.x;
+    bool isk = h >= nh;
+    int hh = isk ? h - nh : h;
+    long long width = (long long)(isk ? nkv : nh) * hd, off = (long long)i * width + (long long)hh * hd;
+    float *xr = (isk ? k : q) + off;
+    const float *nw = isk ? kn : qn;
+    float ss = 0;
+    for (int j = threadIdx.x; j < hd; j += blockDim.x) {
+        float a = xr[j];
+        hv[j] = a;
+        ss += a * a;
+    }
+    if (nw) {
+        float inv = rsqrtf(block_sum(ss, sh) / (float)hd + eps);
+        for (int j = threadIdx.x; j < hd; j += blockDim.x) hv[j] = (hv[j] * inv) * nw[j];
+    }
+    __syncthreads();
+    int pos = (dpos ? *dpos : pos0) + i;
+    for (int f = threadIdx.x; f < half; f += blockDim.x) {
+        float sn, cs;
+        sincosf((float)pos * inv_freq[f], &sn, &cs);
+        cs *= attn_factor;
+        sn *= attn_factor;
+        float a = hv[f], c = hv[f + half];
+        hv[f] = a * cs - c * sn;
+        hv[f + half] = c * cs + a * sn;
+    }
+    __syncthreads();
+    if (!isk) {
+        for (int j = threadIdx.x; j < hd; j += blockDim.x) xr[j] = hv[j];
+        return;
+    }
+    long long crow = (long long)pos * width + (long long)hh * hd; /* cache rows are [n_kv * hd] */
+    const float *vr = v + off;
+    for (int j = threadIdx.x; j < hd; j += blockDim.x) {
+        xr[j] = hv[j];
+        kc[crow + j] = hv[j];
+        vc[crow + j] = vr[j];
+    }
+}
+
+void cu_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int head_dim,
+                      const float *q_norm, const float *k_norm, float eps, int rot_dim, int pos0, const float *inv_freq,
+                      float attn_factor, float *kc, float *vc) {
+    cu_impl *c = cu_of(b);
+    if (n <= 0 || n_heads + n_kv <= 0) return;
+    int threads = head_dim >= 128 ? 128 : (head_dim + 31) / 32 * 32;
+    dim3 grid((unsigned)(n_heads + n_kv), (unsigned)n);
+    cu_launch(c, qk_rope_store_k, grid, threads, (size_t)head_dim * sizeof(float), q, k, v, n_heads, n_kv, head_dim,
+              q_norm, k_norm, eps, rot_dim / 2, pos0, cu_dpos(c), inv_freq, attn_factor, kc, vc);
+    cu_check_launch(c, "q/k norm, rope and KV store");
 }
 
 __global__ void copy_rows_k(float *dst, int dst_stride, const float *src, int src_stride, int n, int width,
@@ -164,6 +239,19 @@ __global__ void scale_rows_sigmoid_k(float *x, const float *s, int dim, long lon
     cu_pdl_enter();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < len) x[i] *= cu_sigmoid(s[i / dim]);
+}
+
+__global__ void add_gated_k(float *y, const float *x, const float *s, int dim, long long len) {
+    cu_pdl_enter();
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < len) y[i] += x[i] * cu_sigmoid(s[i / dim]);
+}
+
+void cu_add_gated(cu_impl *c, float *y, const float *x, const float *s, int rows, int dim) {
+    long long len = (long long)rows * dim;
+    if (len <= 0) return;
+    cu_launch(c, add_gated_k, CU_BLOCKS(len, 256), 256, 0, y, x, s, dim, len);
+    cu_check_launch(c, "gated add");
 }
 
 void cu_scale_rows_sigmoid(sl_backend *b, float *x, const float *s, int rows, int dim) {

@@ -591,7 +591,7 @@ __global__ void __launch_bounds__(GG_WARPS * 32, NT == 1 ? 6 : 1) /* one token: 
 
 struct gemv_f {
     cu_impl *c;
-    const gv_call *g;
+    const gg_call *g;
     const float *x;
     int n;
     float *y;
@@ -617,7 +617,7 @@ struct gemv_f {
     }
 };
 
-void cu_ggml_gemv(cu_impl *c, const gv_call &g, int n) {
+void cu_ggml_gemv(cu_impl *c, const gg_call &g, int n) {
     for (int t0 = 0; t0 < n; t0 += 8) { /* up to 8 tokens per weight pass */
         gemv_f f = {c, &g, g.x + (long long)t0 * g.w->cols, n - t0 < 8 ? n - t0 : 8,
                     g.y + (long long)t0 * g.w->rows};

@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <math.h>
 #include <stdint.h>
 
 extern "C" {
@@ -41,6 +42,7 @@ struct cu_table {
 };
 
 struct cu_impl {
+    sl_backend_ops ops; /* the op table, less the fused ops SLUICE_CUDA_UNFUSE names */
     int dev;
     cudaStream_t st;
     cublasHandle_t blas;
@@ -62,6 +64,8 @@ struct cu_impl {
     size_t att_part_len;
     float *moe_buf; /* gate/up/down outputs per routed slot */
     size_t moe_len;
+    float *act; /* swiglu_matmul of a tensor-core batch: the SwiGLU input */
+    size_t act_len;
     cu_table *tables;
     int n_tables, cap_tables;
     /* recorded steps */
@@ -147,6 +151,53 @@ __device__ __forceinline__ float block_sum(float v, float *sh) {
     return warp_sum(t);
 }
 
+/* Routing of one token by one warp: softmax over the ne logits l, top-k by repeated max (ties to the lower
+ * index, as the CPU does), optional renormalisation. rs is ne floats of shared scratch. The ids go to
+ * sel (shared, k ints) when set, and ids and weights to global memory when set. */
+__device__ __forceinline__ void cu_route_warp(const float *l, int ne, int k, int renorm, float *rs, int *sel,
+                                              int32_t *ids, float *weights) {
+    int lane = threadIdx.x & 31;
+    float mx = -INFINITY;
+    for (int x = lane; x < ne; x += 32) {
+        rs[x] = l[x];
+        mx = fmaxf(mx, l[x]);
+    }
+    mx = warp_max(mx);
+    float sum = 0;
+    for (int x = lane; x < ne; x += 32) sum += expf(l[x] - mx);
+    sum = warp_sum(sum);
+    __syncwarp();
+    float tot = 0, mine = 0;
+    for (int s = 0; s < k; s++) {
+        float bv = -INFINITY;
+        int bi = ne;
+        for (int x = lane; x < ne; x += 32)
+            if (rs[x] > bv || (rs[x] == bv && x < bi)) {
+                bv = rs[x];
+                bi = x;
+            }
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) {
+                bv = ov;
+                bi = oi;
+            }
+        }
+        if (bi >= ne) bi = 0; /* only when every logit is NaN */
+        float w = expf(l[bi] - mx) / sum;
+        if (lane == s) mine = w;
+        if (lane == 0) {
+            if (sel) sel[s] = bi;
+            if (ids) ids[s] = bi;
+            rs[bi] = __int_as_float(0x7fc00000); /* NaN fails every comparison: never taken twice */
+        }
+        tot += w;
+        __syncwarp();
+    }
+    if (weights && lane < k) weights[lane] = renorm ? mine / tot : mine;
+}
+
 /* ops implemented per file */
 double cu_mem_bandwidth(sl_backend *b);
 double cu_peak_flops(sl_backend *b);
@@ -172,9 +223,24 @@ void cu_conv1d_silu(sl_backend *b, const float *x, int n, int channels, const fl
 void cu_deltanet(sl_backend *b, const sl_deltanet_dims *d, const float *qkv, const float *a, const float *bb,
                  const float *A_log, const float *dt_bias, float *state, int n, float *out);
 void cu_gated_rmsnorm(sl_backend *b, float *x, const float *z, const float *w, int rows, int dim, float eps);
+void cu_add_rmsnorm(sl_backend *b, float *x, const float *d, const float *w, int rows, int dim, float eps, float *y);
+void cu_matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n, float *const *y);
+void cu_matmul_multi_conv(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n, float *const *y,
+                          const float *conv_w, int kernel, float *state);
+void cu_swiglu_matmul(sl_backend *b, const sl_weight *w, const float *g, const float *u, int n, const float *gate,
+                      float *y);
+void cu_sigmoid_matmul(sl_backend *b, const sl_weight *w, const float *x, const float *g, int n, float *y);
+void cu_gated_rmsnorm_matmul(sl_backend *b, const sl_weight *w, float *x, const float *z, const float *nw, int dim,
+                             float eps, int n, float *y);
+/* y[i][:] += sigmoid(s[i]) * x[i][:] for rows of dim */
+void cu_add_gated(cu_impl *c, float *y, const float *x, const float *s, int rows, int dim);
+void cu_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int head_dim,
+                      const float *q_norm, const float *k_norm, float eps, int rot_dim, int pos0, const float *inv_freq,
+                      float attn_factor, float *kc, float *vc);
 
-/* One GEMV launch (see gemv_k in cuda_matmul.cu): `slots` grid rows, `nz` weights per slot. */
-struct gv_call {
+/* One GGML GEMV launch (see ggml_gemv_k in cuda_ggml.cu): `slots` grid rows, `nz` weights per slot;
+ * with act the input is silu(x) * x[act_off + ...]. */
+struct gg_call {
     const cu_w *w;
     const cu_expert *table;
     const int32_t *ids;
@@ -190,15 +256,29 @@ struct gv_call {
 void cu_gemv_launch(cu_impl *c, const cu_w *w, const cu_expert *table, const int32_t *ids, int which, int slots,
                     int x_div, const float *x, long long x_stride, int n, float *y, long long y_stride);
 
+/* 1 when a matmul of w by n tokens runs through the GEMV kernels */
+int cu_gemv_takes(cu_impl *c, const sl_weight *w, int n);
+/* y = sum over s < k of weights[t][s] * d[t * k + s] + sigmoid(gate[t]) * (silu(g) * u) . w^T: a shared
+ * expert's down projection joining the routed experts' outputs (GEMV path only) */
+void cu_shared_down(cu_impl *c, const sl_weight *w, const float *g, const float *u, int n, const float *gate,
+                    const float *d, const float *weights, int k, float *y);
+void cu_moe_shared(sl_backend *b, const sl_expert_table *t, const float *logits, int n_experts, int k, int renorm,
+                   int32_t *ids, float *weights, const float *x, int n, int hidden, const sl_weight *sh_down,
+                   const float *g, const float *u, const float *gate, float *out);
+
 /* the expert GEMVs of a MoE layer: gu[2][slots][inter] = gate, up of x; d[slots][hidden] = down of
- * silu(gate) * up */
-void cu_moe_gemv(cu_impl *c, const cu_w *gate, const cu_w *up, const cu_w *down, const cu_expert *table, const int32_t *ids,
-                 int slots, int k, const float *x, int hidden, float *gu, float *d);
+ * silu(gate) * up. With logits (ne per token), the gate/up launch routes first and writes ids and
+ * weights; else ids are given (always so for GGML experts, whose kernels do not route). */
+void cu_moe_gemv(cu_impl *c, const cu_w *gate, const cu_w *up, const cu_w *down, const cu_expert *table, int32_t *ids,
+                 int slots, int k, const float *x, int hidden, float *gu, float *d, const float *logits, int ne,
+                 int renorm, float *weights);
+/* 1 when the gate/up launch can route ne experts itself (its staging memory holds the logits) */
+int cu_moe_routes(int ne, int hidden);
 
 /* GGML block-quantised weights (cuda_ggml.cu); every type decodes by the CPU reference formulas */
 int cu_ggml_init(void); /* copies the IQ codebooks to the current device; nonzero on failure */
 int cu_ggml_supported(int gtype);
-void cu_ggml_gemv(cu_impl *c, const gv_call &g, int n);
+void cu_ggml_gemv(cu_impl *c, const gg_call &g, int n);
 void cu_ggml_dequant_split(cu_impl *c, const cu_w *w, __nv_bfloat16 *hi, __nv_bfloat16 *lo);
 void cu_ggml_embed(cu_impl *c, const cu_w *w, const int32_t *ids, const int32_t *step_tok, int n, float *out);
 

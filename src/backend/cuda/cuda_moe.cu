@@ -6,51 +6,13 @@
 
 #include "backend/cuda/cuda_int.cuh"
 
-/* one warp per token: softmax over the experts, top-k by repeated max (ties to the lower index, as the
- * CPU does), optional renormalisation */
+/* one warp per token */
 __global__ void route_k(const float *logits, int n, int ne, int k, int renorm, int32_t *ids, float *weights) {
     cu_pdl_enter();
     extern __shared__ float rs[];
-    int t = blockIdx.x, lane = threadIdx.x;
-    const float *l = logits + (long long)t * ne;
-    float mx = -INFINITY;
-    for (int x = lane; x < ne; x += 32) {
-        rs[x] = l[x];
-        mx = fmaxf(mx, l[x]);
-    }
-    mx = warp_max(mx);
-    float sum = 0;
-    for (int x = lane; x < ne; x += 32) sum += expf(l[x] - mx);
-    sum = warp_sum(sum);
-    __syncwarp();
-    float tot = 0;
-    for (int s = 0; s < k; s++) {
-        float bv = -INFINITY;
-        int bi = ne;
-        for (int x = lane; x < ne; x += 32)
-            if (rs[x] > bv || (rs[x] == bv && x < bi)) {
-                bv = rs[x];
-                bi = x;
-            }
-        for (int o = 16; o > 0; o >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (ov > bv || (ov == bv && oi < bi)) {
-                bv = ov;
-                bi = oi;
-            }
-        }
-        if (bi >= ne) bi = 0; /* only when every logit is NaN */
-        float w = expf(l[bi] - mx) / sum;
-        if (lane == 0) {
-            ids[(long long)t * k + s] = bi;
-            weights[(long long)t * k + s] = w;
-            rs[bi] = __int_as_float(0x7fc00000); /* NaN fails every comparison: never taken twice */
-        }
-        tot += w;
-        __syncwarp();
-    }
-    if (renorm && lane < k) weights[(long long)t * k + lane] /= tot;
+    int t = blockIdx.x;
+    cu_route_warp(logits + (long long)t * ne, ne, k, renorm, rs, NULL, ids + (long long)t * k,
+                  weights + (long long)t * k);
 }
 
 void cu_route(sl_backend *b, const float *logits, int n, int n_experts, int k, int renorm, int32_t *ids,
@@ -82,24 +44,57 @@ static const cu_table *find_table(cu_impl *c, const sl_expert_table *t) {
     return NULL;
 }
 
-void cu_moe(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
-            const float *weights, int k, float *out) {
-    cu_impl *c = cu_of(b);
+/* The routed experts of n tokens: returns their outputs d[n * k][hidden] (in the MoE buffers), or NULL
+ * when there is nothing to do or it failed (recorded). */
+static const float *experts(cu_impl *c, const sl_expert_table *t, const float *x, int n, int hidden, int32_t *ids,
+                            int k, const float *logits, int ne, int renorm, float *weights) {
     const cu_table *tab = find_table(c, t);
     if (!tab) {
         cu_fail(c, "moe: this layer's experts were not placed on the GPU");
-        return;
+        return NULL;
     }
     const sl_expert *e0 = NULL;
     for (int i = 0; i < t->n_experts && !e0; i++) e0 = t->experts[i];
-    if (!e0 || n <= 0) return;
+    if (!e0 || n <= 0) return NULL;
     int inter = e0->gate.rows, slots = n * k;
     size_t need = (size_t)slots * ((size_t)inter * 2 + (size_t)hidden) * sizeof(float);
-    if (cu_grow(c, (void **)&c->moe_buf, &c->moe_len, need, "MoE buffers")) return;
+    if (cu_grow(c, (void **)&c->moe_buf, &c->moe_len, need, "MoE buffers")) return NULL;
     float *g = c->moe_buf, *d = g + (size_t)2 * slots * inter;
     /* shapes and formats are per expert (read from the table); e0 only sizes the grids */
     cu_w gs = cu_w_of(&e0->gate), us = cu_w_of(&e0->up), ds = cu_w_of(&e0->down);
-    cu_moe_gemv(c, &gs, &us, &ds, tab->d, ids, slots, k, x, hidden, g, d);
+    cu_moe_gemv(c, &gs, &us, &ds, tab->d, ids, slots, k, x, hidden, g, d, logits, ne, renorm, weights);
+    return d;
+}
+
+void cu_moe(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
+            const float *weights, int k, float *out) {
+    cu_impl *c = cu_of(b);
+    /* the expert GEMVs only read ids */
+    const float *d = experts(c, t, x, n, hidden, (int32_t *)ids, k, NULL, 0, 0, NULL);
+    if (!d) return;
     cu_launch(c, moe_combine_k, dim3(CU_BLOCKS(hidden, 256), (unsigned)n), 256, 0, d, weights, k, hidden, out);
+    cu_check_launch(c, "moe");
+}
+
+void cu_moe_shared(sl_backend *b, const sl_expert_table *t, const float *logits, int n_experts, int k, int renorm,
+                   int32_t *ids, float *weights, const float *x, int n, int hidden, const sl_weight *sh_down,
+                   const float *g, const float *u, const float *gate, float *out) {
+    cu_impl *c = cu_of(b);
+    /* GGML experts (one type per matrix across the layer, see cu_place_experts) have no routing kernel
+     * of their own: they take the separate routing and combine */
+    const sl_expert *e0 = NULL;
+    for (int i = 0; i < t->n_experts && !e0; i++) e0 = t->experts[i];
+    int ggml = e0 && (e0->gate.fmt == SL_WF_GGML || e0->up.fmt == SL_WF_GGML || e0->down.fmt == SL_WF_GGML);
+    if (ggml || !cu_gemv_takes(c, sh_down, n) || sh_down->rows != hidden || !cu_moe_routes(n_experts, hidden) ||
+        k > 32) {
+        cu_route(b, logits, n, n_experts, k, renorm, ids, weights);
+        cu_moe(b, t, x, n, hidden, ids, weights, k, out);
+        cu_swiglu_matmul(b, sh_down, g, u, n, gate, out);
+        return;
+    }
+    /* routing happens in the experts' gate/up launch and the combine of their outputs in the shared
+     * expert's down projection */
+    const float *d = experts(c, t, x, n, hidden, ids, k, logits, n_experts, renorm, weights);
+    if (d) cu_shared_down(c, sh_down, g, u, n, gate, d, weights, k, out);
     cu_check_launch(c, "moe");
 }

@@ -1,0 +1,610 @@
+/* The fused backend ops (add + RMSNorm, several matmuls sharing an input, matmuls with gated inputs or
+ * outputs, q/k norm + rope + KV store) against plain host arithmetic, on the backend SLUICE_BACKEND picks
+ * (the CPU without a GPU), and the models' fallbacks to the unfused ops for backends that leave them out. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/half.h"
+#include "models/fused.h"
+
+static float frand(unsigned *st) {
+    *st = *st * 1103515245u + 12345u;
+    return (float)((*st >> 8) & 0xffff) / 65536.0f - 0.5f;
+}
+
+static sl_backend *open_backend(void) {
+    sl_backend *be;
+    sl_err e = {{0}};
+    char note[256];
+    cr_assert_eq(sl_backend_open(NULL, 2, &be, note, sizeof note, &e), 0, "%s", e.msg);
+    return be;
+}
+
+/* n random floats on the backend (and their host copy in *host) */
+static float *dev_rand(sl_backend *be, size_t n, unsigned *st, float **host) {
+    float *h = malloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++) h[i] = frand(st);
+    float *d = be->ops->alloc(be, n * sizeof *d);
+    cr_assert_not_null(d);
+    be->ops->upload(be, d, h, n * sizeof *d);
+    *host = h;
+    return d;
+}
+
+static float *download(sl_backend *be, const float *d, size_t n) {
+    float *h = malloc(n * sizeof *h);
+    be->ops->download(be, h, d, n * sizeof *h);
+    return h;
+}
+
+/* A random rows x cols weight in fmt (F32 or BF16), placed on the backend; *host gets its values. */
+typedef struct {
+    sl_weight w;
+    void *data;
+    float *vals, *bias;
+    uint16_t *scales, *biases; /* MLX */
+} tweight;
+
+static void make_weight(sl_backend *be, tweight *t, sl_wfmt fmt, int rows, int cols, int with_bias, unsigned *st) {
+    size_t es = fmt == SL_WF_F32 ? 4 : 2, len = (size_t)rows * (size_t)cols;
+    memset(t, 0, sizeof *t);
+    t->data = malloc(len * es);
+    t->vals = malloc(len * sizeof *t->vals);
+    for (size_t i = 0; i < len; i++) {
+        float v = frand(st);
+        if (fmt == SL_WF_F32) {
+            ((float *)t->data)[i] = v;
+        } else {
+            uint16_t h = sl_f32_to_bf16(v);
+            ((uint16_t *)t->data)[i] = h;
+            v = sl_bf16_to_f32(h);
+        }
+        t->vals[i] = v;
+    }
+    if (with_bias) {
+        t->bias = malloc((size_t)rows * sizeof *t->bias);
+        for (int i = 0; i < rows; i++) t->bias[i] = frand(st);
+    }
+    t->w = (sl_weight){
+        .fmt = fmt, .rows = rows, .cols = cols, .data = t->data, .row_bytes = (size_t)cols * es, .bias = t->bias};
+    sl_err e = {{0}};
+    if (be->ops->place_weight) cr_assert_eq(be->ops->place_weight(be, &t->w, &e), 0, "%s", e.msg);
+}
+
+/* A random MLX affine weight of `bits` (groups of 64, bf16 scales and biases), placed on the backend. */
+static void make_mlx(sl_backend *be, tweight *t, int bits, int rows, int cols, unsigned *st) {
+    size_t rb = (size_t)cols * (size_t)bits / 8, ng = (size_t)(cols / 64);
+    memset(t, 0, sizeof *t);
+    uint8_t *d = malloc((size_t)rows * rb);
+    t->data = d;
+    t->scales = malloc((size_t)rows * ng * sizeof *t->scales);
+    t->biases = malloc((size_t)rows * ng * sizeof *t->biases);
+    t->vals = malloc((size_t)rows * (size_t)cols * sizeof *t->vals);
+    for (size_t i = 0; i < (size_t)rows * rb; i++) d[i] = (uint8_t)(frand(st) * 255 + 128);
+    for (size_t i = 0; i < (size_t)rows * ng; i++) {
+        t->scales[i] = sl_f32_to_bf16(0.01f + 0.02f * frand(st));
+        t->biases[i] = sl_f32_to_bf16(0.1f * frand(st));
+    }
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < cols; j++) { /* value j is bits [j * bits, (j + 1) * bits) of the row */
+            unsigned q = 0;
+            for (int k = 0; k < bits; k++) {
+                size_t bit = (size_t)j * (size_t)bits + (size_t)k;
+                q |= (unsigned)((d[(size_t)r * rb + bit / 8] >> (bit % 8)) & 1u) << k;
+            }
+            size_t g = (size_t)r * ng + (size_t)j / 64;
+            t->vals[(size_t)r * (size_t)cols + (size_t)j] =
+                sl_bf16_to_f32(t->scales[g]) * (float)q + sl_bf16_to_f32(t->biases[g]);
+        }
+    t->w = (sl_weight){.fmt = SL_WF_MLX,
+                       .rows = rows,
+                       .cols = cols,
+                       .data = d,
+                       .row_bytes = rb,
+                       .bits = bits,
+                       .group = 64,
+                       .sb_fmt = SL_WF_BF16,
+                       .scales = (const uint8_t *)t->scales,
+                       .biases = (const uint8_t *)t->biases};
+    sl_err e = {{0}};
+    if (be->ops->place_weight) cr_assert_eq(be->ops->place_weight(be, &t->w, &e), 0, "%s", e.msg);
+}
+
+static void free_weight(tweight *t) {
+    free(t->scales);
+    free(t->biases);
+    free(t->data);
+    free(t->vals);
+    free(t->bias);
+}
+
+/* y[n][rows] = x[n][cols] . vals^T + bias in double */
+static void ref_matmul(const tweight *t, const float *x, int n, float *y) {
+    for (int i = 0; i < n; i++)
+        for (int r = 0; r < t->w.rows; r++) {
+            double s = t->bias ? t->bias[r] : 0.0;
+            for (int j = 0; j < t->w.cols; j++)
+                s += (double)t->vals[(size_t)r * (size_t)t->w.cols + (size_t)j] *
+                     x[(size_t)i * (size_t)t->w.cols + (size_t)j];
+            y[(size_t)i * (size_t)t->w.rows + (size_t)r] = (float)s;
+        }
+}
+
+static void expect_close(const float *got, const float *want, size_t n, float tol, const char *what) {
+    for (size_t i = 0; i < n; i++)
+        cr_assert(fabsf(got[i] - want[i]) <= tol * (1.0f + fabsf(want[i])), "%s: element %zu is %g, expected %g", what,
+                  i, got[i], want[i]);
+}
+
+static void check_ok(sl_backend *be) {
+    sl_err e = {{0}};
+    cr_assert_eq(be->ops->check(be, &e), 0, "%s", e.msg);
+}
+
+/* The backend with its fused ops taken out: what the helpers in models/fused.h fall back from. */
+typedef struct {
+    sl_backend_ops ops;
+    sl_backend b;
+} unfused;
+
+static sl_backend *unfused_of(sl_backend *be, unfused *u) {
+    u->ops = *be->ops;
+    u->ops.add_rmsnorm = NULL;
+    u->ops.matmul_multi = NULL;
+    u->ops.swiglu_matmul = NULL;
+    u->ops.sigmoid_matmul = NULL;
+    u->ops.moe_shared = NULL;
+    u->ops.matmul_multi_conv = NULL;
+    u->ops.qk_rope_store = NULL;
+    u->ops.gated_rmsnorm_matmul = NULL;
+    u->b = *be;
+    u->b.ops = &u->ops;
+    return &u->b;
+}
+
+static void add_rmsnorm_case(int rows, int dim, int with_w, int fused) {
+    sl_backend *be = open_backend();
+    unfused u;
+    sl_backend *run = fused ? be : unfused_of(be, &u);
+    unsigned st = (unsigned)(rows * 31 + dim);
+    size_t len = (size_t)rows * (size_t)dim;
+    float *hx, *hd, *hw;
+    float *x = dev_rand(be, len, &st, &hx), *d = dev_rand(be, len, &st, &hd), *w = dev_rand(be, (size_t)dim, &st, &hw);
+    float *y = be->ops->alloc(be, len * sizeof *y);
+    if (fused) cr_assert_not_null(be->ops->add_rmsnorm, "the backend has no add_rmsnorm");
+    sl_add_rmsnorm(run, x, d, with_w ? w : NULL, rows, dim, 1e-6f, y);
+    float *gx = download(be, x, len), *gy = download(be, y, len);
+    check_ok(be);
+    float *wx = malloc(len * sizeof *wx), *wy = malloc(len * sizeof *wy);
+    for (int r = 0; r < rows; r++) {
+        double ss = 0;
+        for (int i = 0; i < dim; i++) {
+            size_t k = (size_t)r * (size_t)dim + (size_t)i;
+            wx[k] = hx[k] + hd[k];
+            ss += (double)wx[k] * wx[k];
+        }
+        double inv = 1.0 / sqrt(ss / dim + 1e-6);
+        for (int i = 0; i < dim; i++) {
+            size_t k = (size_t)r * (size_t)dim + (size_t)i;
+            wy[k] = (float)(wx[k] * inv * (with_w ? hw[i] : 1.0f));
+        }
+    }
+    expect_close(gx, wx, len, 1e-6f, "add_rmsnorm residual");
+    expect_close(gy, wy, len, 1e-5f, "add_rmsnorm output");
+    be->ops->free(be, x);
+    be->ops->free(be, d);
+    be->ops->free(be, w);
+    be->ops->free(be, y);
+    free(hx);
+    free(hd);
+    free(hw);
+    free(gx);
+    free(gy);
+    free(wx);
+    free(wy);
+    sl_backend_destroy(be);
+}
+
+Test(fused_ops, add_rmsnorm) {
+    add_rmsnorm_case(3, 64, 1, 1);
+    add_rmsnorm_case(2, 2048, 1, 1);
+    add_rmsnorm_case(2, 5000, 0, 1); /* wider than a GPU block holds in registers */
+    add_rmsnorm_case(3, 96, 1, 0);
+}
+
+/* nw weights of mixed formats and heights sharing one input, n tokens, through sl_matmul_multi; with
+ * mlx, 4-bit and 8-bit MLX weights (a router beside 4-bit projections) instead */
+static void matmul_multi_case(int nw, int cols, int n, int mlx, int fused) {
+    static const int heights[] = {7, 33, 100, 1, 64, 17};
+    sl_backend *be = open_backend();
+    unfused u;
+    sl_backend *run = fused ? be : unfused_of(be, &u);
+    unsigned st = (unsigned)(nw * 1000 + cols * 10 + n);
+    tweight t[6];
+    const sl_weight *w[6];
+    float *y[6];
+    for (int i = 0; i < nw; i++) {
+        if (mlx)
+            make_mlx(be, &t[i], i % 3 == 1 ? 8 : 4, heights[i], cols, &st);
+        else
+            make_weight(be, &t[i], i % 3 == 1 ? SL_WF_F32 : SL_WF_BF16, heights[i], cols, i == 2, &st);
+        w[i] = &t[i].w;
+        y[i] = be->ops->alloc(be, (size_t)n * (size_t)heights[i] * sizeof(float));
+    }
+    float *hx, *x = dev_rand(be, (size_t)n * (size_t)cols, &st, &hx);
+    if (fused) cr_assert_not_null(be->ops->matmul_multi, "the backend has no matmul_multi");
+    sl_matmul_multi(run, nw, w, x, n, y);
+    for (int i = 0; i < nw; i++) {
+        size_t len = (size_t)n * (size_t)heights[i];
+        float *got = download(be, y[i], len), *want = malloc(len * sizeof *want);
+        ref_matmul(&t[i], hx, n, want);
+        check_ok(be);
+        expect_close(got, want, len, 1e-3f, "matmul_multi");
+        free(got);
+        free(want);
+        be->ops->free(be, y[i]);
+        free_weight(&t[i]);
+    }
+    be->ops->free(be, x);
+    free(hx);
+    sl_backend_destroy(be);
+}
+
+Test(fused_ops, matmul_multi) {
+    matmul_multi_case(3, 256, 1, 0, 1);
+    matmul_multi_case(4, 96, 3, 0, 1);
+    matmul_multi_case(2, 512, 24, 0, 1); /* a prefill batch */
+    matmul_multi_case(6, 64, 1, 0, 1);   /* more weights than one call takes */
+    matmul_multi_case(4, 256, 1, 1, 1);
+    matmul_multi_case(6, 128, 2, 1, 1);
+    matmul_multi_case(3, 64, 2, 0, 0);
+}
+
+/* y = (silu(g) * u) . w^T, or with gated, y0 + sigmoid(s) * that */
+static void swiglu_matmul_case(int rows, int cols, int n, int gated, int fused) {
+    sl_backend *be = open_backend();
+    unfused u;
+    sl_backend *run = fused ? be : unfused_of(be, &u);
+    unsigned st = (unsigned)(rows * 17 + cols + n + gated);
+    tweight t;
+    make_weight(be, &t, SL_WF_BF16, rows, cols, 0, &st);
+    size_t len = (size_t)n * (size_t)cols, out = (size_t)n * (size_t)rows;
+    float *hg, *hu, *hy, *hs;
+    float *g = dev_rand(be, len, &st, &hg), *up = dev_rand(be, len, &st, &hu), *y = dev_rand(be, out, &st, &hy);
+    float *s = dev_rand(be, (size_t)n, &st, &hs), *tmp = be->ops->alloc(be, out * sizeof *tmp);
+    if (fused) cr_assert_not_null(be->ops->swiglu_matmul, "the backend has no swiglu_matmul");
+    sl_swiglu_matmul(run, &t.w, g, up, n, gated ? s : NULL, tmp, y);
+    float *got = download(be, y, out);
+    check_ok(be);
+    float *act = malloc(len * sizeof *act), *want = malloc(out * sizeof *want);
+    for (size_t i = 0; i < len; i++) act[i] = hg[i] / (1.0f + expf(-hg[i])) * hu[i];
+    ref_matmul(&t, act, n, want);
+    if (gated)
+        for (size_t i = 0; i < out; i++) want[i] = hy[i] + want[i] / (1.0f + expf(-hs[i / (size_t)rows]));
+    expect_close(got, want, out, 1e-3f, gated ? "swiglu_matmul (gated add)" : "swiglu_matmul");
+    float *dv[] = {g, up, y, s, tmp};
+    for (int i = 0; i < 5; i++) be->ops->free(be, dv[i]);
+    float *hp[] = {hg, hu, hy, hs, got, act, want};
+    for (int i = 0; i < 7; i++) free(hp[i]);
+    free_weight(&t);
+    sl_backend_destroy(be);
+}
+
+Test(fused_ops, swiglu_matmul) {
+    swiglu_matmul_case(40, 128, 1, 0, 1);
+    swiglu_matmul_case(17, 512, 5, 0, 1);
+    swiglu_matmul_case(64, 256, 20, 0, 1); /* a prefill batch */
+    swiglu_matmul_case(48, 256, 1, 1, 1);
+    swiglu_matmul_case(33, 128, 3, 1, 1);
+    swiglu_matmul_case(24, 64, 20, 1, 1);
+    swiglu_matmul_case(9, 64, 2, 0, 0);
+    swiglu_matmul_case(9, 64, 2, 1, 0);
+}
+
+static void sigmoid_matmul_case(int rows, int cols, int n, int fused) {
+    sl_backend *be = open_backend();
+    unfused u;
+    sl_backend *run = fused ? be : unfused_of(be, &u);
+    unsigned st = (unsigned)(rows * 3 + cols + n);
+    tweight t;
+    make_weight(be, &t, SL_WF_F32, rows, cols, 1, &st);
+    size_t len = (size_t)n * (size_t)cols, out = (size_t)n * (size_t)rows;
+    float *hx, *hg, *x = dev_rand(be, len, &st, &hx), *g = dev_rand(be, len, &st, &hg);
+    float *y = be->ops->alloc(be, out * sizeof *y);
+    if (fused) cr_assert_not_null(be->ops->sigmoid_matmul, "the backend has no sigmoid_matmul");
+    sl_sigmoid_matmul(run, &t.w, x, g, n, y);
+    float *got = download(be, y, out), *want = malloc(out * sizeof *want);
+    check_ok(be);
+    for (size_t i = 0; i < len; i++) hx[i] /= 1.0f + expf(-hg[i]);
+    ref_matmul(&t, hx, n, want);
+    expect_close(got, want, out, 1e-3f, "sigmoid_matmul");
+    be->ops->free(be, x);
+    be->ops->free(be, g);
+    be->ops->free(be, y);
+    float *hp[] = {hx, hg, got, want};
+    for (int i = 0; i < 4; i++) free(hp[i]);
+    free_weight(&t);
+    sl_backend_destroy(be);
+}
+
+Test(fused_ops, sigmoid_matmul) {
+    sigmoid_matmul_case(50, 256, 1, 1);
+    sigmoid_matmul_case(7, 96, 4, 1);
+    sigmoid_matmul_case(20, 128, 18, 1); /* a prefill batch */
+    sigmoid_matmul_case(5, 32, 2, 0);
+}
+
+/* host reference of one head: optional norm, then rotary embedding over the first rot_dim dims */
+static void ref_head(float *v, int hd, const float *norm, float eps, int rot_dim, int pos, const float *inv_freq,
+                     float af) {
+    if (norm) {
+        double ss = 0;
+        for (int j = 0; j < hd; j++) ss += (double)v[j] * v[j];
+        double inv = 1.0 / sqrt(ss / hd + eps);
+        for (int j = 0; j < hd; j++) v[j] = (float)(v[j] * inv * norm[j]);
+    }
+    int half = rot_dim / 2;
+    for (int f = 0; f < half; f++) {
+        double ang = (double)pos * inv_freq[f], cs = cos(ang) * af, sn = sin(ang) * af;
+        float a = v[f], c = v[f + half];
+        v[f] = (float)(a * cs - c * sn);
+        v[f + half] = (float)(c * cs + a * sn);
+    }
+}
+
+static void qk_rope_store_case(int n, int nh, int nkv, int hd, int rot_dim, int with_norm, int pos0, int fused) {
+    sl_backend *be = open_backend();
+    unfused u;
+    sl_backend *run = fused ? be : unfused_of(be, &u);
+    unsigned st = (unsigned)(n * 97 + nh * 13 + hd + pos0);
+    size_t qlen = (size_t)n * (size_t)nh * (size_t)hd, klen = (size_t)n * (size_t)nkv * (size_t)hd;
+    size_t clen = (size_t)(pos0 + n + 2) * (size_t)nkv * (size_t)hd;
+    float *hq, *hk, *hv, *hqn, *hkn, *hf;
+    float *q = dev_rand(be, qlen, &st, &hq), *k = dev_rand(be, klen, &st, &hk), *v = dev_rand(be, klen, &st, &hv);
+    float *qn = dev_rand(be, (size_t)hd, &st, &hqn), *kn = dev_rand(be, (size_t)hd, &st, &hkn);
+    float *freq = dev_rand(be, (size_t)rot_dim / 2, &st, &hf);
+    float *kc = be->ops->alloc(be, clen * sizeof *kc), *vc = be->ops->alloc(be, clen * sizeof *vc);
+    if (fused) cr_assert_not_null(be->ops->qk_rope_store, "the backend has no qk_rope_store");
+    sl_qk_rope_store(run, q, k, v, n, nh, nkv, hd, with_norm ? qn : NULL, with_norm ? kn : NULL, 1e-6f, rot_dim, pos0,
+                     freq, 0.9f, kc, vc);
+    float *gq = download(be, q, qlen), *gk = download(be, k, klen), *gkc = download(be, kc, clen),
+          *gvc = download(be, vc, clen);
+    check_ok(be);
+    float *wkc = calloc(clen, sizeof *wkc), *wvc = calloc(clen, sizeof *wvc);
+    for (int i = 0; i < n; i++) {
+        for (int h = 0; h < nh; h++)
+            ref_head(hq + ((size_t)i * (size_t)nh + (size_t)h) * (size_t)hd, hd, with_norm ? hqn : NULL, 1e-6f, rot_dim,
+                     pos0 + i, hf, 0.9f);
+        for (int h = 0; h < nkv; h++)
+            ref_head(hk + ((size_t)i * (size_t)nkv + (size_t)h) * (size_t)hd, hd, with_norm ? hkn : NULL, 1e-6f,
+                     rot_dim, pos0 + i, hf, 0.9f);
+    }
+    size_t kw = (size_t)nkv * (size_t)hd;
+    memcpy(wkc + (size_t)pos0 * kw, hk, klen * sizeof *hk);
+    memcpy(wvc + (size_t)pos0 * kw, hv, klen * sizeof *hv);
+    expect_close(gq, hq, qlen, 1e-4f, "qk_rope_store q");
+    expect_close(gk, hk, klen, 1e-4f, "qk_rope_store k");
+    expect_close(gkc, wkc, clen, 1e-4f, "qk_rope_store k cache");
+    expect_close(gvc, wvc, clen, 0.0f, "qk_rope_store v cache");
+    float *dv[] = {q, k, v, qn, kn, freq, kc, vc};
+    for (int i = 0; i < 8; i++) be->ops->free(be, dv[i]);
+    float *hp[] = {hq, hk, hv, hqn, hkn, hf, gq, gk, gkc, gvc, wkc, wvc};
+    for (int i = 0; i < 12; i++) free(hp[i]);
+    sl_backend_destroy(be);
+}
+
+Test(fused_ops, qk_rope_store) {
+    qk_rope_store_case(1, 4, 2, 64, 64, 0, 5, 1);
+    qk_rope_store_case(3, 8, 2, 128, 64, 1, 0, 1); /* partial rotary, q/k norms */
+    qk_rope_store_case(2, 2, 1, 256, 256, 1, 7, 1);
+    qk_rope_store_case(2, 4, 4, 32, 32, 1, 3, 0);
+}
+
+static void gated_rmsnorm_matmul_case(int rows, int groups, int dim, int n, int fused) {
+    sl_backend *be = open_backend();
+    unfused u;
+    sl_backend *run = fused ? be : unfused_of(be, &u);
+    unsigned st = (unsigned)(rows * 5 + groups * 11 + dim + n);
+    int cols = groups * dim;
+    tweight t;
+    make_weight(be, &t, SL_WF_BF16, rows, cols, 0, &st);
+    size_t len = (size_t)n * (size_t)cols;
+    float *hx, *hz, *hw;
+    float *x = dev_rand(be, len, &st, &hx), *z = dev_rand(be, len, &st, &hz), *w = dev_rand(be, (size_t)dim, &st, &hw);
+    float *y = be->ops->alloc(be, (size_t)n * (size_t)rows * sizeof *y);
+    if (fused) cr_assert_not_null(be->ops->gated_rmsnorm_matmul, "the backend has no gated_rmsnorm_matmul");
+    sl_gated_rmsnorm_matmul(run, &t.w, x, z, w, dim, 1e-6f, n, y);
+    float *got = download(be, y, (size_t)n * (size_t)rows);
+    check_ok(be);
+    float *want = malloc((size_t)n * (size_t)rows * sizeof *want);
+    for (size_t g = 0; g < (size_t)n * (size_t)groups; g++) {
+        float *v = hx + g * (size_t)dim;
+        const float *zv = hz + g * (size_t)dim;
+        double ss = 0;
+        for (int j = 0; j < dim; j++) ss += (double)v[j] * v[j];
+        double inv = 1.0 / sqrt(ss / dim + 1e-6);
+        for (int j = 0; j < dim; j++) v[j] = (float)(hw[j] * v[j] * inv * zv[j] / (1.0 + exp(-zv[j])));
+    }
+    ref_matmul(&t, hx, n, want);
+    expect_close(got, want, (size_t)n * (size_t)rows, 1e-3f, "gated_rmsnorm_matmul");
+    be->ops->free(be, x);
+    be->ops->free(be, z);
+    be->ops->free(be, w);
+    be->ops->free(be, y);
+    free_weight(&t);
+    free(hx);
+    free(hz);
+    free(hw);
+    free(got);
+    free(want);
+    sl_backend_destroy(be);
+}
+
+Test(fused_ops, gated_rmsnorm_matmul) {
+    gated_rmsnorm_matmul_case(48, 8, 128, 1, 1);
+    gated_rmsnorm_matmul_case(20, 3, 64, 6, 1);
+    gated_rmsnorm_matmul_case(8, 100, 96, 1, 1); /* groups that straddle a GPU staging chunk */
+    gated_rmsnorm_matmul_case(30, 4, 64, 20, 1); /* a prefill batch */
+    gated_rmsnorm_matmul_case(16, 2, 32, 2, 0);
+}
+
+/* host routing of one token: softmax, top-k (ties to the lower index), optional renormalisation */
+static void ref_route(const float *l, int E, int k, int renorm, int32_t *ids, float *w) {
+    float mx = l[0], sum = 0, tot = 0;
+    for (int x = 1; x < E; x++) mx = fmaxf(mx, l[x]);
+    for (int x = 0; x < E; x++) sum += expf(l[x] - mx);
+    int taken[64] = {0};
+    for (int s = 0; s < k; s++) {
+        int bi = -1;
+        for (int x = 0; x < E; x++)
+            if (!taken[x] && (bi < 0 || l[x] > l[bi])) bi = x;
+        taken[bi] = 1;
+        ids[s] = bi;
+        w[s] = expf(l[bi] - mx) / sum;
+        tot += w[s];
+    }
+    if (renorm)
+        for (int s = 0; s < k; s++) w[s] /= tot;
+}
+
+/* E experts of hidden -> inter -> hidden routed top-k from logits, plus a shared expert's down projection */
+static void moe_shared_case(int E, int k, int renorm, int hidden, int inter, int n, int fused) {
+    sl_backend *be = open_backend();
+    unfused u;
+    sl_backend *run = fused ? be : unfused_of(be, &u);
+    unsigned st = (unsigned)(E * 7 + k * 3 + hidden + inter + n);
+    tweight tw[3 * 40], shd;
+    sl_expert ex[40];
+    const sl_expert *exp[40];
+    for (int e = 0; e < E; e++) {
+        make_weight(be, &tw[3 * e], SL_WF_BF16, inter, hidden, 0, &st);
+        make_weight(be, &tw[3 * e + 1], SL_WF_BF16, inter, hidden, 0, &st);
+        make_weight(be, &tw[3 * e + 2], SL_WF_BF16, hidden, inter, 0, &st);
+        ex[e] = (sl_expert){tw[3 * e].w, tw[3 * e + 1].w, tw[3 * e + 2].w};
+        exp[e] = &ex[e];
+    }
+    sl_expert_table tab = {E, exp};
+    sl_err e = {{0}};
+    if (be->ops->place_experts) cr_assert_eq(be->ops->place_experts(be, &tab, &e), 0, "%s", e.msg);
+    make_weight(be, &shd, SL_WF_BF16, hidden, inter, 0, &st);
+    size_t xl = (size_t)n * (size_t)hidden, gl = (size_t)n * (size_t)inter;
+    float *hx, *hg, *hu, *hs, *hw = NULL;
+    float *x = dev_rand(be, xl, &st, &hx), *g = dev_rand(be, gl, &st, &hg), *up = dev_rand(be, gl, &st, &hu);
+    float *hl, *gate = dev_rand(be, (size_t)n, &st, &hs), *logits = dev_rand(be, (size_t)n * (size_t)E, &st, &hl);
+    float *w = be->ops->alloc(be, (size_t)n * (size_t)k * sizeof *w);
+    int32_t hid[64], gid[64];
+    hw = malloc((size_t)n * (size_t)k * sizeof *hw);
+    for (int t = 0; t < n; t++)
+        ref_route(hl + (size_t)t * (size_t)E, E, k, renorm, hid + t * k, hw + (size_t)t * (size_t)k);
+    int32_t *ids = be->ops->alloc(be, sizeof hid);
+    float *tmp = be->ops->alloc(be, xl * sizeof *tmp), *out = be->ops->alloc(be, xl * sizeof *out);
+    if (fused) cr_assert_not_null(be->ops->moe_shared, "the backend has no moe_shared");
+    sl_moe_shared(run, &tab, logits, E, k, renorm, ids, w, x, n, hidden, &shd.w, g, up, gate, tmp, out);
+    float *got = download(be, out, xl), *gw = download(be, w, (size_t)n * (size_t)k);
+    be->ops->download(be, gid, ids, (size_t)n * (size_t)k * sizeof *gid);
+    check_ok(be);
+    for (int i = 0; i < n * k; i++)
+        cr_assert_eq(gid[i], hid[i], "moe_shared: route %d is expert %d, expected %d", i, gid[i], hid[i]);
+    expect_close(gw, hw, (size_t)n * (size_t)k, 1e-5f, "moe_shared routing weights");
+    float *want = calloc(xl, sizeof *want), *a = malloc(gl * sizeof *a), *gg = malloc((size_t)inter * sizeof *gg),
+          *uu = malloc((size_t)inter * sizeof *uu), *dd = malloc((size_t)hidden * sizeof *dd);
+    for (int t = 0; t < n; t++) {
+        for (int s = 0; s < k; s++) {
+            int id = hid[t * k + s];
+            ref_matmul(&tw[3 * id], hx + (size_t)t * (size_t)hidden, 1, gg);
+            ref_matmul(&tw[3 * id + 1], hx + (size_t)t * (size_t)hidden, 1, uu);
+            for (int j = 0; j < inter; j++) gg[j] = gg[j] / (1.0f + expf(-gg[j])) * uu[j];
+            ref_matmul(&tw[3 * id + 2], gg, 1, dd);
+            for (int j = 0; j < hidden; j++) want[(size_t)t * (size_t)hidden + (size_t)j] += hw[t * k + s] * dd[j];
+        }
+    }
+    for (size_t i = 0; i < gl; i++) a[i] = hg[i] / (1.0f + expf(-hg[i])) * hu[i];
+    float *sh = malloc(xl * sizeof *sh);
+    ref_matmul(&shd, a, n, sh);
+    for (size_t i = 0; i < xl; i++) want[i] += sh[i] / (1.0f + expf(-hs[i / (size_t)hidden]));
+    expect_close(got, want, xl, 1e-3f, "moe_shared");
+    float *dv[] = {x, g, up, gate, w, tmp, out, logits};
+    for (int i = 0; i < 8; i++) be->ops->free(be, dv[i]);
+    be->ops->free(be, ids);
+    float *hp[] = {hx, hg, hu, hs, hw, got, want, a, gg, uu, dd, sh, hl, gw};
+    for (int i = 0; i < 14; i++) free(hp[i]);
+    for (int i = 0; i < 3 * E; i++) free_weight(&tw[i]);
+    free_weight(&shd);
+    sl_backend_destroy(be);
+}
+
+Test(fused_ops, moe_shared) {
+    moe_shared_case(4, 2, 1, 64, 32, 1, 1);
+    moe_shared_case(8, 3, 0, 128, 64, 3, 1);
+    moe_shared_case(40, 8, 1, 64, 32, 2, 1); /* more experts than a warp has lanes */
+    moe_shared_case(6, 2, 1, 64, 32, 20, 1); /* a prefill batch */
+    moe_shared_case(4, 2, 0, 32, 32, 2, 0);
+}
+
+/* two weights sharing x, the first through a causal conv of `kernel` taps + SiLU with its state */
+static void matmul_multi_conv_case(int ch, int cols, int kernel, int n, int fused) {
+    sl_backend *be = open_backend();
+    unfused u;
+    sl_backend *run = fused ? be : unfused_of(be, &u);
+    unsigned st = (unsigned)(ch * 3 + cols + kernel * 11 + n);
+    tweight t[2];
+    make_weight(be, &t[0], SL_WF_BF16, ch, cols, 0, &st);
+    make_weight(be, &t[1], SL_WF_F32, 24, cols, 1, &st);
+    int hist = kernel - 1;
+    size_t sl = (size_t)hist * (size_t)ch, ol = (size_t)n * (size_t)ch;
+    float *hx, *hw, *hs;
+    float *x = dev_rand(be, (size_t)n * (size_t)cols, &st, &hx),
+          *cw = dev_rand(be, (size_t)ch * (size_t)kernel, &st, &hw);
+    float *state = dev_rand(be, sl ? sl : 1, &st, &hs);
+    float *y0 = be->ops->alloc(be, ol * sizeof *y0), *y1 = be->ops->alloc(be, (size_t)n * 24 * sizeof *y1);
+    float *tmp = be->ops->alloc(be, ol * sizeof *tmp);
+    const sl_weight *w[2] = {&t[0].w, &t[1].w};
+    float *y[2] = {y0, y1};
+    if (fused) cr_assert_not_null(be->ops->matmul_multi_conv, "the backend has no matmul_multi_conv");
+    sl_matmul_multi_conv(run, 2, w, x, n, y, cw, kernel, state, tmp);
+    float *g0 = download(be, y0, ol), *g1 = download(be, y1, (size_t)n * 24), *gs = download(be, state, sl ? sl : 1);
+    check_ok(be);
+    float *raw = malloc(ol * sizeof *raw), *w0 = malloc(ol * sizeof *w0), *w1 = malloc((size_t)n * 24 * sizeof *w1);
+    float *ws = calloc(sl ? sl : 1, sizeof *ws);
+    ref_matmul(&t[0], hx, n, raw);
+    ref_matmul(&t[1], hx, n, w1);
+    for (int c = 0; c < ch; c++) {
+        for (int i = 0; i < n; i++) {
+            float s = 0;
+            for (int k = 0; k < kernel; k++) {
+                int src = i - hist + k;
+                s += hw[(size_t)c * (size_t)kernel + (size_t)k] *
+                     (src >= 0 ? raw[(size_t)src * (size_t)ch + (size_t)c]
+                               : hs[(size_t)(hist + src) * (size_t)ch + (size_t)c]);
+            }
+            w0[(size_t)i * (size_t)ch + (size_t)c] = s / (1.0f + expf(-s));
+        }
+        for (int h = 0; h < hist; h++) {
+            int src = n - hist + h;
+            ws[(size_t)h * (size_t)ch + (size_t)c] = src >= 0 ? raw[(size_t)src * (size_t)ch + (size_t)c]
+                                                              : hs[(size_t)(hist + src) * (size_t)ch + (size_t)c];
+        }
+    }
+    expect_close(g0, w0, ol, 1e-3f, "matmul_multi_conv conv output");
+    expect_close(g1, w1, (size_t)n * 24, 1e-3f, "matmul_multi_conv second output");
+    expect_close(gs, ws, sl, 1e-3f, "matmul_multi_conv state");
+    float *dv[] = {x, cw, state, y0, y1, tmp};
+    for (int i = 0; i < 6; i++) be->ops->free(be, dv[i]);
+    float *hp[] = {hx, hw, hs, g0, g1, gs, raw, w0, w1, ws};
+    for (int i = 0; i < 10; i++) free(hp[i]);
+    free_weight(&t[0]);
+    free_weight(&t[1]);
+    sl_backend_destroy(be);
+}
+
+Test(fused_ops, matmul_multi_conv) {
+    matmul_multi_conv_case(96, 128, 4, 1, 1);
+    matmul_multi_conv_case(40, 64, 4, 2, 1);  /* fewer tokens than the conv's history */
+    matmul_multi_conv_case(64, 64, 4, 12, 1); /* two GPU launches, the state carried between them */
+    matmul_multi_conv_case(32, 96, 3, 20, 1); /* a prefill batch */
+    matmul_multi_conv_case(16, 32, 1, 3, 1);  /* no history */
+    matmul_multi_conv_case(24, 64, 4, 3, 0);
+}
