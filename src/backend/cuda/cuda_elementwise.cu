@@ -13,14 +13,23 @@ template <bool ADD> __global__ void rmsnorm_k(float *x, const float *d, const fl
     float *xr = x + (long long)blockIdx.x * dim;
     const float *dr = ADD ? d + (long long)blockIdx.x * dim : NULL;
     float *yr = y + (long long)blockIdx.x * dim;
-    float v[NORM_PER_THREAD], ss = 0;
+    float v[NORM_PER_THREAD], wv[NORM_PER_THREAD], ss = 0;
     bool held = dim <= NORM_PER_THREAD * (int)blockDim.x;
     if (held) {
+        /* every load before any store: x and d may alias as far as the compiler knows, and a store
+         * between loads would make each load wait for the one before */
+        float dv[NORM_PER_THREAD];
 #pragma unroll
         for (int k = 0; k < NORM_PER_THREAD; k++) {
             int i = threadIdx.x + k * blockDim.x;
             v[k] = i < dim ? xr[i] : 0.0f;
-            if (ADD && i < dim) xr[i] = v[k] += dr[i];
+            dv[k] = ADD && i < dim ? dr[i] : 0.0f;
+            wv[k] = w && i < dim ? w[i] : 1.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < NORM_PER_THREAD; k++) {
+            int i = threadIdx.x + k * blockDim.x;
+            if (ADD && i < dim) xr[i] = v[k] += dv[k];
             ss += v[k] * v[k];
         }
     } else {
@@ -34,7 +43,7 @@ template <bool ADD> __global__ void rmsnorm_k(float *x, const float *d, const fl
 #pragma unroll
         for (int k = 0; k < NORM_PER_THREAD; k++) {
             int i = threadIdx.x + k * blockDim.x;
-            if (i < dim) yr[i] = w ? (v[k] * inv) * w[i] : v[k] * inv;
+            if (i < dim) yr[i] = (v[k] * inv) * wv[k];
         }
     } else {
         for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = w ? (xr[i] * inv) * w[i] : xr[i] * inv;
