@@ -7,9 +7,15 @@
 #include "backend/cuda/cuda_int.cuh"
 
 #define GV_WARPS 8
-#define GV_RPW 2 /* rows per warp: their loads are issued together */
-#define GV_ROWS (GV_WARPS * GV_RPW)
+
+/* Kernel variants per storage format keep each one's registers (and so its occupancy) to its own need. */
+enum { KIND_ELEM = 0, KIND_BF16 = 1, KIND_F16 = 2, KIND_F32 = 3, KIND_MLX = 10 /* + bits */ };
+
+/* Rows per warp (RPW), whose loads are issued together: 2, or 4 for 4- and 8-bit MLX rows of one token
+ * when the launch has enough rows to keep every SM busy with 4 (see launch_nt). */
 #define GV_SMEM 40960 /* bytes of staged input per block */
+#define GV_SMEM1 46080 /* the same for one token */
+#define GV_PREFETCH (24 << 20) /* bytes of weights a launch may prefetch into L2 before its inputs are ready */
 
 /* Shared-memory index of input j: 4 floats of padding every 32 keep the lanes' 128-bit reads of
  * consecutive units on distinct banks. */
@@ -66,30 +72,30 @@ __device__ __forceinline__ void dot_units(const float *f, int V, const float *sx
     }
 }
 
-#define GV_UB 8 /* units per lane loaded before any is used: GV_RPW * GV_UB 128-bit loads in flight */
 
 /* bf16 / f16 rows: units of 8 values (one 128-bit load) */
 template <int NT, bool BF>
 __device__ __forceinline__ void rows_half(const cu_w &w, int row0, int c0, int cl, const float *sx, int padw, int n,
                                           int lane, float (*acc)[NT]) {
+    constexpr int RPW = 2, UB = 8; /* units per lane loaded before any is used */
     const int nu = cl / 8;
-    for (int u0 = lane; u0 < nu; u0 += 32 * GV_UB) {
-        uint4 q[GV_RPW][GV_UB];
+    for (int u0 = lane; u0 < nu; u0 += 32 * UB) {
+        uint4 q[RPW][UB];
 #pragma unroll
-        for (int rr = 0; rr < GV_RPW; rr++) {
+        for (int rr = 0; rr < RPW; rr++) {
             const uint8_t *p = w.data + (long long)min(row0 + rr, w.rows - 1) * w.row_bytes + (long long)c0 * 2;
 #pragma unroll
-            for (int b = 0; b < GV_UB; b++) {
+            for (int b = 0; b < UB; b++) {
                 int u = u0 + 32 * b;
                 q[rr][b] = u < nu ? __ldg((const uint4 *)(p + (long long)u * 16)) : make_uint4(0, 0, 0, 0);
             }
         }
 #pragma unroll
-        for (int b = 0; b < GV_UB; b++) {
+        for (int b = 0; b < UB; b++) {
             int u = u0 + 32 * b;
             if (u >= nu) break;
 #pragma unroll
-            for (int rr = 0; rr < GV_RPW; rr++) {
+            for (int rr = 0; rr < RPW; rr++) {
                 unsigned wd[4] = {q[rr][b].x, q[rr][b].y, q[rr][b].z, q[rr][b].w};
                 float f[8];
 #pragma unroll
@@ -113,24 +119,25 @@ __device__ __forceinline__ void rows_half(const cu_w &w, int row0, int c0, int c
 template <int NT>
 __device__ __forceinline__ void rows_f32(const cu_w &w, int row0, int c0, int cl, const float *sx, int padw, int n,
                                          int lane, float (*acc)[NT]) {
+    constexpr int RPW = 2, UB = 8;
     const int nu = cl / 4;
-    for (int u0 = lane; u0 < nu; u0 += 32 * GV_UB) {
-        float4 q[GV_RPW][GV_UB];
+    for (int u0 = lane; u0 < nu; u0 += 32 * UB) {
+        float4 q[RPW][UB];
 #pragma unroll
-        for (int rr = 0; rr < GV_RPW; rr++) {
+        for (int rr = 0; rr < RPW; rr++) {
             const uint8_t *p = w.data + (long long)min(row0 + rr, w.rows - 1) * w.row_bytes + (long long)c0 * 4;
 #pragma unroll
-            for (int b = 0; b < GV_UB; b++) {
+            for (int b = 0; b < UB; b++) {
                 int u = u0 + 32 * b;
                 q[rr][b] = u < nu ? __ldg((const float4 *)(p + (long long)u * 16)) : make_float4(0, 0, 0, 0);
             }
         }
 #pragma unroll
-        for (int b = 0; b < GV_UB; b++) {
+        for (int b = 0; b < UB; b++) {
             int u = u0 + 32 * b;
             if (u >= nu) break;
 #pragma unroll
-            for (int rr = 0; rr < GV_RPW; rr++) {
+            for (int rr = 0; rr < RPW; rr++) {
                 float f[4] = {q[rr][b].x, q[rr][b].y, q[rr][b].z, q[rr][b].w};
                 dot_units<NT>(f, 4, sx, padw, pad(u * 4), n, acc[rr]);
             }
@@ -164,17 +171,17 @@ template <int BITS> __device__ __forceinline__ void load_words(const uint8_t *p,
 
 /* MLX affine rows: units of 32 values in BITS words; dot = scale * sum(q x) + bias * sum(x), with
  * sum(x) shared by the warp's rows. */
-template <int NT, int BITS>
+template <int NT, int BITS, int RPW>
 __device__ __forceinline__ void rows_mlx(const cu_w &w, int row0, int c0, int cl, const float *sx, int padw, int n,
                                          int lane, float (*acc)[NT]) {
     const int ng = w.cols / w.group;
 #pragma unroll 2
     for (int u = lane; u < cl / 32; u += 32) {
-        unsigned wd[GV_RPW][BITS];
-        float sc[GV_RPW], bi[GV_RPW];
+        unsigned wd[RPW][BITS];
+        float sc[RPW], bi[RPW];
         int col = c0 + u * 32, g = col / w.group;
 #pragma unroll
-        for (int rr = 0; rr < GV_RPW; rr++) {
+        for (int rr = 0; rr < RPW; rr++) {
             int r = min(row0 + rr, w.rows - 1);
             load_words<BITS>(w.data + (long long)r * w.row_bytes + (long long)col * BITS / 8, wd[rr]);
             sc[rr] = load_sb(w.sbf, w.scales, (long long)r * ng + g);
@@ -197,7 +204,7 @@ __device__ __forceinline__ void rows_mlx(const cu_w &w, int row0, int c0, int cl
                 sum += (a.x + a.y) + (a.z + a.w);
             }
 #pragma unroll
-            for (int rr = 0; rr < GV_RPW; rr++) {
+            for (int rr = 0; rr < RPW; rr++) {
                 float s = 0;
 #pragma unroll
                 for (int j = 0; j < 32; j++) {
@@ -212,10 +219,131 @@ __device__ __forceinline__ void rows_mlx(const cu_w &w, int row0, int c0, int cl
     }
 }
 
-template <int NT>
+/* (a & m) | o in one instruction */
+__device__ __forceinline__ unsigned and_or(unsigned a, unsigned m, unsigned o) {
+    unsigned r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "r"(m), "r"(o));
+    return r;
+}
+
+/* s += sum over the values of one 32-bit word of (M + q_j) * x_j, where M is 128 for 4 bits and 256
+ * for 8: each q_j is moved into the mantissa of M (bits 16-19 of 128.0f, bits 15-22 of 256.0f), so one
+ * shift and one lop3 make its float, with no conversion or subtraction. The caller takes M * sum(x) off;
+ * the products stay within a factor (M + 15) / 15 of the plain ones, well inside fp32. */
+template <int BITS> __device__ __forceinline__ void dot_word(unsigned v, const float *x, float &s) {
+    if (BITS == 4) {
+        const unsigned e[8] = {v << 16, v << 12, v << 8, v << 4, v, v >> 4, v >> 8, v >> 12};
+#pragma unroll
+        for (int k = 0; k < 8; k++) s += __uint_as_float(and_or(e[k], 0x000F0000u, 0x43000000u)) * x[k];
+    } else {
+        const unsigned e[4] = {v << 15, v << 7, v >> 1, v >> 9};
+#pragma unroll
+        for (int k = 0; k < 4; k++) s += __uint_as_float(and_or(e[k], 0x007F8000u, 0x43800000u)) * x[k];
+    }
+}
+
+/* MLX 4- and 8-bit rows with bf16 scales and biases and a power-of-two group (what MLX writes): the
+ * row pointers are formed once, every unit a lane takes of its rows is loaded before any is used, and
+ * rows of 16 units or fewer are split between the two half-warps so that no lane idles. In that case
+ * lane partials of row 2k + (lane >> 4) go to acc[2k] or acc[2k + 1]; the caller's warp sum collects
+ * them either way. */
+template <int NT, int BITS, int RPW>
+__device__ __forceinline__ void rows_mlx_fast(const cu_w &w, int row0, int c0, int cl, const float *sx, int padw,
+                                              int n, int lane, float (*acc)[NT]) {
+    constexpr int UB = BITS == 4 ? 8 / RPW : 4 / RPW; /* units per row per batch */
+    constexpr float M = BITS == 4 ? 128.0f : 256.0f;
+    const int nu = cl / 32;
+    const bool half = nu <= 16;
+    const int sub = half ? lane & 15 : lane, step = half ? 16 : 32, rh = half ? lane >> 4 : 0;
+    const int nr = half ? RPW / 2 : RPW; /* rows this lane works on */
+    const int gs = __ffs(w.group) - 1, ng = w.cols >> gs;
+    const unsigned short *sp = (const unsigned short *)w.scales, *bp = (const unsigned short *)w.biases;
+    const uint8_t *rp[RPW];
+    int so[RPW]; /* the row's first scale */
+#pragma unroll
+    for (int k = 0; k < RPW; k++) {
+        int r = min(row0 + (half ? 2 * k + rh : k), w.rows - 1);
+        rp[k] = w.data + (long long)r * w.row_bytes + (long long)c0 * BITS / 8;
+        so[k] = r * ng;
+    }
+    float part[RPW][NT];
+#pragma unroll
+    for (int k = 0; k < RPW; k++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) part[k][t] = 0;
+    for (int u0 = sub; u0 < nu; u0 += step * UB) {
+        unsigned wd[RPW][UB][BITS];
+        unsigned short sc[RPW][UB], bi[RPW][UB];
+#pragma unroll
+        for (int k = 0; k < RPW; k++) {
+            if (k >= nr) break;
+#pragma unroll
+            for (int b = 0; b < UB; b++) {
+                int u = min(u0 + step * b, nu - 1), g = (c0 + u * 32) >> gs;
+                load_words<BITS>(rp[k] + (long long)u * BITS * 4, wd[k][b]);
+                sc[k][b] = __ldg(sp + so[k] + g);
+                bi[k][b] = __ldg(bp + so[k] + g);
+            }
+        }
+#pragma unroll
+        for (int b = 0; b < UB; b++) {
+            int u = u0 + step * b;
+            if (u >= nu) break;
+            int pu = pad(u * 32);
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t >= n) break;
+                const float4 *xv = (const float4 *)(sx + t * padw + pu);
+                constexpr int PW = 32 / BITS; /* values per word */
+                float sr[RPW], sum = 0;
+#pragma unroll
+                for (int k = 0; k < RPW; k++) sr[k] = 0;
+#pragma unroll
+                for (int i = 0; i < BITS; i++) {
+                    float xw[PW];
+#pragma unroll
+                    for (int q = 0; q < PW / 4; q++) {
+                        float4 a = xv[i * PW / 4 + q];
+                        xw[4 * q] = a.x;
+                        xw[4 * q + 1] = a.y;
+                        xw[4 * q + 2] = a.z;
+                        xw[4 * q + 3] = a.w;
+                        sum += (a.x + a.y) + (a.z + a.w);
+                    }
+#pragma unroll
+                    for (int k = 0; k < RPW; k++)
+                        if (k < nr) dot_word<BITS>(wd[k][b][i], xw, sr[k]);
+                }
+#pragma unroll
+                for (int k = 0; k < RPW; k++) {
+                    if (k >= nr) break;
+                    float scale = __uint_as_float((unsigned)sc[k][b] << 16);
+                    float bias = __uint_as_float((unsigned)bi[k][b] << 16);
+                    part[k][t] += scale * (sr[k] - M * sum) + bias * sum;
+                }
+            }
+        }
+    }
+    if (half) {
+#pragma unroll
+        for (int k = 0; k < RPW / 2; k++)
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                acc[2 * k][t] += rh ? 0.0f : part[k][t];
+                acc[2 * k + 1][t] += rh ? part[k][t] : 0.0f;
+            }
+    } else {
+#pragma unroll
+        for (int k = 0; k < RPW; k++)
+#pragma unroll
+            for (int t = 0; t < NT; t++) acc[k][t] += part[k][t];
+    }
+}
+
+template <int NT, int RPW>
 __device__ __forceinline__ void rows_elem(const cu_w &w, int row0, int c0, int cl, const float *sx, int padw, int n,
                                           int lane, float (*acc)[NT]) {
-    for (int rr = 0; rr < GV_RPW; rr++) {
+    for (int rr = 0; rr < RPW; rr++) {
         int r = min(row0 + rr, w.rows - 1);
         for (int j = lane; j < cl; j += 32) {
             float v = w_elem(w, r, c0 + j);
@@ -279,9 +407,6 @@ __device__ __forceinline__ void stage_norm_gate(const float *z, const float *nw,
     }
 }
 
-/* Kernel variants per storage format keep each one's registers (and so its occupancy) to its own need. */
-enum { KIND_ELEM = 0, KIND_BF16 = 1, KIND_F16 = 2, KIND_F32 = 3, KIND_MLX = 10 /* + bits */ };
-
 __host__ __device__ __forceinline__ int kind_of(const cu_w &w) {
     if (!w.vec) return KIND_ELEM;
     switch (w.fmt) {
@@ -303,7 +428,7 @@ struct gv_set {
     int nw;
 };
 
-/* y[slot][t][rows] = W(slot) . x[slot / x_div][t] for t < n. Each warp owns GV_RPW rows; the block
+/* y[slot][t][rows] = W(slot) . x[slot / x_div][t] for t < n. Each warp owns RPW rows; the block
  * stages the input in chunks of `chunk` columns. With a table, grid row `slot` takes its weight from
  * the table entry ids[slot] (set.w[0] only sizes the grid) and grid z selects weight `which + z` and
  * output y + z * yz (gate and up in one launch). The input is x combined with xu as xmode says, formed
@@ -342,41 +467,48 @@ __device__ __forceinline__ void conv_row(const float (&u)[NT], int n, int r, int
 }
 
 /* The rows of one weight by the fast path of kind K. */
-template <int NT, int K>
+template <int NT, int K, int RPW>
 __device__ __forceinline__ void rows_kind(const cu_w &w, int row0, int c0, int cl, const float *sx, int padw, int n,
                                           int lane, float (*acc)[NT]) {
     if constexpr (K == KIND_BF16) rows_half<NT, true>(w, row0, c0, cl, sx, padw, n, lane, acc);
     else if constexpr (K == KIND_F16) rows_half<NT, false>(w, row0, c0, cl, sx, padw, n, lane, acc);
     else if constexpr (K == KIND_F32) rows_f32<NT>(w, row0, c0, cl, sx, padw, n, lane, acc);
-    else if constexpr (K > KIND_MLX) rows_mlx<NT, K - KIND_MLX>(w, row0, c0, cl, sx, padw, n, lane, acc);
-    else rows_elem<NT>(w, row0, c0, cl, sx, padw, n, lane, acc);
+    else if constexpr (K == KIND_MLX + 4 || K == KIND_MLX + 8) {
+        if (w.sbf == SL_WF_BF16 && (w.group & (w.group - 1)) == 0)
+            rows_mlx_fast<NT, K - KIND_MLX, RPW>(w, row0, c0, cl, sx, padw, n, lane, acc);
+        else
+            rows_mlx<NT, K - KIND_MLX, RPW>(w, row0, c0, cl, sx, padw, n, lane, acc);
+    } else if constexpr (K > KIND_MLX) rows_mlx<NT, K - KIND_MLX, RPW>(w, row0, c0, cl, sx, padw, n, lane, acc);
+    else rows_elem<NT, RPW>(w, row0, c0, cl, sx, padw, n, lane, acc);
 }
 
 /* K2 != K: a launch whose weights come in two kinds (MLX routers kept at 8 bits beside 4-bit projections). */
 /* FX: the extras a variant has: 0 none, 1 the combined inputs (xu) and the gated or combining outputs (ysc,
  * cd), 2 all (also the gated norm, the conv and the routing). Variants without extras keep their registers
  * for the loads. */
-template <int NT, int K, int K2, int FX>
-__global__ void __launch_bounds__(GV_WARPS * 32)
+template <int NT, int K, int K2, int FX, int RPW>
+__global__ void __launch_bounds__(GV_WARPS * 32, NT == 1 && K == K2 ? 2 : 1)
     gemv_k(const __grid_constant__ gv_set set, const cu_expert *table, const int32_t *ids, int which, int x_div, const float *x,
            const float *xu, int xmode, long long xs, int n, long long ys, long long yz, int chunk, const float *gz,
            const float *gw, int gdim, float geps, const float *ysc, const float *cd, const float *cw, int ck,
            const float *conv_w, int conv_k, float *conv_st, const float *rl, int rne, int rrenorm, int32_t *rids,
            float *rw) {
+    constexpr int ROWS = GV_WARPS * RPW;
     extern __shared__ float4 smem4[];
     float *sx = (float *)smem4;
     int slot = blockIdx.y, total = set.g0[set.nw];
     if (!table && (int)blockIdx.x < total) {
-        /* the weights do not depend on earlier kernels: start fetching this block's first rows into L2 */
+        /* the weights do not depend on earlier kernels: start fetching this block's first rows into L2,
+         * no more in all than half the L2 holds (lines evicted before use would be read twice) */
         int i = 0;
 #pragma unroll
         for (int k = 1; k < SL_MATMUL_MULTI; k++)
             if (k < set.nw && (int)blockIdx.x >= set.g0[k]) i = k;
         const cu_w &w = set.w[i];
-        int r0 = ((int)blockIdx.x - set.g0[i]) * GV_ROWS, r1 = min(r0 + GV_ROWS, w.rows);
+        int r0 = ((int)blockIdx.x - set.g0[i]) * ROWS, r1 = min(r0 + ROWS, w.rows);
         if (r0 < r1) {
             const uint8_t *p = w.data + (long long)r0 * w.row_bytes;
-            long long bytes = (long long)(r1 - r0) * w.row_bytes;
+            long long bytes = min((long long)(r1 - r0) * w.row_bytes, (long long)GV_PREFETCH / gridDim.x);
             for (long long o = (long long)threadIdx.x * 128; o < bytes; o += (long long)blockDim.x * 128)
                 asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o));
         }
@@ -402,7 +534,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     long long yoff = (long long)slot * ys + (long long)blockIdx.z * yz;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int cols = tw.cols, padw = pad(chunk), single = cols <= chunk;
-    /* grid-stride over groups of GV_ROWS rows: the grid is sized to the GPU, so there is no ragged
+    /* grid-stride over groups of ROWS rows: the grid is sized to the GPU, so there is no ragged
      * last wave, and with one chunk the input is staged once per block */
     for (int rb = blockIdx.x; rb < total; rb += gridDim.x) {
         int i = 0;
@@ -418,10 +550,10 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
                 y = set.y[k];
             }
         y += yoff;
-        int row0 = (rb - set.g0[i]) * GV_ROWS + warp * GV_RPW;
-        float acc[GV_RPW][NT];
+        int row0 = (rb - set.g0[i]) * ROWS + warp * RPW;
+        float acc[RPW][NT];
 #pragma unroll
-        for (int rr = 0; rr < GV_RPW; rr++)
+        for (int rr = 0; rr < RPW; rr++)
 #pragma unroll
             for (int t = 0; t < NT; t++) acc[rr][t] = 0;
         for (int c0 = 0; c0 < cols; c0 += chunk) {
@@ -438,46 +570,53 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
             if (row0 >= w.rows) continue;
             int kw = kind_of(w);
             if (kw == K)
-                rows_kind<NT, K>(w, row0, c0, cl, sx, padw, n, lane, acc);
+                rows_kind<NT, K, RPW>(w, row0, c0, cl, sx, padw, n, lane, acc);
             else if (K2 != K && kw == K2)
-                rows_kind<NT, K2>(w, row0, c0, cl, sx, padw, n, lane, acc);
+                rows_kind<NT, K2, RPW>(w, row0, c0, cl, sx, padw, n, lane, acc);
             else /* an expert of another format than the one the launch was built for */
-                rows_elem<NT>(w, row0, c0, cl, sx, padw, n, lane, acc);
+                rows_elem<NT, RPW>(w, row0, c0, cl, sx, padw, n, lane, acc);
         }
+        /* every lane gets the sums of the warp's rows; lane rr finishes row row0 + rr, so the rows' epilogue
+         * loads (bias, conv taps and state, routed outputs) are issued together */
+        float mine[NT];
 #pragma unroll
-        for (int rr = 0; rr < GV_RPW; rr++) {
-            int r = row0 + rr;
-            if (FX > 1 && conv_w && i == 0) { /* the conv of this channel over the n tokens, then its state */
-                float u[NT];
+        for (int t = 0; t < NT; t++) mine[t] = 0;
 #pragma unroll
-                for (int t = 0; t < NT; t++) u[t] = warp_sum(acc[rr][t]) + (w.bias && r < w.rows ? w.bias[r] : 0.0f);
-                if (lane == 0 && r < w.rows) conv_row(u, n, r, w.rows, conv_w + (long long)r * conv_k, conv_k, conv_st, y);
-                continue;
-            }
+        for (int rr = 0; rr < RPW; rr++)
 #pragma unroll
             for (int t = 0; t < NT; t++) {
                 float v = warp_sum(acc[rr][t]);
-                if (lane == 0 && t < n && r < w.rows) {
-                    v += w.bias ? w.bias[r] : 0.0f;
-                    float *o = y + (long long)t * w.rows + r;
-                    if (FX && cd) {
-                        float base = 0;
-                        for (int q = 0; q < ck; q++)
-                            base += cw[t * ck + q] * cd[((long long)t * ck + q) * w.rows + r];
-                        *o = base + cu_sigmoid(ysc[t]) * v;
-                    } else if (FX && ysc) {
-                        *o += cu_sigmoid(ysc[t]) * v;
-                    }
-                    else
-                        *o = v;
-                }
+                if (lane == rr) mine[t] = v;
+            }
+        int r = row0 + lane;
+        if (lane >= RPW || r >= w.rows) continue; /* warps reconverge at the next shuffle or barrier */
+        float bv = w.bias ? w.bias[r] : 0.0f;
+        if (FX > 1 && conv_w && i == 0) { /* the conv of this channel over the n tokens, then its state */
+            float u[NT];
+#pragma unroll
+            for (int t = 0; t < NT; t++) u[t] = mine[t] + bv;
+            conv_row(u, n, r, w.rows, conv_w + (long long)r * conv_k, conv_k, conv_st, y);
+        } else {
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t >= n) break;
+                float v = mine[t] + bv;
+                float *o = y + (long long)t * w.rows + r;
+                if (FX && cd) {
+                    float base = 0;
+                    for (int q = 0; q < ck; q++) base += cw[t * ck + q] * cd[((long long)t * ck + q) * w.rows + r];
+                    *o = base + cu_sigmoid(ysc[t]) * v;
+                } else if (FX && ysc) {
+                    *o += cu_sigmoid(ysc[t]) * v;
+                } else
+                    *o = v;
             }
         }
     }
 }
 
 static int chunk_for(int nt) {
-    int c = (int)(GV_SMEM / (nt * 4 * 9 / 8)) / 256 * 256;
+    int c = (nt == 1 ? GV_SMEM1 : GV_SMEM) * 2 / (nt * 9) / 256 * 256; /* 4 bytes + 1/8 padding per input */
     return c < 256 ? 256 : c;
 }
 
@@ -504,7 +643,7 @@ struct gv_call {
     float geps;
 };
 
-template <int NT, int K, int K2, int FX> static void launch_k(cu_impl *c, const gv_call &g, const gv_set &set, int t0, int n) {
+template <int NT, int K, int K2, int FX, int RPW> static void launch_k(cu_impl *c, const gv_call &g, const gv_set &set, int t0, int n) {
     int cols = set.w[0].cols;
     int chunk = chunk_for(NT);
     if (chunk > cols) chunk = (cols + 255) / 256 * 256;
@@ -512,7 +651,7 @@ template <int NT, int K, int K2, int FX> static void launch_k(cu_impl *c, const 
     static int per_sm; /* resident blocks per SM of this variant, for the staging size last seen */
     static size_t per_sm_smem;
     if (!per_sm || per_sm_smem != smem) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_k<NT, K, K2, FX>, GV_WARPS * 32, smem) != cudaSuccess ||
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_k<NT, K, K2, FX, RPW>, GV_WARPS * 32, smem) != cudaSuccess ||
             per_sm < 1)
             per_sm = 1;
         per_sm_smem = smem;
@@ -522,7 +661,7 @@ template <int NT, int K, int K2, int FX> static void launch_k(cu_impl *c, const 
     if (g.slots * g.nz > 1) fit = (fit + (unsigned)(g.slots * g.nz) - 1) / (unsigned)(g.slots * g.nz);
     dim3 grid(groups < fit ? groups : fit, (unsigned)g.slots, (unsigned)g.nz);
     long long xo = (long long)t0 * cols;
-    cu_launch(c, gemv_k<NT, K, K2, FX>, grid, GV_WARPS * 32, smem, set, g.table, g.ids, g.which, g.x_div, g.x + xo,
+    cu_launch(c, gemv_k<NT, K, K2, FX, RPW>, grid, GV_WARPS * 32, smem, set, g.table, g.ids, g.which, g.x_div, g.x + xo,
               g.xu ? g.xu + xo : (const float *)NULL, g.xmode, g.x_stride, n, g.y_stride, g.yz, chunk,
               g.gz ? g.gz + xo : (const float *)NULL, g.gw, g.gdim, g.geps,
               g.ysc ? g.ysc + t0 : (const float *)NULL,
@@ -533,18 +672,22 @@ template <int NT, int K, int K2, int FX> static void launch_k(cu_impl *c, const 
 
 /* One kind, with the extras FX (see gemv_k). */
 template <int NT, int FX>
-static void launch_kind(cu_impl *c, const gv_call &g, const gv_set &set, int t0, int n, int kind) {
+static void launch_kind(cu_impl *c, const gv_call &g, const gv_set &set, int t0, int n, int kind, int rpw) {
+    if constexpr (NT == 1) {
+        if (rpw == 4 && kind == KIND_MLX + 4) return launch_k<1, KIND_MLX + 4, KIND_MLX + 4, FX, 4>(c, g, set, t0, n);
+        if (rpw == 4 && kind == KIND_MLX + 8) return launch_k<1, KIND_MLX + 8, KIND_MLX + 8, FX, 4>(c, g, set, t0, n);
+    }
     switch (kind) {
-    case KIND_BF16: launch_k<NT, KIND_BF16, KIND_BF16, FX>(c, g, set, t0, n); break;
-    case KIND_F16: launch_k<NT, KIND_F16, KIND_F16, FX>(c, g, set, t0, n); break;
-    case KIND_F32: launch_k<NT, KIND_F32, KIND_F32, FX>(c, g, set, t0, n); break;
-    case KIND_MLX + 2: launch_k<NT, KIND_MLX + 2, KIND_MLX + 2, FX>(c, g, set, t0, n); break;
-    case KIND_MLX + 3: launch_k<NT, KIND_MLX + 3, KIND_MLX + 3, FX>(c, g, set, t0, n); break;
-    case KIND_MLX + 4: launch_k<NT, KIND_MLX + 4, KIND_MLX + 4, FX>(c, g, set, t0, n); break;
-    case KIND_MLX + 5: launch_k<NT, KIND_MLX + 5, KIND_MLX + 5, FX>(c, g, set, t0, n); break;
-    case KIND_MLX + 6: launch_k<NT, KIND_MLX + 6, KIND_MLX + 6, FX>(c, g, set, t0, n); break;
-    case KIND_MLX + 8: launch_k<NT, KIND_MLX + 8, KIND_MLX + 8, FX>(c, g, set, t0, n); break;
-    default: launch_k<NT, KIND_ELEM, KIND_ELEM, FX>(c, g, set, t0, n); break;
+    case KIND_BF16: launch_k<NT, KIND_BF16, KIND_BF16, FX, 2>(c, g, set, t0, n); break;
+    case KIND_F16: launch_k<NT, KIND_F16, KIND_F16, FX, 2>(c, g, set, t0, n); break;
+    case KIND_F32: launch_k<NT, KIND_F32, KIND_F32, FX, 2>(c, g, set, t0, n); break;
+    case KIND_MLX + 2: launch_k<NT, KIND_MLX + 2, KIND_MLX + 2, FX, 2>(c, g, set, t0, n); break;
+    case KIND_MLX + 3: launch_k<NT, KIND_MLX + 3, KIND_MLX + 3, FX, 2>(c, g, set, t0, n); break;
+    case KIND_MLX + 4: launch_k<NT, KIND_MLX + 4, KIND_MLX + 4, FX, 2>(c, g, set, t0, n); break;
+    case KIND_MLX + 5: launch_k<NT, KIND_MLX + 5, KIND_MLX + 5, FX, 2>(c, g, set, t0, n); break;
+    case KIND_MLX + 6: launch_k<NT, KIND_MLX + 6, KIND_MLX + 6, FX, 2>(c, g, set, t0, n); break;
+    case KIND_MLX + 8: launch_k<NT, KIND_MLX + 8, KIND_MLX + 8, FX, 2>(c, g, set, t0, n); break;
+    default: launch_k<NT, KIND_ELEM, KIND_ELEM, FX, 2>(c, g, set, t0, n); break;
     }
 }
 
@@ -553,23 +696,42 @@ static int pairable(int k1, int k2) {
     return (k1 == KIND_MLX + 4 && k2 == KIND_MLX + 8) || (k1 == KIND_MLX + 8 && k2 == KIND_MLX + 4);
 }
 
-template <int NT> static void launch_nt(cu_impl *c, const gv_call &g, const gv_set &set, int t0, int n) {
+template <int NT> static void launch_nt(cu_impl *c, const gv_call &g, const gv_set &set0, int t0, int n) {
+    gv_set set = set0;
     int k1 = kind_of(set.w[0]), k2 = k1;
     for (int i = 1; i < set.nw; i++)
         if (kind_of(set.w[i]) != k1) k2 = kind_of(set.w[i]);
+    /* 4 rows per warp, except where that would leave most SMs idle on long rows (measured on H100: the
+     * delta-net output projection, 2048 x 4096, and the router launch run faster with 2; expert launches,
+     * whose blocks each route first, and short rows run faster with 4). A pair of kinds is 4 and 8 bits. */
+    int quant = k1 == KIND_MLX + 4 || k1 == KIND_MLX + 8, rpw = 2;
+    if (NT == 1 && quant) {
+        long long groups = 0;
+        for (int i = 0; i < set.nw; i++) groups += CU_BLOCKS(set.w[i].rows, GV_WARPS * 4);
+        if (g.table || groups >= c->sms || set.w[0].cols <= 512) rpw = 4;
+    }
+    set.g0[0] = 0;
+    for (int i = 0; i < set.nw; i++) set.g0[i + 1] = set.g0[i] + (int)CU_BLOCKS(set.w[i].rows, GV_WARPS * rpw);
     if (k2 != k1) {
-        if (k1 == KIND_MLX + 4)
-            launch_k<NT, KIND_MLX + 4, KIND_MLX + 8, 0>(c, g, set, t0, n);
+        if (rpw == 4) {
+            if constexpr (NT == 1) {
+                if (k1 == KIND_MLX + 4)
+                    launch_k<1, KIND_MLX + 4, KIND_MLX + 8, 0, 4>(c, g, set, t0, n);
+                else
+                    launch_k<1, KIND_MLX + 8, KIND_MLX + 4, 0, 4>(c, g, set, t0, n);
+            }
+        } else if (k1 == KIND_MLX + 4)
+            launch_k<NT, KIND_MLX + 4, KIND_MLX + 8, 0, 2>(c, g, set, t0, n);
         else
-            launch_k<NT, KIND_MLX + 8, KIND_MLX + 4, 0>(c, g, set, t0, n);
+            launch_k<NT, KIND_MLX + 8, KIND_MLX + 4, 0, 2>(c, g, set, t0, n);
         return;
     }
     if (g.gz || g.conv_w || g.rl)
-        launch_kind<NT, 2>(c, g, set, t0, n, k1);
+        launch_kind<NT, 2>(c, g, set, t0, n, k1, rpw);
     else if (g.xu || g.ysc || g.cd)
-        launch_kind<NT, 1>(c, g, set, t0, n, k1);
+        launch_kind<NT, 1>(c, g, set, t0, n, k1, rpw);
     else
-        launch_kind<NT, 0>(c, g, set, t0, n, k1);
+        launch_kind<NT, 0>(c, g, set, t0, n, k1, rpw);
 }
 
 /* GGML weights go through their own kernels (cuda_ggml.cu), one launch per weight; of the extras those
@@ -595,12 +757,10 @@ static int gemv_ggml(cu_impl *c, const gv_call &g, int n) {
     return 1;
 }
 
-/* Row groups per weight of g.set; every weight in it must have the same kind and cols. */
+/* Every weight of g.set must have the same kind and cols. */
 static void gemv_run(cu_impl *c, gv_call &g, int n) {
     if (gemv_ggml(c, g, n)) return;
     gv_set &s = g.set;
-    s.g0[0] = 0;
-    for (int i = 0; i < s.nw; i++) s.g0[i + 1] = s.g0[i] + (int)CU_BLOCKS(s.w[i].rows, GV_ROWS);
     /* batches of up to 8 tokens per launch; each launch reads the weights once */
     for (int t0 = 0; t0 < n; t0 += 8) {
         int m = n - t0 < 8 ? n - t0 : 8;
