@@ -10,7 +10,9 @@
 #      every block type's GEMV, prefill GEMM, embedding and MoE path on the GPU against the CPU reference;
 #   4. decode/prefill timings with `sluice bench --synthetic` (BENCH="shape:quant ..."; quant q4k is a
 #      GGUF Q4_K file), with recorded decode steps (CUDA graphs) on and off;
-#   5. with PROFILE=shape:quant, GPU time per kernel over a few decode steps (Nsight Compute).
+#   5. with PROFILE="shape:quant ...", GPU time per kernel over a few decode steps (Nsight Compute, the
+#      card's own clocks, caches not flushed).
+# TESTS=0 skips steps 2 and 3 (for a bundle that holds only sluice).
 #
 #   tools/gpu-check.sh                 build here and check
 #   tools/gpu-check.sh --bundle DIR    build here (no GPU needed) and pack the binaries with the shared
@@ -67,6 +69,8 @@ fixtures() { # LABEL [VAR=VALUE...]: runs the suite with those variables and pri
     echo "Criterion model suite on cuda ($label): $([ $rc -eq 0 ] && echo passed || echo FAILED)"
     return $rc
 }
+suite=0
+if [ "${TESTS:-1}" != 0 ]; then
 fixtures cuda | tee "$OUT/fixtures.txt"
 suite=${PIPESTATUS[0]}
 ngguf=$(ls -d tests/fixtures/gguf/*/ | wc -l)
@@ -87,6 +91,7 @@ echo "fused ops on cuda: $([ $fused -eq 0 ] && echo passed || echo FAILED)" | te
 # the same with every matmul in fp32 GEMV kernels, and with decode steps issued directly
 [ -n "${DIAG:-}" ] && { fixtures fp32 SLUICE_CUDA_GEMV_MAX=100000; fixtures nographs SLUICE_CUDA_GRAPHS=0; } |
     tee -a "$OUT/fixtures.txt"
+fi
 
 # 4: timings on synthetic checkpoints (`sluice bench --synthetic`), decode steps recorded (CUDA graphs)
 # and, for comparison, issued kernel by kernel
@@ -99,13 +104,15 @@ for spec in ${BENCH:-llama3-8b:bf16 qwen3.5-35b-a3b:mlx4}; do
     done
 done 2>&1 | tee "$OUT/bench.txt"
 
-# 5 (PROFILE=shape:quant): GPU time per kernel over a few decode steps, from Nsight Compute
-if [ -n "${PROFILE:-}" ] && command -v ncu >/dev/null; then
-    shape=${PROFILE%%:*} quant=${PROFILE##*:}
-    SLUICE_CUDA_GRAPHS=0 ncu --csv --metrics gpu__time_duration.sum -c "${PROFILE_KERNELS:-3000}" \
-        "$BIN/sluice" bench --synthetic "$shape" --quant "$quant" --dir "/tmp/sl-$shape-$quant" --backend cuda \
-        -p 1 -n 4 >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
-    python3 - "$OUT/ncu.csv" <<'PY' | tee "$OUT/profile.txt"
+# 5 (PROFILE="shape:quant ..."): GPU time per kernel over a few decode steps, from Nsight Compute
+for spec in ${PROFILE:-}; do
+    command -v ncu >/dev/null || break
+    shape=${spec%%:*} quant=${spec##*:}
+    SLUICE_CUDA_GRAPHS=0 ncu --csv --clock-control none --cache-control none --metrics gpu__time_duration.sum \
+        -c "${PROFILE_KERNELS:-3000}" "$BIN/sluice" bench --synthetic "$shape" --quant "$quant" \
+        --dir "/tmp/sl-$shape-$quant" --backend cuda -p 1 -n 4 >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
+    echo "== GPU time per kernel: $shape $quant, 1 prompt token + 4 decode steps"
+    python3 - "$OUT/ncu.csv" <<'PY'
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
 head = rows[0]; k = head.index("Kernel Name"); v = head.index("Metric Value"); u = head.index("Metric Unit")
@@ -115,9 +122,9 @@ for r in rows[1:]:
     name = r[k].split("(")[0]
     tot[name] += float(r[v].replace(",", "")) * scale.get(r[u], 1); cnt[name] += 1
 all_ns = sum(tot.values())
-print(f"{'kernel':40s} {'calls':>6s} {'total us':>10s} {'avg us':>8s} {'share':>6s}")
+print(f"{'kernel':60s} {'calls':>6s} {'total us':>10s} {'avg us':>8s} {'share':>6s}")
 for n, t in sorted(tot.items(), key=lambda x: -x[1]):
-    print(f"{n[:40]:40s} {cnt[n]:6d} {t/1e3:10.1f} {t/1e3/cnt[n]:8.2f} {100*t/all_ns:5.1f}%")
+    print(f"{n[:60]:60s} {cnt[n]:6d} {t/1e3:10.1f} {t/1e3/cnt[n]:8.2f} {100*t/all_ns:5.1f}%")
 PY
-fi
+done 2>&1 | tee "$OUT/profile.txt"
 exit $suite
