@@ -51,7 +51,7 @@ __device__ __forceinline__ float softplus(float x) {
 __global__ void __launch_bounds__(DN_COLS *DN_MAXW) deltanet_k(sl_deltanet_dims d, const float *qkv, const float *a,
                                                                const float *bb, const float *A_log,
                                                                const float *dt_bias, float *state, int n, float *out) {
-    __shared__ float qk[2 * DN_COLS * DN_MAXW], part[DN_MAXW][DN_COLS], red[2][DN_MAXW];
+    __shared__ float qk[2 * DN_ROWS * DN_MAXW], part[DN_MAXW][DN_COLS], red[2][DN_MAXW];
     int kd = d.k_dim, vd = d.v_dim, nk = d.n_k_heads, nv = d.n_v_heads;
     int h = blockIdx.x, lane = threadIdx.x & 31, wp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     int c = blockIdx.y * DN_COLS + lane, r0 = wp * DN_ROWS;

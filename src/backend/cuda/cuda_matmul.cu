@@ -13,8 +13,8 @@ enum { KIND_ELEM = 0, KIND_BF16 = 1, KIND_F16 = 2, KIND_F32 = 3, KIND_MLX = 10 /
 
 /* Rows per warp (RPW), whose loads are issued together: 2, or 4 for 4- and 8-bit MLX rows of one token
  * when the launch has enough rows to keep every SM busy with 4 (see launch_nt). */
+
 #define GV_SMEM 40960 /* bytes of staged input per block */
-#define GV_SMEM1 46080 /* the same for one token */
 #define GV_PREFETCH (24 << 20) /* bytes of weights a launch may prefetch into L2 before its inputs are ready */
 
 /* Shared-memory index of input j: 4 floats of padding every 32 keep the lanes' 128-bit reads of
@@ -616,7 +616,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, NT == 1 && K == K2 ? 2 : 1)
 }
 
 static int chunk_for(int nt) {
-    int c = (nt == 1 ? GV_SMEM1 : GV_SMEM) * 2 / (nt * 9) / 256 * 256; /* 4 bytes + 1/8 padding per input */
+    int c = (int)(GV_SMEM / (nt * 4 * 9 / 8)) / 256 * 256;
     return c < 256 ? 256 : c;
 }
 
