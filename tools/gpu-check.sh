@@ -12,6 +12,9 @@
 #      GGUF Q4_K file), with recorded decode steps (CUDA graphs) on and off;
 #   5. with PROFILE="shape:quant ...", GPU time per kernel over a few decode steps (Nsight Compute, the
 #      card's own clocks, caches not flushed).
+#   6. with STALLS="shape:quant", where the warps of a few decode kernels wait (Nsight Compute's full set:
+#      stall reasons per kernel and the instructions that collect them, see tools/ncu-stalls.py);
+#      STALLS_SKIP and STALLS_COUNT pick the launches (default: 12 launches after the first 1000).
 # TESTS=0 skips steps 2 and 3 (for a bundle that holds only sluice).
 #
 #   tools/gpu-check.sh                 build here and check
@@ -127,4 +130,16 @@ for n, t in sorted(tot.items(), key=lambda x: -x[1]):
     print(f"{n[:60]:60s} {cnt[n]:6d} {t/1e3:10.1f} {t/1e3/cnt[n]:8.2f} {100*t/all_ns:5.1f}%")
 PY
 done 2>&1 | tee "$OUT/profile.txt"
+
+# 6 (STALLS="shape:quant"): stall reasons of a window of decode launches
+for spec in ${STALLS:-}; do
+    command -v ncu >/dev/null || break
+    shape=${spec%%:*} quant=${spec##*:}
+    SLUICE_CUDA_GRAPHS=0 ncu --set full --clock-control none --cache-control none -s "${STALLS_SKIP:-1000}" \
+        -c "${STALLS_COUNT:-12}" -f -o "$OUT/stalls" "$BIN/sluice" bench --synthetic "$shape" --quant "$quant" \
+        --dir "/tmp/sl-$shape-$quant" --backend cuda -p 1 -n 5 >"$OUT/stalls.log" 2>&1
+    ncu -i "$OUT/stalls.ncu-rep" --page source --print-source sass --csv >"$OUT/stalls-sass.csv" 2>>"$OUT/stalls.log"
+    echo "== where decode kernels wait: $shape $quant"
+    python3 tools/ncu-stalls.py "$OUT/stalls-sass.csv"
+done 2>&1 | tee "$OUT/stalls.txt"
 exit $suite
