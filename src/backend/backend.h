@@ -125,10 +125,12 @@ typedef struct sl_backend_ops {
                                  float eps, int n, float *y);
     /* The attention inputs of n new tokens at positions pos0..: q [n][n_heads * head_dim] and
      * k [n][n_kv * head_dim] get the per-head RMSNorm by q_norm / k_norm (NULL: none), then the rotary
-     * embedding (as rope), in place; then k and v are stored in the caches at pos0 (as kv_store). */
+     * embedding (as rope), in place; then k and v are stored in the caches at pos0 (as kv_store). With qg
+     * (a gated q projection: rows of [query | gate] per head, [n][n_heads * 2 * head_dim]) the queries are
+     * taken from qg into q first and the gates copied to gate [n][n_heads * head_dim]. */
     void (*qk_rope_store)(sl_backend *b, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int head_dim,
                           const float *q_norm, const float *k_norm, float eps, int rot_dim, int pos0,
-                          const float *inv_freq, float attn_factor, float *kc, float *vc);
+                          const float *inv_freq, float attn_factor, float *kc, float *vc, const float *qg, float *gate);
 
     /* Resident weights for backends with their own memory: copy a weight (data, scales, biases and bias)
      * or a float vector into memory the backend owns and repoint it there. The CPU computes on the

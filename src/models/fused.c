@@ -49,12 +49,16 @@ void sl_sigmoid_matmul(sl_backend *b, const sl_weight *w, float *x, const float 
 
 void sl_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int head_dim,
                       const float *q_norm, const float *k_norm, float eps, int rot_dim, int pos0, const float *inv_freq,
-                      float attn_factor, float *kc, float *vc) {
+                      float attn_factor, float *kc, float *vc, const float *qg, float *gate) {
     const sl_backend_ops *op = b->ops;
     if (op->qk_rope_store) {
         op->qk_rope_store(b, q, k, v, n, n_heads, n_kv, head_dim, q_norm, k_norm, eps, rot_dim, pos0, inv_freq,
-                          attn_factor, kc, vc);
+                          attn_factor, kc, vc, qg, gate);
         return;
+    }
+    if (qg) { /* as rows of head_dim, qg is [n * n_heads][2 * head_dim] */
+        op->copy_rows(b, q, head_dim, qg, 2 * head_dim, n * n_heads, head_dim);
+        op->copy_rows(b, gate, head_dim, qg + head_dim, 2 * head_dim, n * n_heads, head_dim);
     }
     int qw = n_heads * head_dim, kw = n_kv * head_dim;
     if (q_norm) op->rmsnorm(b, q, q_norm, n * n_heads, head_dim, eps, q);

@@ -355,7 +355,9 @@ static void ref_head(float *v, int hd, const float *norm, float eps, int rot_dim
     }
 }
 
-static void qk_rope_store_case(int n, int nh, int nkv, int hd, int rot_dim, int with_norm, int pos0, int fused) {
+/* gated: q comes from a [query | gate] per head projection, whose gates are copied out as well */
+static void qk_rope_store_case(int n, int nh, int nkv, int hd, int rot_dim, int with_norm, int pos0, int fused,
+                               int gated) {
     sl_backend *be = open_backend();
     unfused u;
     sl_backend *run = fused ? be : unfused_of(be, &u);
@@ -367,12 +369,28 @@ static void qk_rope_store_case(int n, int nh, int nkv, int hd, int rot_dim, int 
     float *qn = dev_rand(be, (size_t)hd, &st, &hqn), *kn = dev_rand(be, (size_t)hd, &st, &hkn);
     float *freq = dev_rand(be, (size_t)rot_dim / 2, &st, &hf);
     float *kc = be->ops->alloc(be, clen * sizeof *kc), *vc = be->ops->alloc(be, clen * sizeof *vc);
+    float *hqg = NULL, *qg = gated ? dev_rand(be, 2 * qlen, &st, &hqg) : NULL;
+    float *gate = gated ? be->ops->alloc(be, qlen * sizeof *gate) : NULL;
+    if (gated) /* the queries the op must take from qg, the first half of each head's row */
+        for (size_t r = 0; r < (size_t)n * (size_t)nh; r++)
+            memcpy(hq + r * (size_t)hd, hqg + 2 * r * (size_t)hd, (size_t)hd * sizeof *hq);
     if (fused) cr_assert_not_null(be->ops->qk_rope_store, "the backend has no qk_rope_store");
     sl_qk_rope_store(run, q, k, v, n, nh, nkv, hd, with_norm ? qn : NULL, with_norm ? kn : NULL, 1e-6f, rot_dim, pos0,
-                     freq, 0.9f, kc, vc);
+                     freq, 0.9f, kc, vc, qg, gate);
     float *gq = download(be, q, qlen), *gk = download(be, k, klen), *gkc = download(be, kc, clen),
           *gvc = download(be, vc, clen);
     check_ok(be);
+    if (gated) {
+        float *gg = download(be, gate, qlen), *wg = malloc(qlen * sizeof *wg);
+        for (size_t r = 0; r < (size_t)n * (size_t)nh; r++)
+            memcpy(wg + r * (size_t)hd, hqg + (2 * r + 1) * (size_t)hd, (size_t)hd * sizeof *wg);
+        expect_close(gg, wg, qlen, 0.0f, "qk_rope_store gate");
+        free(gg);
+        free(wg);
+        be->ops->free(be, qg);
+        be->ops->free(be, gate);
+        free(hqg);
+    }
     float *wkc = calloc(clen, sizeof *wkc), *wvc = calloc(clen, sizeof *wvc);
     for (int i = 0; i < n; i++) {
         for (int h = 0; h < nh; h++)
@@ -397,10 +415,12 @@ static void qk_rope_store_case(int n, int nh, int nkv, int hd, int rot_dim, int 
 }
 
 Test(fused_ops, qk_rope_store) {
-    qk_rope_store_case(1, 4, 2, 64, 64, 0, 5, 1);
-    qk_rope_store_case(3, 8, 2, 128, 64, 1, 0, 1); /* partial rotary, q/k norms */
-    qk_rope_store_case(2, 2, 1, 256, 256, 1, 7, 1);
-    qk_rope_store_case(2, 4, 4, 32, 32, 1, 3, 0);
+    qk_rope_store_case(1, 4, 2, 64, 64, 0, 5, 1, 0);
+    qk_rope_store_case(3, 8, 2, 128, 64, 1, 0, 1, 0); /* partial rotary, q/k norms */
+    qk_rope_store_case(2, 2, 1, 256, 256, 1, 7, 1, 0);
+    qk_rope_store_case(2, 4, 4, 32, 32, 1, 3, 0, 0);
+    qk_rope_store_case(2, 4, 2, 256, 64, 1, 4, 1, 1); /* gated q (Qwen3.5) */
+    qk_rope_store_case(2, 4, 2, 256, 64, 1, 4, 0, 1);
 }
 
 static void gated_rmsnorm_matmul_case(int rows, int groups, int dim, int n, int fused) {

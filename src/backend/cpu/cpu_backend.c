@@ -193,8 +193,13 @@ static void cpu_sigmoid_matmul(sl_backend *b, const sl_weight *w, const float *x
 
 static void cpu_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, int n, int n_heads, int n_kv,
                               int head_dim, const float *q_norm, const float *k_norm, float eps, int rot_dim, int pos0,
-                              const float *inv_freq, float attn_factor, float *kc, float *vc) {
+                              const float *inv_freq, float attn_factor, float *kc, float *vc, const float *qg,
+                              float *gate) {
     int qw = n_heads * head_dim, kw = n_kv * head_dim;
+    if (qg) {
+        cpu_copy_rows(b, q, head_dim, qg, 2 * head_dim, n * n_heads, head_dim);
+        cpu_copy_rows(b, gate, head_dim, qg + head_dim, 2 * head_dim, n * n_heads, head_dim);
+    }
     if (q_norm) cpu_rmsnorm(b, q, q_norm, n * n_heads, head_dim, eps, q);
     if (k_norm) cpu_rmsnorm(b, k, k_norm, n * n_kv, head_dim, eps, k);
     cpu_rope(b, q, n, qw, n_heads, head_dim, rot_dim, pos0, inv_freq, attn_factor);

@@ -473,6 +473,8 @@ int sl_cuda_backend_create(int device, sl_backend **out, char *about, size_t abo
     c->gemv_max = gm && atoi(gm) > 0 ? atoi(gm) : 16;
     const char *pd = getenv("SLUICE_CUDA_PDL");
     c->pdl = p.major >= 9 && !(pd && !strcmp(pd, "0"));
+    const char *rb = getenv("SLUICE_CUDA_RPW_BALANCE");
+    c->rpw_balance = !(rb && !strcmp(rb, "0"));
     const char *pf = getenv("SLUICE_CUDA_PREFILL");
     c->gemm_exact = !(pf && !strcmp(pf, "bf16"));
     /* decode attention partials for up to 128 heads of up to 256 dims, so recorded steps never grow them */

@@ -117,10 +117,11 @@ void cu_rope(sl_backend *b, float *x, int n, int stride, int n_heads, int head_d
 }
 
 /* One block per (token, head), q heads then k heads: the head's values in shared memory, optional RMSNorm,
- * rotary embedding, written back; k heads also store themselves and their v head in the caches. */
+ * rotary embedding, written back; k heads also store themselves and their v head in the caches. With qg,
+ * q heads read their query from qg's [query | gate] row and copy the gate to gate. */
 __global__ void qk_rope_store_k(float *q, float *k, const float *v, int nh, int nkv, int hd, const float *qn,
                                 const float *kn, float eps, int half, int pos0, const int *dpos, const float *inv_freq,
-                                float attn_factor, float *kc, float *vc) {
+                                float attn_factor, float *kc, float *vc, const float *qg, float *gate) {
     cu_pdl_enter();
     extern __shared__ float hv[];
     __shared__ float sh[32];
@@ -130,9 +131,14 @@ __global__ void qk_rope_store_k(float *q, float *k, const float *v, int nh, int 
     long long width = (long long)(isk ? nkv : nh) * hd, off = (long long)i * width + (long long)hh * hd;
     float *xr = (isk ? k : q) + off;
     const float *nw = isk ? kn : qn;
+    const float *src = xr;
+    if (qg && !isk) {
+        src = qg + 2 * off;
+        for (int j = threadIdx.x; j < hd; j += blockDim.x) gate[off + j] = src[hd + j];
+    }
     float ss = 0;
     for (int j = threadIdx.x; j < hd; j += blockDim.x) {
-        float a = xr[j];
+        float a = src[j];
         hv[j] = a;
         ss += a * a;
     }
@@ -167,13 +173,13 @@ __global__ void qk_rope_store_k(float *q, float *k, const float *v, int nh, int 
 
 void cu_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int head_dim,
                       const float *q_norm, const float *k_norm, float eps, int rot_dim, int pos0, const float *inv_freq,
-                      float attn_factor, float *kc, float *vc) {
+                      float attn_factor, float *kc, float *vc, const float *qg, float *gate) {
     cu_impl *c = cu_of(b);
     if (n <= 0 || n_heads + n_kv <= 0) return;
     int threads = head_dim >= 128 ? 128 : (head_dim + 31) / 32 * 32;
     dim3 grid((unsigned)(n_heads + n_kv), (unsigned)n);
     cu_launch(c, qk_rope_store_k, grid, threads, (size_t)head_dim * sizeof(float), q, k, v, n_heads, n_kv, head_dim,
-              q_norm, k_norm, eps, rot_dim / 2, pos0, cu_dpos(c), inv_freq, attn_factor, kc, vc);
+              q_norm, k_norm, eps, rot_dim / 2, pos0, cu_dpos(c), inv_freq, attn_factor, kc, vc, qg, gate);
     cu_check_launch(c, "q/k norm, rope and KV store");
 }
 

@@ -73,6 +73,7 @@ struct cu_impl {
     int capturing, steps_off;
     double bandwidth, flops; /* measured bounds, 0 until measured */
     int pdl;                 /* programmatic dependent launch (sm_90+, SLUICE_CUDA_PDL=0 turns it off) */
+    int rpw_balance; /* rows per warp from the rounds a launch takes (SLUICE_CUDA_RPW_BALANCE=0: the old rule) */
 };
 
 static inline cu_impl *cu_of(sl_backend *b) {
@@ -198,6 +199,65 @@ __device__ __forceinline__ void cu_route_warp(const float *l, int ne, int k, int
     if (weights && lane < k) weights[lane] = renorm ? mine / tot : mine;
 }
 
+/* Order-preserving keys of floats (a > b exactly when key(a) > key(b)); 0 is below every float's key. */
+__device__ __forceinline__ unsigned cu_okey(float f) {
+    unsigned u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__device__ __forceinline__ float cu_ofloat(unsigned k) {
+    return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+#define CU_ROUTE_REG 16 /* logits per lane cu_route_reg holds: up to 512 experts */
+
+/* cu_route_warp with the logits in registers (ne <= 32 * CU_ROUTE_REG, k <= 32) and each round's
+ * maximum found by two warp reductions (the largest key, then the lowest index holding it), so a round
+ * costs a few instructions instead of a shuffle tree and a reload. NaN logits are never picked. */
+__device__ __forceinline__ void cu_route_reg(const float *l, int ne, int k, int renorm, int *sel, int32_t *ids,
+                                             float *weights) {
+    int lane = threadIdx.x & 31;
+    unsigned key[CU_ROUTE_REG], lm = 0;
+#pragma unroll
+    for (int j = 0; j < CU_ROUTE_REG; j++) {
+        int x = lane + 32 * j;
+        float v = x < ne ? l[x] : NAN;
+        key[j] = v == v ? cu_okey(v) : 0u;
+        lm = max(lm, key[j]);
+    }
+    float mx = cu_ofloat(__reduce_max_sync(0xffffffffu, lm)), sum = 0;
+#pragma unroll
+    for (int j = 0; j < CU_ROUTE_REG; j++)
+        if (key[j]) sum += expf(cu_ofloat(key[j]) - mx);
+    sum = warp_sum(sum);
+    float mine = 0;
+    for (int s = 0; s < k; s++) {
+        unsigned best = 0;
+        int bj = 0;
+#pragma unroll
+        for (int j = 0; j < CU_ROUTE_REG; j++)
+            if (key[j] > best) { /* strict: the lane's lowest index among equals */
+                best = key[j];
+                bj = j;
+            }
+        unsigned mk = __reduce_max_sync(0xffffffffu, best);
+        unsigned me = (unsigned)(lane + 32 * bj);
+        unsigned win = __reduce_min_sync(0xffffffffu, best == mk ? me : 0xffffffffu);
+        if (win == me)
+#pragma unroll
+            for (int j = 0; j < CU_ROUTE_REG; j++)
+                if (j == bj) key[j] = 0;
+        int id = mk && win < (unsigned)ne ? (int)win : 0; /* 0 only when every logit is NaN */
+        if (lane == s) mine = mk ? expf(cu_ofloat(mk) - mx) / sum : 0.0f;
+        if (lane == 0) {
+            if (sel) sel[s] = id;
+            if (ids) ids[s] = id;
+        }
+    }
+    float tot = warp_sum(lane < k ? mine : 0.0f);
+    if (weights && lane < k) weights[lane] = renorm ? mine / tot : mine;
+}
+
 /* ops implemented per file */
 double cu_mem_bandwidth(sl_backend *b);
 double cu_peak_flops(sl_backend *b);
@@ -236,7 +296,7 @@ void cu_gated_rmsnorm_matmul(sl_backend *b, const sl_weight *w, float *x, const 
 void cu_add_gated(cu_impl *c, float *y, const float *x, const float *s, int rows, int dim);
 void cu_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int head_dim,
                       const float *q_norm, const float *k_norm, float eps, int rot_dim, int pos0, const float *inv_freq,
-                      float attn_factor, float *kc, float *vc);
+                      float attn_factor, float *kc, float *vc, const float *qg, float *gate);
 
 /* One GGML GEMV launch (see ggml_gemv_k in cuda_ggml.cu): `slots` grid rows, `nz` weights per slot;
  * with act the input is silu(x) * x[act_off + ...]. */
@@ -272,8 +332,8 @@ void cu_moe_shared(sl_backend *b, const sl_expert_table *t, const float *logits,
 void cu_moe_gemv(cu_impl *c, const cu_w *gate, const cu_w *up, const cu_w *down, const cu_expert *table, int32_t *ids,
                  int slots, int k, const float *x, int hidden, float *gu, float *d, const float *logits, int ne,
                  int renorm, float *weights);
-/* 1 when the gate/up launch can route ne experts itself (its staging memory holds the logits) */
-int cu_moe_routes(int ne, int hidden);
+/* 1 when the gate/up launch can route top-k of ne experts itself */
+int cu_moe_routes(int ne, int k);
 
 /* GGML block-quantised weights (cuda_ggml.cu); every type decodes by the CPU reference formulas */
 int cu_ggml_init(void); /* copies the IQ codebooks to the current device; nonzero on failure */

@@ -358,48 +358,81 @@ __device__ __forceinline__ void rows_elem(const cu_w &w, int row0, int c0, int c
 enum { XM_PLAIN = 0, XM_SWIGLU = 1 /* silu(x) * xu */, XM_SIGMOID = 2 /* x * sigmoid(xu) */ };
 
 /* Copies columns [c0, c0 + cl) of the n input rows into shared memory (padded layout), combined with xu
- * as xmode says. */
+ * as xmode says, by threads tid0.. of the block. */
 __device__ __forceinline__ void stage(const float *x, const float *xu, int xmode, int cols, int c0, int cl, int n,
-                                      float *sx, int padw) {
+                                      float *sx, int padw, int tid0 = 0) {
+    const int tid = (int)threadIdx.x - tid0, nth = (int)blockDim.x - tid0;
     for (int t = 0; t < n; t++) {
         const float *xt = x + (long long)t * cols + c0;
         float *st = sx + t * padw;
-        if (xmode == XM_SWIGLU) {
+        if (xmode != XM_PLAIN && ((cols | cl) & 3) == 0) { /* 128-bit loads of both operands */
             const float *ut = xu + (long long)t * cols + c0;
-            for (int j = threadIdx.x; j < cl; j += blockDim.x) {
+            for (int j = tid * 4; j < cl; j += nth * 4) {
+                float4 a = *(const float4 *)(xt + j), b = *(const float4 *)(ut + j), o;
+                if (xmode == XM_SWIGLU) {
+                    o = make_float4(a.x * cu_sigmoid(a.x) * b.x, a.y * cu_sigmoid(a.y) * b.y,
+                                    a.z * cu_sigmoid(a.z) * b.z, a.w * cu_sigmoid(a.w) * b.w);
+                } else {
+                    o = make_float4(a.x * cu_sigmoid(b.x), a.y * cu_sigmoid(b.y), a.z * cu_sigmoid(b.z),
+                                    a.w * cu_sigmoid(b.w));
+                }
+                *(float4 *)(st + pad(j)) = o;
+            }
+        } else if (xmode == XM_SWIGLU) {
+            const float *ut = xu + (long long)t * cols + c0;
+            for (int j = tid; j < cl; j += nth) {
                 float g = xt[j];
                 st[pad(j)] = g * cu_sigmoid(g) * ut[j];
             }
         } else if (xmode == XM_SIGMOID) {
             const float *ut = xu + (long long)t * cols + c0;
-            for (int j = threadIdx.x; j < cl; j += blockDim.x) st[pad(j)] = xt[j] * cu_sigmoid(ut[j]);
+            for (int j = tid; j < cl; j += nth) st[pad(j)] = xt[j] * cu_sigmoid(ut[j]);
         } else if ((cols & 3) == 0) { /* 128-bit loads; 4 consecutive inputs stay contiguous */
-            for (int j = threadIdx.x * 4; j < cl; j += blockDim.x * 4)
+            for (int j = tid * 4; j < cl; j += nth * 4)
                 if (j + 3 < cl)
                     *(float4 *)(st + pad(j)) = *(const float4 *)(xt + j);
                 else
                     for (int q = j; q < cl; q++) st[pad(q)] = xt[q];
         } else {
-            for (int j = threadIdx.x; j < cl; j += blockDim.x) st[pad(j)] = xt[j];
+            for (int j = tid; j < cl; j += nth) st[pad(j)] = xt[j];
         }
     }
 }
 
+/* One token's plain input staged by warps 1.. while warp 0 routes. Not inlined: inlined, it made the 4-row
+ * routing variants spill. */
+__device__ __noinline__ void prestage(const float *x, int cols, float *sx) {
+    stage(x, NULL, XM_PLAIN, cols, 0, cols, 1, sx, 0, 32);
+}
+
 /* The staged rows of the chunk as the delta-net's output norm leaves them: each group of gdim values
  * normed (times nw) and gated by silu(z), one warp per group. Chunks hold whole groups. */
-__device__ __forceinline__ void stage_norm_gate(const float *z, const float *nw, int gdim, float eps, int cols, int c0,
+__device__ __noinline__ void stage_norm_gate(const float *z, const float *nw, int gdim, float eps, int cols, int c0,
                                                 int cl, int n, float *sx, int padw) {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, per = cl / gdim;
     for (int g = warp; g < n * per; g += blockDim.x >> 5) {
         int t = g / per, j0 = (g % per) * gdim;
         float *st = sx + t * padw;
+        const float *zt = z + (long long)t * cols + c0 + j0;
+        if ((gdim & 3) == 0 && gdim <= 128 && (cols & 3) == 0) {
+            /* four values per lane: the gate and weight loads go out before the reduction waits */
+            int j = lane * 4;
+            bool on = j < gdim;
+            float4 v = on ? *(const float4 *)(st + pad(j0 + j)) : make_float4(0, 0, 0, 0);
+            float4 zv = on ? *(const float4 *)(zt + j) : v, wv = on ? *(const float4 *)(nw + j) : v;
+            float inv = rsqrtf(warp_sum(v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w) / (float)gdim + eps);
+            if (on)
+                *(float4 *)(st + pad(j0 + j)) = make_float4(
+                    (wv.x * (v.x * inv)) * (zv.x * cu_sigmoid(zv.x)), (wv.y * (v.y * inv)) * (zv.y * cu_sigmoid(zv.y)),
+                    (wv.z * (v.z * inv)) * (zv.z * cu_sigmoid(zv.z)), (wv.w * (v.w * inv)) * (zv.w * cu_sigmoid(zv.w)));
+            continue;
+        }
         float ss = 0;
         for (int j = lane; j < gdim; j += 32) {
             float v = st[pad(j0 + j)];
             ss += v * v;
         }
         float inv = rsqrtf(warp_sum(ss) / (float)gdim + eps);
-        const float *zt = z + (long long)t * cols + c0 + j0;
         for (int j = lane; j < gdim; j += 32) {
             float zv = zt[j];
             st[pad(j0 + j)] = (nw[j] * (st[pad(j0 + j)] * inv)) * (zv * cu_sigmoid(zv));
@@ -484,8 +517,9 @@ __device__ __forceinline__ void rows_kind(const cu_w &w, int row0, int c0, int c
 
 /* K2 != K: a launch whose weights come in two kinds (MLX routers kept at 8 bits beside 4-bit projections). */
 /* FX: the extras a variant has: 0 none, 1 the combined inputs (xu) and the gated or combining outputs (ysc,
- * cd), 2 all (also the gated norm, the conv and the routing). Variants without extras keep their registers
- * for the loads. */
+ * cd), 2 those and the gated norm and the conv, 3 those of 1 and the routing. Variants without an extra keep
+ * their registers for the loads (the 4-row variants use all 128 that two blocks per SM leave them: one
+ * more extra makes them spill). */
 template <int NT, int K, int K2, int FX, int RPW>
 __global__ void __launch_bounds__(GV_WARPS * 32, NT == 1 && K == K2 ? 2 : 1)
     gemv_k(const __grid_constant__ gv_set set, const cu_expert *table, const int32_t *ids, int which, int x_div, const float *x,
@@ -515,25 +549,29 @@ __global__ void __launch_bounds__(GV_WARPS * 32, NT == 1 && K == K2 ? 2 : 1)
     }
     cu_pdl_enter();
     cu_w tw = set.w[0];
-    if (FX > 1 && rl) {
+    x += (long long)(slot / x_div) * xs;
+    if (FX && xu) xu += (long long)(slot / x_div) * xs;
+    int cols = tw.cols, padw = pad(chunk), single = cols <= chunk;
+    /* a routing launch stages its input (every expert's weight has the same cols) while warp 0 routes */
+    const bool prestaged = FX == 3 && rl && single && n == 1 && xmode == XM_PLAIN;
+    if (FX == 3 && rl) {
         __shared__ int sel[32];
         int t = slot / x_div;
         if (threadIdx.x < 32) {
             bool out = blockIdx.x == 0 && blockIdx.z == 0 && slot % x_div == 0;
-            cu_route_warp(rl + (long long)t * rne, rne, x_div, rrenorm, sx, sel,
-                          out ? rids + (long long)t * x_div : (int32_t *)NULL,
-                          out ? rw + (long long)t * x_div : (float *)NULL);
+            cu_route_reg(rl + (long long)t * rne, rne, x_div, rrenorm, sel,
+                         out ? rids + (long long)t * x_div : (int32_t *)NULL,
+                         out ? rw + (long long)t * x_div : (float *)NULL);
+        } else if (prestaged) {
+            prestage(x, cols, sx);
         }
-        __syncthreads(); /* sel is set; sx is staged over only after the next barrier */
+        __syncthreads();
         tw = table[sel[slot % x_div]].w[which + blockIdx.z];
     } else if (table) {
         tw = table[ids[slot]].w[which + blockIdx.z];
     }
-    x += (long long)(slot / x_div) * xs;
-    if (FX && xu) xu += (long long)(slot / x_div) * xs;
     long long yoff = (long long)slot * ys + (long long)blockIdx.z * yz;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int cols = tw.cols, padw = pad(chunk), single = cols <= chunk;
     /* grid-stride over groups of ROWS rows: the grid is sized to the GPU, so there is no ragged
      * last wave, and with one chunk the input is staged once per block */
     for (int rb = blockIdx.x; rb < total; rb += gridDim.x) {
@@ -558,11 +596,11 @@ __global__ void __launch_bounds__(GV_WARPS * 32, NT == 1 && K == K2 ? 2 : 1)
             for (int t = 0; t < NT; t++) acc[rr][t] = 0;
         for (int c0 = 0; c0 < cols; c0 += chunk) {
             int cl = min(chunk, cols - c0);
-            if (!single || rb == (int)blockIdx.x) {
+            if (!single || (rb == (int)blockIdx.x && !prestaged)) {
                 __syncthreads();
                 stage(x, xu, FX ? xmode : XM_PLAIN, cols, c0, cl, n, sx, padw);
                 __syncthreads();
-                if (FX > 1 && gz) {
+                if (FX == 2 && gz) {
                     stage_norm_gate(gz, gw, gdim, geps, cols, c0, cl, n, sx, padw);
                     __syncthreads();
                 }
@@ -591,7 +629,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, NT == 1 && K == K2 ? 2 : 1)
         int r = row0 + lane;
         if (lane >= RPW || r >= w.rows) continue; /* warps reconverge at the next shuffle or barrier */
         float bv = w.bias ? w.bias[r] : 0.0f;
-        if (FX > 1 && conv_w && i == 0) { /* the conv of this channel over the n tokens, then its state */
+        if (FX == 2 && conv_w && i == 0) { /* the conv of this channel over the n tokens, then its state */
             float u[NT];
 #pragma unroll
             for (int t = 0; t < NT; t++) u[t] = mine[t] + bv;
@@ -701,14 +739,24 @@ template <int NT> static void launch_nt(cu_impl *c, const gv_call &g, const gv_s
     int k1 = kind_of(set.w[0]), k2 = k1;
     for (int i = 1; i < set.nw; i++)
         if (kind_of(set.w[i]) != k1) k2 = kind_of(set.w[i]);
-    /* 4 rows per warp, except where that would leave most SMs idle on long rows (measured on H100: the
-     * delta-net output projection, 2048 x 4096, and the router launch run faster with 2; expert launches,
-     * whose blocks each route first, and short rows run faster with 4). A pair of kinds is 4 and 8 bits. */
+    /* 4 rows per warp for expert launches (whose blocks each route first) and short rows (measured on
+     * H100). Elsewhere the count that finishes first: the resident blocks (two per SM, one for a pair of
+     * kinds) run their row groups in rounds, so a launch takes about rounds x rows per warp; 2 rows
+     * unless 4 saves a tenth (the delta-net input projections, 386 groups of 4 rows on 264 blocks, take
+     * 2 rounds of 4 rows where 3 rounds of 2 would do). A pair of kinds is 4 and 8 bits. */
     int quant = k1 == KIND_MLX + 4 || k1 == KIND_MLX + 8, rpw = 2;
     if (NT == 1 && quant) {
-        long long groups = 0;
-        for (int i = 0; i < set.nw; i++) groups += CU_BLOCKS(set.w[i].rows, GV_WARPS * 4);
-        if (g.table || groups >= c->sms || set.w[0].cols <= 512) rpw = 4;
+        long long g4 = 0, g2 = 0, fit = (long long)c->sms * (k2 != k1 ? 1 : 2);
+        for (int i = 0; i < set.nw; i++) {
+            g4 += CU_BLOCKS(set.w[i].rows, GV_WARPS * 4);
+            g2 += CU_BLOCKS(set.w[i].rows, GV_WARPS * 2);
+        }
+        long long c4 = (g4 + fit - 1) / fit * 4, c2 = (g2 + fit - 1) / fit * 2;
+        if (g.table || set.w[0].cols <= 512) rpw = 4;
+        else if (c->rpw_balance)
+            rpw = c2 * 10 < c4 * 9 ? 2 : 4;
+        else if (g4 >= c->sms)
+            rpw = 4;
     }
     set.g0[0] = 0;
     for (int i = 0; i < set.nw; i++) set.g0[i + 1] = set.g0[i] + (int)CU_BLOCKS(set.w[i].rows, GV_WARPS * rpw);
@@ -726,7 +774,10 @@ template <int NT> static void launch_nt(cu_impl *c, const gv_call &g, const gv_s
             launch_k<NT, KIND_MLX + 8, KIND_MLX + 4, 0, 2>(c, g, set, t0, n);
         return;
     }
-    if (g.gz || g.conv_w || g.rl)
+    if (g.rl) { /* a routing launch is one token's */
+        if constexpr (NT == 1) launch_kind<1, 3>(c, g, set, t0, n, k1, rpw);
+        else cu_fail(c, "a routing GEMV launch takes one token");
+    } else if (g.gz || g.conv_w)
         launch_kind<NT, 2>(c, g, set, t0, n, k1, rpw);
     else if (g.xu || g.ysc || g.cd)
         launch_kind<NT, 1>(c, g, set, t0, n, k1, rpw);
@@ -804,11 +855,9 @@ void cu_gemv_launch(cu_impl *c, const cu_w *w, const cu_expert *table, const int
     gemv_run(c, g, n);
 }
 
-int cu_moe_routes(int ne, int hidden) {
-    /* the gate/up launch of one token stages `hidden` inputs (rounded up to 256) at least */
-    int chunk = chunk_for(1);
-    int staged = chunk > hidden ? (hidden + 255) / 256 * 256 : chunk;
-    return ne <= staged;
+int cu_moe_routes(int ne, int k) {
+    /* the gate/up launch routes with the logits in one warp's registers */
+    return ne <= 32 * CU_ROUTE_REG && k <= 32;
 }
 
 void cu_moe_gemv(cu_impl *c, const cu_w *gate, const cu_w *up, const cu_w *down, const cu_expert *table, int32_t *ids,

@@ -85,8 +85,7 @@ void cu_moe_shared(sl_backend *b, const sl_expert_table *t, const float *logits,
     const sl_expert *e0 = NULL;
     for (int i = 0; i < t->n_experts && !e0; i++) e0 = t->experts[i];
     int ggml = e0 && (e0->gate.fmt == SL_WF_GGML || e0->up.fmt == SL_WF_GGML || e0->down.fmt == SL_WF_GGML);
-    if (ggml || !cu_gemv_takes(c, sh_down, n) || sh_down->rows != hidden || !cu_moe_routes(n_experts, hidden) ||
-        k > 32) {
+    if (ggml || !cu_gemv_takes(c, sh_down, n) || sh_down->rows != hidden || !cu_moe_routes(n_experts, k)) {
         cu_route(b, logits, n, n_experts, k, renorm, ids, weights);
         cu_moe(b, t, x, n, hidden, ids, weights, k, out);
         cu_swiglu_matmul(b, sh_down, g, u, n, gate, out);
