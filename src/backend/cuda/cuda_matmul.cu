@@ -872,17 +872,8 @@ void cu_moe_gemv(cu_impl *c, const cu_w *gate, const cu_w *up, const cu_w *down,
     }
     if (ggml && (gate->fmt != up->fmt || gate->gtype != up->gtype)) {
         /* GGML kernels are specialised per type, so gate and up of different types take one launch each */
-        for (int z = 0; z < 2; z++) {
-            gv_call gz = plain_call(z ? up : gate, gu + z * yz, x, NULL, XM_PLAIN);
-            gz.table = table;
-            gz.ids = ids;
-            gz.which = z;
-            gz.slots = slots;
-            gz.x_div = k;
-            gz.x_stride = hidden;
-            gz.y_stride = inter;
-            gemv_run(c, gz, 1);
-        }
+        for (int z = 0; z < 2; z++)
+            cu_gemv_launch(c, z ? up : gate, table, ids, z, slots, k, x, hidden, 1, gu + z * yz, inter);
     } else {
         /* gate and up of every routed slot in one launch, into gu[0] and gu[slots * inter] */
         gv_call g1 = plain_call(gate, gu, x, NULL, XM_PLAIN);
