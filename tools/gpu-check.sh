@@ -9,7 +9,8 @@
 #      included), the fused ops against host arithmetic, and the GGML quant suite, whose CUDA twins check
 #      every block type's GEMV, prefill GEMM, embedding and MoE path on the GPU against the CPU reference;
 #   4. decode/prefill timings with `sluice bench --synthetic` (BENCH="shape:quant ..."; quant q4k is a
-#      GGUF Q4_K file), with recorded decode steps (CUDA graphs) on and off;
+#      GGUF Q4_K file; RUNS runs each, default 3), with recorded decode steps (CUDA graphs) on and off,
+#      and with every step's logits copied to the host (as sampling at a temperature does);
 #   5. with PROFILE="shape:quant ...", GPU time per kernel over a few decode steps (Nsight Compute, the
 #      card's own clocks, caches not flushed).
 #   6. with STALLS="shape:quant", where the warps of a few decode kernels wait (Nsight Compute's full set:
@@ -97,13 +98,16 @@ echo "fused ops on cuda: $([ $fused -eq 0 ] && echo passed || echo FAILED)" | te
 fi
 
 # 4: timings on synthetic checkpoints (`sluice bench --synthetic`), decode steps recorded (CUDA graphs)
-# and, for comparison, issued kernel by kernel
+# and, for comparison, issued kernel by kernel, and with every step's logits copied to the host
 for spec in ${BENCH:-llama3-8b:bf16 qwen3.5-35b-a3b:mlx4}; do
     shape=${spec%%:*} quant=${spec##*:}
-    for graphs in 1 0; do
-        echo "== $shape $quant, recorded decode steps $([ $graphs = 1 ] && echo on || echo off)"
+    for mode in graphs nographs hostlogits; do
+        graphs=1 extra=
+        [ $mode = nographs ] && graphs=0
+        [ $mode = hostlogits ] && extra=--host-logits
+        echo "== $shape $quant, recorded decode steps $([ $graphs = 1 ] && echo on || echo off)${extra:+, logits to the host}"
         SLUICE_CUDA_GRAPHS=$graphs "$BIN/sluice" bench --synthetic "$shape" --quant "$quant" --dir "/tmp/sl-$shape-$quant" \
-            --backend cuda -p 512 -n 128 -r 2
+            --backend cuda -p 512 -n 128 -r "${RUNS:-3}" $extra
     done
 done 2>&1 | tee "$OUT/bench.txt"
 

@@ -16,8 +16,10 @@ static void usage(FILE *f) {
     fprintf(f, "usage: sluice bench MODEL [-p N] [-n M] [-r R] [--threads T] [--backend B] [--json]\n"
                "       sluice bench --synthetic SHAPE [--quant bf16|mlx4|mlx8|q4k] [--layers L] [--dir DIR] [...]\n\n"
                "Loads MODEL, prefills N pseudo-random token ids (default 512) as one batch, then decodes M\n"
-               "tokens one at a time (default 128), each the greedy argmax of the previous logits. The ids are\n"
-               "the same on every run. With -r R the whole prefill+decode is repeated R times from an empty\n"
+               "tokens one at a time (default 128), each the greedy argmax of the previous logits, picked on the\n"
+               "backend as greedy decoding does (--host-logits copies every step's logits to the host and picks\n"
+               "there, as sampling at a temperature does). The ids are the same on every run. With -r R the whole "
+               "prefill+decode is repeated R times from an empty\n"
                "cache and the best (fastest) time of each phase is reported.\n\n"
                "Decode bandwidth counts the weight bytes one token reads: every matrix once, one row of the\n"
                "embedding table (the whole table when it is tied to the output head), and top_k of n_experts\n"
@@ -38,6 +40,7 @@ static void usage(FILE *f) {
                "  --threads T   CPU threads (default: all cores)\n"
                "  --backend B   cpu, cuda or auto (default: SLUICE_BACKEND, else auto)\n"
                "  --json        one JSON object instead of the table\n"
+               "  --host-logits decode with every step's logits copied to the host\n"
                "  --synthetic SHAPE  benchmark a synthetic checkpoint of this shape (see above)\n"
                "  --quant Q     synthetic weights: bf16 (default), mlx4 or mlx8 (MLX affine, group 64), or q4k\n"
                "                (a GGUF file: GGML Q4_K, the output head Q6_K)\n"
@@ -106,6 +109,7 @@ static int32_t argmax(const float *v, int n) {
 
 typedef struct {
     int prompt, gen, runs, threads;
+    int host_logits; /* decode steps copy their logits to the host and pick the argmax there */
     double gen_s, load_s, prefill_s, decode_s; /* best of the runs */
     double weight_bytes;
     traffic tok;
@@ -136,8 +140,8 @@ static void print_table(const sl_model *m, const bench_result *r) {
     printf("\n");
     if (r->gen > 0) {
         double per = r->decode_s / r->gen;
-        printf("  %-22s%d tokens in %.1f ms: %.2f ms/token, %.1f tok/s\n", "decode", r->gen, r->decode_s * 1e3,
-               per * 1e3, 1.0 / per);
+        printf("  %-22s%d tokens in %.1f ms: %.2f ms/token, %.1f tok/s%s\n", "decode", r->gen, r->decode_s * 1e3,
+               per * 1e3, 1.0 / per, r->host_logits ? " (logits copied to the host each step)" : "");
         printf("  %-22s%s/token (%s active parameters)\n", "decode weight reads",
                sl_human_bytes(r->tok.bytes, b2, sizeof b2), sl_human_count(r->tok.params, b3, sizeof b3));
         printf("  %-22s%.2f GB/s", "decode bandwidth", r->tok.bytes / per / 1e9);
@@ -179,6 +183,7 @@ static int print_json(const sl_model *m, const bench_result *r) {
     json_object_set_new(o, "prefill_tok_s", json_real(pf));
     json_object_set_new(o, "prefill_gflop_s", json_real(prefill_gflop(r) / r->prefill_s));
     json_object_set_new(o, "decode_tokens", json_integer(r->gen));
+    json_object_set_new(o, "decode_logits_to_host", json_boolean(r->host_logits));
     if (r->gen > 0) {
         double per = r->decode_s / r->gen;
         json_object_set_new(o, "decode_s", json_real(r->decode_s));
@@ -254,12 +259,20 @@ static int run_once(sl_session *s, const int32_t *prompt, bench_result *r, float
     double t1 = sl_now();
     if (first && (check_finite(logits, V, "after prefill", e) || routing_spread(s, r, e))) return -1;
     double t2 = sl_now();
+    int32_t id = argmax(logits, V);
     for (int i = 0; i < r->gen; i++) {
-        int32_t id = argmax(logits, V);
-        if (sl_session_forward(s, &id, 1, logits, 0, e)) return -1;
+        if (r->host_logits) {
+            if (sl_session_forward(s, &id, 1, logits, 0, e)) return -1;
+            id = argmax(logits, V);
+        } else {
+            int32_t in = id;
+            if (sl_session_forward_argmax(s, &in, 1, &id, e)) return -1;
+            if (id < 0) return sl_fail(e, "no logit above -inf at decode step %d", i + 1);
+        }
     }
     *pre = t1 - t0;
     *dec = sl_now() - t2;
+    if (first && r->gen > 0 && !r->host_logits && sl_session_last_logits(s, logits, e)) return -1;
     if (first && r->gen > 0 && check_finite(logits, V, "after decode", e)) return -1;
     return 0;
 }
@@ -287,6 +300,8 @@ int cmd_bench(int argc, char **argv) {
             backend = argv[++i];
         } else if (!strcmp(a, "--json")) {
             json = 1;
+        } else if (!strcmp(a, "--host-logits")) {
+            r.host_logits = 1;
         } else if (!strcmp(a, "--synthetic") && i + 1 < argc) {
             synth = argv[++i];
         } else if (!strcmp(a, "--quant") && i + 1 < argc) {
@@ -376,7 +391,7 @@ int cmd_bench(int argc, char **argv) {
     if (m->be->ops->mem_bandwidth) r.bandwidth = m->be->ops->mem_bandwidth(m->be);
     if (m->be->ops->peak_flops) r.flops = m->be->ops->peak_flops(m->be);
     for (int k = 0; k < r.runs; k++) {
-        double pre, dec;
+        double pre = 0, dec = 0;
         if (run_once(s, prompt, &r, logits, &pre, &dec, k == 0, &e)) goto done;
         if (k == 0 || pre < r.prefill_s) r.prefill_s = pre;
         if (k == 0 || dec < r.decode_s) r.decode_s = dec;

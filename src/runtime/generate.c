@@ -71,7 +71,12 @@ int sl_generate(sl_session *s, const sl_tokenizer *tok, const int32_t *prompt, i
         if (sl_session_forward(s, prompt + k, n_prompt - k - 1, NULL, 0, e) || sl_session_snapshot(s, e)) goto done;
         k = n_prompt - 1;
     }
-    if (sl_session_forward(s, prompt + k, n_prompt - k, logits, 0, e)) goto done;
+    /* plain greedy decoding picks each token on the backend: no logits cross to the host */
+    int greedy = sl_sampler_plain_greedy(smp);
+    int32_t next = -1;
+    if (greedy ? sl_session_forward_argmax(s, prompt + k, n_prompt - k, &next, e)
+               : sl_session_forward(s, prompt + k, n_prompt - k, logits, 0, e))
+        goto done;
     st->prefill_s = sl_now() - t0;
     for (int i = 0; i < n_prompt; i++) sl_sampler_accept(smp, prompt[i]);
     t0 = sl_now();
@@ -79,7 +84,7 @@ int sl_generate(sl_session *s, const sl_tokenizer *tok, const int32_t *prompt, i
     const char *out;
     size_t len;
     for (;;) {
-        int32_t id = sl_sampler_sample(smp, logits);
+        int32_t id = greedy ? next : sl_sampler_sample(smp, logits);
         if (id < 0) {
             sl_fail(e, "the model produced no finite logits (NaN or -inf everywhere)");
             goto done;
@@ -109,7 +114,8 @@ int sl_generate(sl_session *s, const sl_tokenizer *tok, const int32_t *prompt, i
             break;
         }
         if ((p->max_tokens > 0 && st->generated_tokens >= p->max_tokens) || s->pos >= s->max_ctx) break;
-        if (sl_session_forward(s, &id, 1, logits, 0, e)) goto done;
+        if (greedy ? sl_session_forward_argmax(s, &id, 1, &next, e) : sl_session_forward(s, &id, 1, logits, 0, e))
+            goto done;
     }
     if (strcmp(st->finish_reason, "cancelled") != 0) {
         if (sl_detok_flush(&dt, &out, &len, e)) goto done;

@@ -244,6 +244,13 @@ static int nucleus(cand *c, int n, double p) {
     return n; /* rounding kept the total just under p: keep everything */
 }
 
+int sl_sampler_plain_greedy(const sl_sampler *s) {
+    const sl_sampler_params *p = &s->p;
+    int repeat = p->repeat_penalty != 1.0f && p->repeat_penalty > 0.0f;
+    return p->temperature <= 0.0f &&
+           (p->repeat_last_n == 0 || (!repeat && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f));
+}
+
 int32_t sl_sampler_sample(sl_sampler *s, const float *logits) {
     const sl_sampler_params *p = &s->p;
     cand *c = s->cands;

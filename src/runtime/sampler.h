@@ -44,6 +44,10 @@ void sl_sampler_accept(sl_sampler *s, int32_t token);
  * vocab_size logits (the first step of sl_sampler_sample, exposed for logprobs and tests). */
 void sl_sampler_apply_penalties(const sl_sampler *s, float *logits);
 
+/* 1 when sampling is the plain argmax of the logits (temperature <= 0, no penalty in effect), which a
+ * backend can pick without the logits leaving it (sl_session_forward_argmax). */
+int sl_sampler_plain_greedy(const sl_sampler *s);
+
 /* Picks the next token from vocab_size logits. Leaves logits unchanged and allocates nothing.
  * Returns -1 when no token is eligible (see the header comment). Does not call accept. */
 int32_t sl_sampler_sample(sl_sampler *s, const float *logits);

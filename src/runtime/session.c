@@ -1,5 +1,6 @@
 #include "runtime/session.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,7 @@ int sl_session_create(sl_model *m, int max_ctx, sl_session **out, sl_err *e) {
     s->m = m;
     s->max_ctx = max_ctx;
     s->max_batch = MAX_BATCH;
+    s->logit_row = -1;
     int L = c->n_layers;
     s->kc = calloc((size_t)L, sizeof *s->kc);
     s->vc = calloc((size_t)L, sizeof *s->vc);
@@ -194,7 +196,26 @@ int sl_session_restore(sl_session *s, int pos) {
     return s->pos;
 }
 
-int sl_session_forward(sl_session *s, const int32_t *ids, int n, float *logits, int all_logits, sl_err *e) {
+/* The last token's choice under greedy decoding, on the backend when it has an argmax (no logits cross to
+ * the host), else from downloaded logits; -2 when out of host memory. */
+static int32_t argmax(sl_backend *be, const float *logits, int V) {
+    if (be->ops->argmax) return be->ops->argmax(be, logits, V);
+    float *h = malloc((size_t)V * sizeof *h);
+    if (!h) return -2;
+    be->ops->download(be, h, logits, (size_t)V * sizeof *h);
+    int32_t best = -1;
+    float bv = -INFINITY;
+    for (int i = 0; i < V; i++)
+        if (h[i] > bv) {
+            bv = h[i];
+            best = i;
+        }
+    free(h);
+    return best;
+}
+
+/* sl_session_forward, or with next set sl_session_forward_argmax (logits NULL, all_logits 0). */
+static int forward(sl_session *s, const int32_t *ids, int n, float *logits, int all_logits, int32_t *next, sl_err *e) {
     sl_model *m = s->m;
     sl_backend *be = m->be;
     const sl_config *c = &m->cfg;
@@ -217,8 +238,8 @@ int sl_session_forward(sl_session *s, const int32_t *ids, int n, float *logits, 
                 return -1;
             }
         }
-        int last_chunk = off + nb == n;
-        if (step == 0 || (step < 0 && logits && (all_logits || last_chunk))) {
+        int last_chunk = off + nb == n, last_row = 0;
+        if (step == 0 || (step < 0 && (logits || next) && (all_logits || last_chunk))) {
             int first = all_logits ? 0 : nb - 1;
             be->ops->rmsnorm(be, s->s.x + (size_t)first * H, m->final_norm, nb - first, (int)H, (float)c->rms_eps,
                              s->s.xn);
@@ -226,17 +247,37 @@ int sl_session_forward(sl_session *s, const int32_t *ids, int n, float *logits, 
                 int rows = nb - r < LOGIT_ROWS ? nb - r : LOGIT_ROWS;
                 be->ops->matmul(be, &m->lm_head, s->s.xn + (size_t)(r - first) * H, rows, s->s.logits);
                 float *dst = all_logits ? logits + (size_t)(off + r) * V : logits;
-                if (step < 0) be->ops->download(be, dst, s->s.logits, (size_t)rows * V * 4);
+                if (step < 0 && logits) be->ops->download(be, dst, s->s.logits, (size_t)rows * V * 4);
+                last_row = rows - 1;
             }
         }
         if (step == 0) be->ops->step_end(be, &s->step);
         if (step >= 0 && logits)
             be->ops->download(be, all_logits ? logits + (size_t)off * V : logits, s->s.logits, V * 4);
+        s->logit_row = step >= 0 || ((logits || next) && (all_logits || last_chunk)) ? last_row : -1;
+        if (next && last_chunk && (*next = argmax(be, s->s.logits + (size_t)last_row * V, (int)V)) == -2)
+            return sl_fail(e, "out of memory");
         memcpy(s->hist + s->pos, ids + off, (size_t)nb * sizeof *ids);
         s->pos += nb;
         if (be->ops->check(be, e)) return -1;
     }
     return 0;
+}
+
+int sl_session_forward(sl_session *s, const int32_t *ids, int n, float *logits, int all_logits, sl_err *e) {
+    return forward(s, ids, n, logits, all_logits, NULL, e);
+}
+
+int sl_session_forward_argmax(sl_session *s, const int32_t *ids, int n, int32_t *next, sl_err *e) {
+    *next = -1;
+    return forward(s, ids, n, NULL, 0, next, e);
+}
+
+int sl_session_last_logits(sl_session *s, float *logits, sl_err *e) {
+    if (s->logit_row < 0) return sl_fail(e, "the session has computed no logits since its last forward");
+    size_t V = (size_t)s->m->cfg.vocab_size;
+    s->m->be->ops->download(s->m->be, logits, s->s.logits + (size_t)s->logit_row * V, V * sizeof *logits);
+    return s->m->be->ops->check(s->m->be, e);
 }
 
 int sl_session_rewind(sl_session *s, int pos) {

@@ -40,7 +40,8 @@ struct sl_session {
     unsigned long long snap_clock;
     void **bufs; /* everything allocated from the backend, for freeing */
     int n_bufs;
-    void *step; /* the backend's recording of a one-token step (see step_begin), NULL until the first */
+    void *step;    /* the backend's recording of a one-token step (see step_begin), NULL until the first */
+    int logit_row; /* the row of s.logits holding the last fed token's logits, -1 when none was computed */
 };
 
 /* max_ctx <= 0: the model's max_position_embeddings. */
@@ -68,5 +69,11 @@ int sl_session_default_ctx(const sl_model *m);
 /* Feeds n tokens from the current position. logits (host memory) receives [n][vocab] when all_logits,
  * else the last token's [vocab]; it may be NULL when no logits are wanted. */
 int sl_session_forward(sl_session *s, const int32_t *ids, int n, float *logits, int all_logits, sl_err *e);
+/* sl_session_forward for greedy decoding: *next receives the id of the last token's largest logit (NaN
+ * counts as -inf, the lowest id among equals; -1 when no logit is above -inf). The logits stay on the
+ * backend, which picks the id where it can. */
+int sl_session_forward_argmax(sl_session *s, const int32_t *ids, int n, int32_t *next, sl_err *e);
+/* Copies the logits [vocab] of the last token the latest forward computed them for into host memory. */
+int sl_session_last_logits(sl_session *s, float *logits, sl_err *e);
 
 #endif

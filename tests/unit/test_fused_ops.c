@@ -490,8 +490,17 @@ static void ref_route(const float *l, int E, int k, int renorm, int32_t *ids, fl
         for (int s = 0; s < k; s++) w[s] /= tot;
 }
 
-/* E experts of hidden -> inter -> hidden routed top-k from logits, plus a shared expert's down projection */
-static void moe_shared_case(int E, int k, int renorm, int hidden, int inter, int n, int fused) {
+/* One expert matrix: bf16 (bits 0) or MLX affine of `bits`. */
+static void make_expert_weight(sl_backend *be, tweight *t, int bits, int rows, int cols, unsigned *st) {
+    if (bits)
+        make_mlx(be, t, bits, rows, cols, st);
+    else
+        make_weight(be, t, SL_WF_BF16, rows, cols, 0, st);
+}
+
+/* E experts of hidden -> inter -> hidden routed top-k from logits, plus a shared expert's down projection;
+ * the matrices bf16 (bits 0) or MLX of `bits` */
+static void moe_shared_case(int E, int k, int renorm, int hidden, int inter, int n, int fused, int bits) {
     sl_backend *be = open_backend();
     unfused u;
     sl_backend *run = fused ? be : unfused_of(be, &u);
@@ -500,16 +509,16 @@ static void moe_shared_case(int E, int k, int renorm, int hidden, int inter, int
     sl_expert ex[40];
     const sl_expert *exp[40];
     for (int e = 0; e < E; e++) {
-        make_weight(be, &tw[3 * e], SL_WF_BF16, inter, hidden, 0, &st);
-        make_weight(be, &tw[3 * e + 1], SL_WF_BF16, inter, hidden, 0, &st);
-        make_weight(be, &tw[3 * e + 2], SL_WF_BF16, hidden, inter, 0, &st);
+        make_expert_weight(be, &tw[3 * e], bits, inter, hidden, &st);
+        make_expert_weight(be, &tw[3 * e + 1], bits, inter, hidden, &st);
+        make_expert_weight(be, &tw[3 * e + 2], bits, hidden, inter, &st);
         ex[e] = (sl_expert){tw[3 * e].w, tw[3 * e + 1].w, tw[3 * e + 2].w};
         exp[e] = &ex[e];
     }
     sl_expert_table tab = {E, exp};
     sl_err e = {{0}};
     if (be->ops->place_experts) cr_assert_eq(be->ops->place_experts(be, &tab, &e), 0, "%s", e.msg);
-    make_weight(be, &shd, SL_WF_BF16, hidden, inter, 0, &st);
+    make_expert_weight(be, &shd, bits, hidden, inter, &st);
     size_t xl = (size_t)n * (size_t)hidden, gl = (size_t)n * (size_t)inter;
     float *hx, *hg, *hu, *hs, *hw = NULL;
     float *x = dev_rand(be, xl, &st, &hx), *g = dev_rand(be, gl, &st, &hg), *up = dev_rand(be, gl, &st, &hu);
@@ -557,11 +566,50 @@ static void moe_shared_case(int E, int k, int renorm, int hidden, int inter, int
 }
 
 Test(fused_ops, moe_shared) {
-    moe_shared_case(4, 2, 1, 64, 32, 1, 1);
-    moe_shared_case(8, 3, 0, 128, 64, 3, 1);
-    moe_shared_case(40, 8, 1, 64, 32, 2, 1); /* more experts than a warp has lanes */
-    moe_shared_case(6, 2, 1, 64, 32, 20, 1); /* a prefill batch */
-    moe_shared_case(4, 2, 0, 32, 32, 2, 0);
+    moe_shared_case(4, 2, 1, 64, 32, 1, 1, 0);
+    moe_shared_case(8, 3, 0, 128, 64, 3, 1, 0);
+    moe_shared_case(40, 8, 1, 64, 32, 2, 1, 0); /* more experts than a warp has lanes */
+    moe_shared_case(6, 2, 1, 64, 32, 20, 1, 0); /* a prefill batch */
+    moe_shared_case(4, 2, 0, 32, 32, 2, 0, 0);
+    /* MLX experts: the CUDA backend runs every down projection and the combine in one launch */
+    moe_shared_case(8, 3, 1, 128, 64, 1, 1, 4);
+    moe_shared_case(40, 8, 1, 256, 128, 2, 1, 4);
+    moe_shared_case(6, 2, 0, 64, 192, 3, 1, 8);
+    moe_shared_case(8, 3, 1, 128, 64, 1, 0, 4);
+}
+
+/* the backend's argmax: NaN as -inf, the lowest index among equals, -1 when nothing is above -inf */
+static void argmax_case(sl_backend *be, const float *v, int n, int32_t want) {
+    float *d = be->ops->alloc(be, (size_t)n * sizeof *d);
+    be->ops->upload(be, d, v, (size_t)n * sizeof *d);
+    int32_t got = be->ops->argmax(be, d, n);
+    check_ok(be);
+    cr_expect_eq(got, want, "argmax of %d values: %d, expected %d", n, got, want);
+    be->ops->free(be, d);
+}
+
+Test(fused_ops, argmax) {
+    sl_backend *be = open_backend();
+    cr_assert_not_null(be->ops->argmax, "the backend has no argmax");
+    int n = 300000;
+    float *v = malloc((size_t)n * sizeof *v);
+    unsigned st = 7;
+    for (int i = 0; i < n; i++) v[i] = frand(&st);
+    v[123457] = 3.0f;
+    argmax_case(be, v, n, 123457);
+    v[200001] = 3.0f; /* equal values: the lower index */
+    v[5] = NAN;
+    argmax_case(be, v, n, 123457);
+    v[299999] = INFINITY;
+    argmax_case(be, v, n, 299999);
+    for (int i = 0; i < n; i++) v[i] = i % 3 ? -INFINITY : NAN;
+    argmax_case(be, v, n, -1);
+    v[n - 1] = -1e30f;
+    argmax_case(be, v, n, n - 1);
+    float one[1] = {-2.0f};
+    argmax_case(be, one, 1, 0);
+    free(v);
+    sl_backend_destroy(be);
 }
 
 /* two weights sharing x, the first through a causal conv of `kernel` taps + SiLU with its state */

@@ -188,3 +188,38 @@ Test(fixtures, batch_equals_incremental) {
         sl_model_free(m);
     }
 }
+
+/* Greedy decoding on the backend picks what the host picks from the same logits, for a prefill and for
+ * recorded one-token steps, and sl_session_last_logits returns those logits. */
+Test(fixtures, argmax_on_backend) {
+    char *dir = tu_fixture("models/qwen3_5_moe_mlx4");
+    sl_err e;
+    sl_model *m;
+    sl_session *s;
+    cr_assert_eq(sl_model_load(dir, NULL, &m, &e), 0, "%s", e.msg);
+    int V = m->cfg.vocab_size, n = 12;
+    int32_t ids[12];
+    for (int i = 0; i < n; i++) ids[i] = (int32_t)((i * 53 + 7) % V);
+    cr_assert_eq(sl_session_create(m, 64, &s, &e), 0, "%s", e.msg);
+    float *a = malloc((size_t)V * 4), *b = malloc((size_t)V * 4);
+    int32_t want[9], got[9];
+    cr_assert_eq(sl_session_forward(s, ids, n, a, 0, &e), 0, "%s", e.msg);
+    want[0] = argmax(a, V);
+    for (int i = 1; i < 9; i++) {
+        cr_assert_eq(sl_session_forward(s, &want[i - 1], 1, a, 0, &e), 0, "%s", e.msg);
+        want[i] = argmax(a, V);
+    }
+    sl_session_reset(s);
+    cr_assert_eq(sl_session_forward_argmax(s, ids, n, &got[0], &e), 0, "%s", e.msg);
+    for (int i = 1; i < 9; i++) cr_assert_eq(sl_session_forward_argmax(s, &got[i - 1], 1, &got[i], &e), 0, "%s", e.msg);
+    for (int i = 0; i < 9; i++)
+        cr_expect_eq(got[i], want[i], "step %d: backend argmax %d, host %d", i, got[i], want[i]);
+    cr_assert_eq(sl_session_last_logits(s, b, &e), 0, "%s", e.msg);
+    double r = rel_l2(b, a, (size_t)V);
+    cr_expect_leq(r, on_gpu() ? 3e-2 : 1e-6, "last logits rel-L2 %.3e", r);
+    free(a);
+    free(b);
+    free(dir);
+    sl_session_free(s);
+    sl_model_free(m);
+}

@@ -123,6 +123,18 @@ static void cpu_scale_rows_sigmoid(sl_backend *b, float *x, const float *s, int 
 }
 
 /* The fused ops: the same arithmetic as the plain sequences they replace. */
+static int32_t cpu_argmax(sl_backend *b, const float *x, int n) {
+    (void)b;
+    int32_t best = -1;
+    float bv = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (x[i] > bv) { /* NaN fails the comparison */
+            bv = x[i];
+            best = i;
+        }
+    return best;
+}
+
 static void cpu_add_rmsnorm(sl_backend *b, float *x, const float *d, const float *w, int rows, int dim, float eps,
                             float *y) {
     cpu_add(b, x, d, (size_t)rows * (size_t)dim);
@@ -221,6 +233,7 @@ static const sl_backend_ops cpu_ops = {
     .zero = cpu_zero,
     .upload = cpu_copy,
     .download = cpu_copy,
+    .argmax = cpu_argmax,
     .check = cpu_check,
     .embed = cpu_embed,
     .matmul = cpu_matmul,

@@ -348,6 +348,7 @@ static const sl_backend_ops cuda_ops = {
     .upload = cu_upload,
     .download = cu_download,
     .check = cu_check,
+    .argmax = cu_argmax,
     .embed = cu_embed,
     .matmul = cu_matmul,
     .rmsnorm = cu_rmsnorm,
@@ -419,6 +420,8 @@ static void cu_destroy(sl_backend *b) {
     cudaFree(c->act);
     cudaFree(c->d_step);
     cudaFreeHost(c->h_step);
+    cudaFree(c->d_amax);
+    cudaFreeHost(c->h_amax);
     if (c->blas) cublasDestroy(c->blas);
     if (c->st) cudaStreamDestroy(c->st);
     free(c);
@@ -483,6 +486,8 @@ int sl_cuda_backend_create(int device, sl_backend **out, char *about, size_t abo
         cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(c->blas, c->st) != CUBLAS_STATUS_SUCCESS ||
         cudaMalloc((void **)&c->d_step, sizeof(cu_step)) != cudaSuccess ||
         cudaMallocHost((void **)&c->h_step, sizeof(cu_step)) != cudaSuccess ||
+        cudaMalloc((void **)&c->d_amax, sizeof *c->d_amax) != cudaSuccess ||
+        cudaMallocHost((void **)&c->h_amax, sizeof *c->h_amax) != cudaSuccess ||
         cudaMalloc((void **)&c->att_part, part) != cudaSuccess || cu_ggml_init()) {
         snprintf(about, about_len, "setting up %s: %s", p.name, cudaGetErrorString(cudaGetLastError()));
         cu_destroy(b);

@@ -276,3 +276,47 @@ void cu_scale_rows_sigmoid(sl_backend *b, float *x, const float *s, int rows, in
     cu_launch(c, scale_rows_sigmoid_k, CU_BLOCKS(len, 256), 256, 0, x, s, dim, len);
     cu_check_launch(c, "row sigmoid gate");
 }
+
+/* Argmax as one 64-bit maximum: the value's order-preserving key above the complement of its index, so
+ * equal values resolve to the lowest index. NaN and -inf get key 0, which no value is picked by. */
+__global__ void argmax_k(const float *x, int n, unsigned long long *out) {
+    cu_pdl_enter();
+    __shared__ unsigned long long sh[32];
+    unsigned long long best = 0;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        float v = x[i];
+        unsigned long long k = v > -INFINITY ? (unsigned long long)cu_okey(v) << 32 | (0xffffffffu - (unsigned)i) : 0;
+        best = k > best ? k : best;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        unsigned long long k = __shfl_xor_sync(0xffffffffu, best, o);
+        best = k > best ? k : best;
+    }
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    if (lane == 0) sh[w] = best;
+    __syncthreads();
+    if (w == 0) {
+        best = lane < (int)(blockDim.x >> 5) ? sh[lane] : 0;
+        for (int o = 16; o > 0; o >>= 1) {
+            unsigned long long k = __shfl_xor_sync(0xffffffffu, best, o);
+            best = k > best ? k : best;
+        }
+        if (lane == 0 && best) atomicMax(out, best);
+    }
+}
+
+int32_t cu_argmax(sl_backend *b, const float *x, int n) {
+    cu_impl *c = cu_of(b);
+    if (n <= 0) return -1;
+    unsigned blocks = CU_BLOCKS(n, 256 * 8), fit = (unsigned)c->sms * 4;
+    cudaMemsetAsync(c->d_amax, 0, sizeof *c->d_amax, c->st);
+    cu_launch(c, argmax_k, blocks < fit ? blocks : fit, 256, 0, x, n, c->d_amax);
+    cudaMemcpyAsync(c->h_amax, c->d_amax, sizeof *c->h_amax, cudaMemcpyDeviceToHost, c->st);
+    cudaError_t err = cudaStreamSynchronize(c->st);
+    if (err != cudaSuccess) {
+        cu_fail(c, "CUDA error in the ops before an argmax: %s", cudaGetErrorString(err));
+        return -1;
+    }
+    unsigned long long k = *c->h_amax;
+    return k ? (int32_t)(0xffffffffu - (unsigned)(k & 0xffffffffu)) : -1;
+}

@@ -70,6 +70,7 @@ struct cu_impl {
     int n_tables, cap_tables;
     /* recorded steps */
     cu_step *d_step, *h_step;
+    unsigned long long *d_amax, *h_amax; /* argmax: the packed (key, index) on the device and its pinned copy */
     int capturing, steps_off;
     double bandwidth, flops; /* measured bounds, 0 until measured */
     int pdl;                 /* programmatic dependent launch (sm_90+, SLUICE_CUDA_PDL=0 turns it off) */
@@ -271,6 +272,7 @@ void cu_kv_store(sl_backend *b, float *cache, int pos, const float *x, int n, in
 void cu_attention(sl_backend *b, const float *q, const float *kc, const float *vc, int n, int pos0, int n_heads,
                   int n_kv, int head_dim, int window, float scale, float *out);
 void cu_add(sl_backend *b, float *y, const float *x, size_t len);
+int32_t cu_argmax(sl_backend *b, const float *x, int n);
 void cu_swiglu(sl_backend *b, const float *g, const float *u, size_t len, float *out);
 void cu_mul_sigmoid(sl_backend *b, float *x, const float *g, size_t len);
 void cu_scale_rows_sigmoid(sl_backend *b, float *x, const float *s, int rows, int dim);
