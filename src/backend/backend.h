@@ -51,7 +51,7 @@ typedef struct sl_backend_ops {
     int (*check)(sl_backend *b, sl_err *e);
     /* The index of the largest of the n values at x (NaN counts as -inf; the lowest index among equals), or
      * -1 when none is above -inf: greedy decoding without copying the logits to the host. Waits for the ops
-     * before it, as download does. */
+     * before it, as download does. Every backend has it. */
     int32_t (*argmax)(sl_backend *b, const float *x, int n);
 
     /* out[i] = row ids[i] of w (dequantised) */

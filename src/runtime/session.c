@@ -1,6 +1,5 @@
 #include "runtime/session.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -196,24 +195,6 @@ int sl_session_restore(sl_session *s, int pos) {
     return s->pos;
 }
 
-/* The last token's choice under greedy decoding, on the backend when it has an argmax (no logits cross to
- * the host), else from downloaded logits; -2 when out of host memory. */
-static int32_t argmax(sl_backend *be, const float *logits, int V) {
-    if (be->ops->argmax) return be->ops->argmax(be, logits, V);
-    float *h = malloc((size_t)V * sizeof *h);
-    if (!h) return -2;
-    be->ops->download(be, h, logits, (size_t)V * sizeof *h);
-    int32_t best = -1;
-    float bv = -INFINITY;
-    for (int i = 0; i < V; i++)
-        if (h[i] > bv) {
-            bv = h[i];
-            best = i;
-        }
-    free(h);
-    return best;
-}
-
 /* sl_session_forward, or with next set sl_session_forward_argmax (logits NULL, all_logits 0). */
 static int forward(sl_session *s, const int32_t *ids, int n, float *logits, int all_logits, int32_t *next, sl_err *e) {
     sl_model *m = s->m;
@@ -255,8 +236,7 @@ static int forward(sl_session *s, const int32_t *ids, int n, float *logits, int 
         if (step >= 0 && logits)
             be->ops->download(be, all_logits ? logits + (size_t)off * V : logits, s->s.logits, V * 4);
         s->logit_row = step >= 0 || ((logits || next) && (all_logits || last_chunk)) ? last_row : -1;
-        if (next && last_chunk && (*next = argmax(be, s->s.logits + (size_t)last_row * V, (int)V)) == -2)
-            return sl_fail(e, "out of memory");
+        if (next && last_chunk) *next = be->ops->argmax(be, s->s.logits + (size_t)last_row * V, (int)V);
         memcpy(s->hist + s->pos, ids + off, (size_t)nb * sizeof *ids);
         s->pos += nb;
         if (be->ops->check(be, e)) return -1;

@@ -71,7 +71,7 @@ int sl_session_default_ctx(const sl_model *m);
 int sl_session_forward(sl_session *s, const int32_t *ids, int n, float *logits, int all_logits, sl_err *e);
 /* sl_session_forward for greedy decoding: *next receives the id of the last token's largest logit (NaN
  * counts as -inf, the lowest id among equals; -1 when no logit is above -inf). The logits stay on the
- * backend, which picks the id where it can. */
+ * backend, which picks the id. */
 int sl_session_forward_argmax(sl_session *s, const int32_t *ids, int n, int32_t *next, sl_err *e);
 /* Copies the logits [vocab] of the last token the latest forward computed them for into host memory. */
 int sl_session_last_logits(sl_session *s, float *logits, sl_err *e);
