@@ -676,3 +676,85 @@ Test(fused_ops, matmul_multi_conv) {
     matmul_multi_conv_case(16, 32, 1, 3, 1);  /* no history */
     matmul_multi_conv_case(24, 64, 4, 3, 0);
 }
+
+/* host delta rule, token by token: S <- S exp(g); S <- S + k (beta (v - S^T k))^T; o = S^T q (q, k
+ * L2-normalised, q scaled by 1/sqrt(kd)) */
+static void ref_deltanet(const sl_deltanet_dims *d, const float *qkv, const float *a, const float *bb,
+                         const float *A_log, const float *dt_bias, float *S0, int n, float *out) {
+    int kd = d->k_dim, vd = d->v_dim, nk = d->n_k_heads, nv = d->n_v_heads, width = 2 * nk * kd + nv * vd;
+    float q[256], k[256], kv[256];
+    for (int h = 0; h < nv; h++) {
+        int kh = d->tiled ? h % nk : h / (nv / nk);
+        float *S = S0 + (size_t)h * (size_t)kd * (size_t)vd;
+        for (int t = 0; t < n; t++) {
+            const float *row = qkv + (size_t)t * (size_t)width, *v = row + 2 * nk * kd + h * vd;
+            float sq = 0, sk = 0;
+            for (int i = 0; i < kd; i++) {
+                sq += row[kh * kd + i] * row[kh * kd + i];
+                sk += row[(nk + kh) * kd + i] * row[(nk + kh) * kd + i];
+            }
+            for (int i = 0; i < kd; i++) {
+                q[i] = row[kh * kd + i] / sqrtf(sq + 1e-6f) / sqrtf((float)kd);
+                k[i] = row[(nk + kh) * kd + i] / sqrtf(sk + 1e-6f);
+            }
+            float x = a[t * nv + h] + dt_bias[h], sp = x > 20.0f ? x : log1pf(expf(x));
+            float decay = expf(-expf(A_log[h]) * sp), beta = 1.0f / (1.0f + expf(-bb[t * nv + h]));
+            for (int c = 0; c < vd; c++) {
+                kv[c] = 0;
+                for (int i = 0; i < kd; i++) kv[c] += (S[i * vd + c] *= decay) * k[i];
+                kv[c] = beta * (v[c] - kv[c]);
+            }
+            for (int c = 0; c < vd; c++) {
+                float o = 0;
+                for (int i = 0; i < kd; i++) o += (S[i * vd + c] += k[i] * kv[c]) * q[i];
+                out[(size_t)t * (size_t)(nv * vd) + (size_t)(h * vd + c)] = o;
+            }
+        }
+    }
+}
+
+/* the backend's delta rule (on the GPU: the recurrence for one token, the chunked form for more) against
+ * the host recurrence, over two calls so that the second starts from the state the first left */
+static void deltanet_case(int nk, int nv, int kd, int vd, int tiled, int n1, int n2) {
+    sl_backend *be = open_backend();
+    sl_deltanet_dims d = {nk, nv, kd, vd, 4, tiled};
+    unsigned st = (unsigned)(nk * 5 + nv * 7 + kd + vd * 3 + n1 * 11 + n2 + tiled);
+    int width = 2 * nk * kd + nv * vd, n = n1 + n2;
+    size_t sl = (size_t)nv * (size_t)kd * (size_t)vd, ol = (size_t)n * (size_t)(nv * vd);
+    float *hq, *ha, *hb, *hA, *hdt, *hs;
+    float *qkv = dev_rand(be, (size_t)n * (size_t)width, &st, &hq), *a = dev_rand(be, (size_t)(n * nv), &st, &ha);
+    float *bb = dev_rand(be, (size_t)(n * nv), &st, &hb), *A_log = dev_rand(be, (size_t)nv, &st, &hA);
+    float *dt = dev_rand(be, (size_t)nv, &st, &hdt), *state = dev_rand(be, sl, &st, &hs);
+    for (int i = 0; i < n * width; i++) hq[i] *= 4.0f; /* a scale that makes the decays and betas vary */
+    for (int i = 0; i < n * nv; i++) ha[i] *= 6.0f;
+    for (int i = 0; i < n * nv; i++) hb[i] *= 6.0f;
+    be->ops->upload(be, qkv, hq, (size_t)n * (size_t)width * sizeof *hq);
+    be->ops->upload(be, a, ha, (size_t)(n * nv) * sizeof *ha);
+    be->ops->upload(be, bb, hb, (size_t)(n * nv) * sizeof *hb);
+    float *out = be->ops->alloc(be, ol * sizeof *out);
+    be->ops->deltanet(be, &d, qkv, a, bb, A_log, dt, state, n1, out);
+    /* kernels of a layer's delta rule read the state before waiting on the kernel just before them, which a
+     * model never makes another delta-rule step of the same layer: wait here as a model's other ops would */
+    free(download(be, out, 1));
+    if (n2)
+        be->ops->deltanet(be, &d, qkv + (size_t)n1 * (size_t)width, a + n1 * nv, bb + n1 * nv, A_log, dt, state, n2,
+                          out + (size_t)n1 * (size_t)(nv * vd));
+    float *got = download(be, out, ol), *gs = download(be, state, sl);
+    check_ok(be);
+    float *want = malloc(ol * sizeof *want);
+    ref_deltanet(&d, hq, ha, hb, hA, hdt, hs, n, want);
+    expect_close(got, want, ol, 1e-3f, "deltanet outputs");
+    expect_close(gs, hs, sl, 1e-3f, "deltanet state");
+    float *dv[] = {qkv, a, bb, A_log, dt, state, out};
+    for (int i = 0; i < 7; i++) be->ops->free(be, dv[i]);
+    float *hp[] = {hq, ha, hb, hA, hdt, hs, got, gs, want};
+    for (int i = 0; i < 9; i++) free(hp[i]);
+    sl_backend_destroy(be);
+}
+
+Test(fused_ops, deltanet) {
+    deltanet_case(2, 4, 64, 48, 0, 1, 1);     /* decode steps */
+    deltanet_case(2, 4, 64, 48, 1, 5, 1);     /* a short prompt, then a step */
+    deltanet_case(1, 2, 128, 128, 0, 70, 33); /* chunks, a partial last one, and a second prompt */
+    deltanet_case(2, 2, 32, 40, 1, 32, 31);
+}

@@ -478,6 +478,9 @@ int sl_cuda_backend_create(int device, sl_backend **out, char *about, size_t abo
     c->pdl = p.major >= 9 && !(pd && !strcmp(pd, "0"));
     const char *rb = getenv("SLUICE_CUDA_RPW_BALANCE");
     c->rpw_balance = !(rb && !strcmp(rb, "0"));
+    const char *dn = getenv("SLUICE_CUDA_DELTANET");
+    c->dn_chunked = !(dn && !strcmp(dn, "recurrent"));
+    c->smem_optin = p.sharedMemPerBlockOptin > 0 ? (int)p.sharedMemPerBlockOptin : 48 << 10;
     const char *pf = getenv("SLUICE_CUDA_PREFILL");
     c->gemm_exact = !(pf && !strcmp(pf, "bf16"));
     /* decode attention partials for up to 128 heads of up to 256 dims, so recorded steps never grow them */

@@ -75,6 +75,8 @@ struct cu_impl {
     double bandwidth, flops; /* measured bounds, 0 until measured */
     int pdl;                 /* programmatic dependent launch (sm_90+, SLUICE_CUDA_PDL=0 turns it off) */
     int rpw_balance; /* rows per warp from the rounds a launch takes (SLUICE_CUDA_RPW_BALANCE=0: the old rule) */
+    int dn_chunked;  /* prefill's delta rule in the chunked form (SLUICE_CUDA_DELTANET=recurrent: token by token) */
+    int smem_optin;  /* the most shared memory a block may ask for */
 };
 
 static inline cu_impl *cu_of(sl_backend *b) {
