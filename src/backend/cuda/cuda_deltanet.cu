@@ -45,6 +45,18 @@ __device__ __forceinline__ float softplus(float x) {
     return x > 20.0f ? x : log1pf(expf(x));
 }
 
+/* A lane's column c of the state rows [r0, r0 + DN_ROWS) of one head, S[kd][vd], to and from registers. */
+__device__ __forceinline__ void tile_load(const float *Sg, int kd, int vd, int r0, int c, float (&S)[DN_ROWS]) {
+#pragma unroll
+    for (int r = 0; r < DN_ROWS; r++) S[r] = c < vd && r0 + r < kd ? Sg[(long long)(r0 + r) * vd + c] : 0.0f;
+}
+
+__device__ __forceinline__ void tile_store(float *Sg, int kd, int vd, int r0, int c, const float (&S)[DN_ROWS]) {
+#pragma unroll
+    for (int r = 0; r < DN_ROWS; r++)
+        if (c < vd && r0 + r < kd) Sg[(long long)(r0 + r) * vd + c] = S[r];
+}
+
 /* The delta rule with the state in registers: a block owns one value head and DN_COLS state columns
  * (one per lane), its warps split the key dimension DN_ROWS rows each, and partial dot products meet in
  * shared memory. The n tokens run in one launch without writing the state back in between. The state is
@@ -59,8 +71,7 @@ __global__ void __launch_bounds__(DN_COLS *DN_MAXW) deltanet_k(sl_deltanet_dims 
     bool col = c < vd;
     float *Sg = state + (long long)h * kd * vd;
     float S[DN_ROWS];
-#pragma unroll
-    for (int r = 0; r < DN_ROWS; r++) S[r] = col && r0 + r < kd ? Sg[(long long)(r0 + r) * vd + c] : 0.0f;
+    tile_load(Sg, kd, vd, r0, c, S);
     cu_pdl_enter();
     int kh = d.tiled ? h % nk : h / (nv / nk); /* which key head this value head reads */
     int width = 2 * nk * kd + nv * vd;
@@ -119,9 +130,7 @@ __global__ void __launch_bounds__(DN_COLS *DN_MAXW) deltanet_k(sl_deltanet_dims 
         }
         __syncthreads(); /* part, qk and red are rewritten by the next token */
     }
-#pragma unroll
-    for (int r = 0; r < DN_ROWS; r++)
-        if (col && r0 + r < kd) Sg[(long long)(r0 + r) * vd + c] = S[r];
+    tile_store(Sg, kd, vd, r0, c, S);
 }
 
 #define DN_CHUNK 32    /* tokens per chunk of the chunked form */
@@ -158,8 +167,7 @@ __global__ void __launch_bounds__(DN_COLS *DN_CHUNK_MAXW, 1) deltanet_chunk_k(sl
     bool col = c < vd;
     float *Sg = state + (long long)h * kd * vd;
     float S[DN_ROWS];
-#pragma unroll
-    for (int r = 0; r < DN_ROWS; r++) S[r] = col && r0 + r < kd ? Sg[(long long)(r0 + r) * vd + c] : 0.0f;
+    tile_load(Sg, kd, vd, r0, c, S);
     cu_pdl_enter();
     int kh = d.tiled ? h % nk : h / (nv / nk);
     int width = 2 * nk * kd + nv * vd;
@@ -273,9 +281,7 @@ __global__ void __launch_bounds__(DN_COLS *DN_CHUNK_MAXW, 1) deltanet_chunk_k(sl
         }
         __syncthreads(); /* the next chunk rewrites the shared buffers */
     }
-#pragma unroll
-    for (int r = 0; r < DN_ROWS; r++)
-        if (col && r0 + r < kd) Sg[(long long)(r0 + r) * vd + c] = S[r];
+    tile_store(Sg, kd, vd, r0, c, S);
 }
 
 void cu_deltanet(sl_backend *b, const sl_deltanet_dims *d, const float *qkv, const float *a, const float *bb,
