@@ -13,14 +13,14 @@
 #include "runtime/session.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: sluice bench MODEL [-p N] [-n M] [-r R] [--threads T] [--backend B] [--json]\n"
+    fprintf(f, "usage: sluice bench MODEL [-p N] [-n M] [-r R] [--threads T] [--backend B] [--json] [--host-logits]\n"
                "       sluice bench --synthetic SHAPE [--quant bf16|mlx4|mlx8|q4k] [--layers L] [--dir DIR] [...]\n\n"
                "Loads MODEL, prefills N pseudo-random token ids (default 512) as one batch, then decodes M\n"
                "tokens one at a time (default 128), each the greedy argmax of the previous logits, picked on the\n"
                "backend as greedy decoding does (--host-logits copies every step's logits to the host and picks\n"
-               "there, as sampling at a temperature does). The ids are the same on every run. With -r R the whole "
-               "prefill+decode is repeated R times from an empty\n"
-               "cache and the best (fastest) time of each phase is reported.\n\n"
+               "there, as sampling at a temperature does). The ids are the same on every run. With -r R the\n"
+               "whole prefill+decode is repeated R times from an empty cache and the best (fastest) time of each\n"
+               "phase is reported.\n\n"
                "Decode bandwidth counts the weight bytes one token reads: every matrix once, one row of the\n"
                "embedding table (the whole table when it is tied to the output head), and top_k of n_experts\n"
                "routed experts per MoE layer. Prefill GFLOP/s counts 2 x active parameters x tokens, the output\n"

@@ -122,7 +122,6 @@ static void cpu_scale_rows_sigmoid(sl_backend *b, float *x, const float *s, int 
     }
 }
 
-/* The fused ops: the same arithmetic as the plain sequences they replace. */
 static int32_t cpu_argmax(sl_backend *b, const float *x, int n) {
     (void)b;
     int32_t best = -1;
@@ -135,6 +134,7 @@ static int32_t cpu_argmax(sl_backend *b, const float *x, int n) {
     return best;
 }
 
+/* The fused ops: the same arithmetic as the plain sequences they replace. */
 static void cpu_add_rmsnorm(sl_backend *b, float *x, const float *d, const float *w, int rows, int dim, float eps,
                             float *y) {
     cpu_add(b, x, d, (size_t)rows * (size_t)dim);
