@@ -5,7 +5,7 @@
 # SLUICE_NO_CUDA=1 skips both.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libjansson-dev libpcre2-dev libutf8proc-dev libedit-dev libcriterion-dev
-      xz-utils jq libmicrohttpd-dev curl)
+      xz-utils jq libmicrohttpd-dev liburing-dev curl)
 # the server tests drive it with the JavaScript SDKs; any node >= 18 with npm will do (Debian's or another)
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then pkgs+=(nodejs npm); fi
 cuda=0

@@ -82,6 +82,15 @@ typedef struct sl_backend_ops {
     /* out[n][hidden] = sum over k of weights * expert(x) (overwrites out) */
     void (*moe)(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
                 const float *weights, int k, float *out);
+    /* The same MoE in two steps, for an expert store whose slots may hold only part of a layer's experts
+     * at a time. moe_pairs computes P[i] = expert ids[i] of t applied to x[i / k] for every routed pair
+     * i < n*k with ids[i] >= 0 into the backend's pair buffer, leaving the other rows as earlier calls
+     * left them; moe_combine then writes out[t] = sum over slots s of weights[t][s] * P[t*k + s], summed in
+     * slot order. A pair's result does not depend on which other pairs share the call, so experts loaded
+     * in several passes give the bits of one moe() call. */
+    void (*moe_pairs)(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
+                      int k);
+    void (*moe_combine)(sl_backend *b, const float *weights, int n, int k, int hidden, float *out);
     /* depthwise causal conv over time + SiLU: x[n][channels] -> out; state holds the previous
      * conv_kernel-1 inputs [conv_kernel-1][channels] and is advanced. w is [channels][conv_kernel]. */
     void (*conv1d_silu)(sl_backend *b, const float *x, int n, int channels, const float *w, int kernel, float *state,
@@ -121,6 +130,10 @@ typedef struct sl_backend_ops {
     void (*moe_shared)(sl_backend *b, const sl_expert_table *t, const float *logits, int n_experts, int k, int renorm,
                        int32_t *ids, float *weights, const float *x, int n, int hidden, const sl_weight *sh_down,
                        const float *g, const float *u, const float *gate, float *out);
+    /* moe_combine joined by a sigmoid-gated shared expert, with the sums moe_shared forms for the same
+     * experts t: out = moe_combine(...) + sigmoid(gate[i]) * (silu(g) * u) . sh_down^T */
+    void (*moe_combine_shared)(sl_backend *b, const sl_expert_table *t, const float *weights, int n, int k, int hidden,
+                               const sl_weight *sh_down, const float *g, const float *u, const float *gate, float *out);
     /* y[n][w.rows] = (x * sigmoid(g))[n][w.cols] . w^T: a sigmoid-gated attention output and its projection */
     void (*sigmoid_matmul)(sl_backend *b, const sl_weight *w, const float *x, const float *g, int n, float *y);
     /* y[n][w.rows] = g[n][w.cols] . w^T with g = gated_rmsnorm(x, z, nw) over groups of dim (the delta-net's
@@ -148,6 +161,14 @@ typedef struct sl_backend_ops {
     int (*place_experts)(sl_backend *b, const sl_expert_table *t, sl_err *e);
     /* Bytes of backend memory still free, for sizing caches. */
     size_t (*mem_free)(sl_backend *b);
+    /* Expert slots in backend memory filled from host images (an expert store): pinned host memory
+     * (NULL when out of memory), a copy into backend memory queued behind the ops before it (src from
+     * host_alloc, left unchanged until sync returns), and a wait for every queued op and copy. Backends
+     * that compute on host memory leave them NULL. */
+    void *(*host_alloc)(sl_backend *b, size_t bytes);
+    void (*host_free)(sl_backend *b, void *p);
+    void (*upload_async)(sl_backend *b, void *dst, const void *src, size_t bytes);
+    int (*sync)(sl_backend *b, sl_err *e);
     /* Recorded one-token steps. step_begin(b, &rec, pos, id) returns 1 when *rec holds a recording and
      * was replayed for position pos and token id (the caller issues no ops), 0 when it started
      * recording the ops that follow until step_end(b, &rec), which runs them and keeps the recording in

@@ -8,6 +8,7 @@
 
 #include "backend/cpu/cpu.h"
 #include "cli/commands.h"
+#include "cli/stream_flags.h"
 #include "core/util.h"
 #include "models/synthetic.h"
 #include "runtime/session.h"
@@ -38,7 +39,7 @@ static void usage(FILE *f) {
                "  -n M          decoded tokens (default 128; 0 skips decode)\n"
                "  -r R          runs, best reported (default 1)\n"
                "  --threads T   CPU threads (default: all cores)\n"
-               "  --backend B   cpu, cuda or auto (default: SLUICE_BACKEND, else auto)\n"
+               "  --backend B   cpu, cuda or auto (default: SLUICE_BACKEND, else auto)\n" CLI_STREAM_HELP
                "  --json        one JSON object instead of the table\n"
                "  --host-logits decode with every step's logits copied to the host\n"
                "  --synthetic SHAPE  benchmark a synthetic checkpoint of this shape (see above)\n"
@@ -282,9 +283,16 @@ int cmd_bench(int argc, char **argv) {
     bench_result r = {.prompt = 512, .gen = 128, .runs = 1};
     int json = 0, threads = 0, layers = 0;
     const char *synth = NULL, *quant = "bf16", *dir = NULL, *backend = NULL;
+    sl_model_opts o = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int bad = 0;
+        int sf = cli_stream_flag("sluice bench", a, i + 1 < argc ? argv[i + 1] : NULL, &o);
+        if (sf < 0) return 2;
+        if (sf > 0) {
+            i += sf - 1;
+            continue;
+        }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
@@ -371,7 +379,9 @@ int cmd_bench(int argc, char **argv) {
     float *logits = NULL;
     int32_t *prompt = NULL;
     int rc = 1;
-    sl_model_opts o = {.threads = threads, .backend = backend};
+    o.threads = threads;
+    o.backend = backend;
+    o.ctx = r.prompt + r.gen;
     double t0 = sl_now();
     if (sl_model_load(model, &o, &m, &e)) goto done;
     r.load_s = sl_now() - t0;

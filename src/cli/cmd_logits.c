@@ -5,20 +5,29 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/stream_flags.h"
 #include "core/util.h"
 #include "runtime/session.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: sluice logits MODEL --ids 1,2,3 [--decode-ids 4,5] --out FILE.f32 [--threads N]\n"
-               "       [--backend cpu|cuda|auto]\n\n"
+               "       [--backend cpu|cuda|auto] [--vram SIZE] [--ram SIZE] [--io MODE]\n\n"
                "Runs the prompt ids as one batch and writes one float32 row of logits per prompt position,\n"
-               "then feeds each decode id alone through the cache and appends one row for each.\n");
+               "then feeds each decode id alone through the cache and appends one row for each.\n\n"
+               "options:\n" CLI_STREAM_HELP);
 }
 
 int cmd_logits(int argc, char **argv) {
     const char *model = NULL, *ids_s = NULL, *dec_s = NULL, *out = NULL, *backend = NULL;
     int threads = 0;
+    sl_model_opts o = {0};
     for (int i = 1; i < argc; i++) {
+        int sf = cli_stream_flag("sluice logits", argv[i], i + 1 < argc ? argv[i + 1] : NULL, &o);
+        if (sf < 0) return 2;
+        if (sf > 0) {
+            i += sf - 1;
+            continue;
+        }
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return 0;
@@ -55,7 +64,9 @@ int cmd_logits(int argc, char **argv) {
         sl_fail(&e, "--ids: at least one prompt token is needed");
         goto done;
     }
-    sl_model_opts o = {.threads = threads, .backend = backend};
+    o.threads = threads;
+    o.backend = backend;
+    o.ctx = n + nd;
     if (sl_model_load(model, &o, &m, &e)) goto done;
     if (sl_session_create(m, n + nd, &s, &e)) goto done;
     size_t V = (size_t)m->cfg.vocab_size;

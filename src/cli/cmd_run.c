@@ -10,6 +10,7 @@
 
 #include "cli/chat_view.h"
 #include "cli/commands.h"
+#include "cli/stream_flags.h"
 #include "core/util.h"
 #include "formats/resolve.h"
 #include "runtime/generate.h"
@@ -21,6 +22,7 @@
 typedef struct run_opts {
     const char *model, *prompt, *system, *backend;
     int ctx, threads, raw, think, verbose;
+    sl_model_opts mo; /* --vram, --ram, --io */
     sl_gen_params gen;
     const char *stops[MAX_STOPS];
 } run_opts;
@@ -59,7 +61,7 @@ static void usage(FILE *f) {
                "  -n, --max-tokens N     stop after N generated tokens (default: until end of turn)\n"
                "  --ctx N                context length (default: the model's, capped by free memory)\n"
                "  --threads N            CPU threads (default: all cores)\n"
-               "  --backend B            cpu, cuda or auto (default: SLUICE_BACKEND, else auto)\n"
+               "  --backend B            cpu, cuda or auto (default: SLUICE_BACKEND, else auto)\n" CLI_STREAM_HELP
                "  --temp T               temperature, 0 = greedy (default: generation_config.json, else 0.8)\n"
                "  --top-k K, --top-p P, --min-p P\n"
                "  --repeat-penalty R, --repeat-last-n N, --presence-penalty P, --frequency-penalty F\n"
@@ -149,6 +151,12 @@ static int parse_args(int argc, char **argv, run_opts *o) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define FLAG(name) (!strcmp(a, name) && v && (i++, 1))
+        int sf = cli_stream_flag("sluice run", a, v, &o->mo);
+        if (sf < 0) return -1;
+        if (sf > 0) {
+            i += sf - 1;
+            continue;
+        }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             exit(0);
@@ -227,7 +235,10 @@ int cmd_run(int argc, char **argv) {
     sl_sampler_params_default(&o.gen.sampling);
     sl_gen_defaults_from_model(dir, &o.gen.sampling);
     parse_args(argc, argv, &o);
-    sl_model_opts mo = {.threads = o.threads, .backend = o.backend};
+    sl_model_opts mo = o.mo;
+    mo.threads = o.threads;
+    mo.backend = o.backend;
+    mo.ctx = o.ctx;
     if (sl_tokenizer_load(dir, &c.tok, &e) || sl_model_load(dir, &mo, &c.m, &e)) goto done;
     if (sl_session_create(c.m, o.ctx > 0 ? o.ctx : sl_session_default_ctx(c.m), &c.s, &e)) goto done;
     const char *tsrc = sl_tokenizer_chat_template(c.tok);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/stream_flags.h"
 #include "core/util.h"
 #include "server/engine.h"
 #include "server/http.h"
@@ -29,7 +30,7 @@ static void usage(FILE *f) {
                "  --alias NAME       model name the APIs report (default: the MODEL argument)\n"
                "  --ctx N            context length (default: the model's, capped by free memory)\n"
                "  --threads N        CPU threads (default: all cores)\n"
-               "  --backend B        cpu, cuda or auto (default: SLUICE_BACKEND, else auto)\n"
+               "  --backend B        cpu, cuda or auto (default: SLUICE_BACKEND, else auto)\n" CLI_STREAM_HELP
                "  --queue N          requests that may wait while one runs; more get 503 (default 16)\n"
                "  --max-body SIZE    largest request body, e.g. 16M (default 16M)\n");
 }
@@ -40,6 +41,12 @@ int cmd_serve(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define FLAG(name) (!strcmp(a, name) && v && (i++, 1))
+        int sf = cli_stream_flag("sluice serve", a, v, &eo.mo);
+        if (sf < 0) return 2;
+        if (sf > 0) {
+            i += sf - 1;
+            continue;
+        }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;

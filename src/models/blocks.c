@@ -1,5 +1,6 @@
 #include "models/blocks.h"
 
+#include "experts/store.h"
 #include "models/fused.h"
 
 #include <math.h>
@@ -149,6 +150,21 @@ void blk_moe(sl_model *m, sl_session *s, int l, const float *xn, int n, float *o
     const sl_weight *w[4] = {&L->router, &L->sh_router, &L->sh_gate, &L->sh_up};
     float *y[4] = {x->router, x->sh_gate, x->ff_g, x->ff_u};
     sl_matmul_multi(be, L->has_shared ? 4 : 1, w, xn, n, y);
+    if (m->store) {
+        sl_store_moe_args a = {.x = xn,
+                               .n = n,
+                               .logits = x->router,
+                               .ids = x->moe_ids,
+                               .weights = x->moe_w,
+                               .sh_down = L->has_shared ? &L->sh_down : NULL,
+                               .g = x->ff_g,
+                               .u = x->ff_u,
+                               .gate = x->sh_gate,
+                               .tmp = x->ff_o,
+                               .out = out};
+        sl_store_moe(m->store, l, &a);
+        return;
+    }
     if (!L->has_shared) {
         op->route(be, x->router, n, c->n_experts, c->top_k, c->norm_topk_prob, x->moe_ids, x->moe_w);
         op->moe(be, &L->experts, xn, n, c->hidden, x->moe_ids, x->moe_w, c->top_k, out);

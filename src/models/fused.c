@@ -93,6 +93,18 @@ void sl_moe_shared(sl_backend *b, const sl_expert_table *t, const float *logits,
     sl_swiglu_matmul(b, sh_down, g, u, n, gate, tmp, out);
 }
 
+void sl_moe_combine_shared(sl_backend *b, const sl_expert_table *t, const float *weights, int n, int k, int hidden,
+                           const sl_weight *sh_down, float *g, const float *u, const float *gate, float *tmp,
+                           float *out) {
+    const sl_backend_ops *op = b->ops;
+    if (op->moe_combine_shared) {
+        op->moe_combine_shared(b, t, weights, n, k, hidden, sh_down, g, u, gate, out);
+        return;
+    }
+    op->moe_combine(b, weights, n, k, hidden, out);
+    sl_swiglu_matmul(b, sh_down, g, u, n, gate, tmp, out);
+}
+
 void sl_matmul_multi_conv(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n, float *const *y,
                           const float *conv_w, int kernel, float *state, float *tmp) {
     const sl_backend_ops *op = b->ops;

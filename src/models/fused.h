@@ -22,6 +22,11 @@ void sl_swiglu_matmul(sl_backend *b, const sl_weight *w, float *g, const float *
 void sl_moe_shared(sl_backend *b, const sl_expert_table *t, const float *logits, int n_experts, int k, int renorm,
                    int32_t *ids, float *weights, const float *x, int n, int hidden, const sl_weight *sh_down, float *g,
                    const float *u, const float *gate, float *tmp, float *out);
+/* moe_combine of the pairs computed for experts t (see moe_pairs), joined by the shared expert as
+ * sl_moe_shared joins it. g may be overwritten and tmp[n][hidden] is scratch for the unfused path. */
+void sl_moe_combine_shared(sl_backend *b, const sl_expert_table *t, const float *weights, int n, int k, int hidden,
+                           const sl_weight *sh_down, float *g, const float *u, const float *gate, float *tmp,
+                           float *out);
 /* y = (x * sigmoid(g)) . w^T; x may be overwritten (the unfused path gates it in place). */
 void sl_sigmoid_matmul(sl_backend *b, const sl_weight *w, float *x, const float *g, int n, float *y);
 /* y = gated_rmsnorm(x, z, nw over groups of dim) . w^T; x may be overwritten. */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "experts/store.h"
 #include "formats/gguf_model.h"
 #include "formats/resolve.h"
 #include "models/loader.h"
@@ -13,6 +14,7 @@
 
 void sl_model_free(sl_model *m) {
     if (!m) return;
+    sl_store_free(m->store);
     if (m->layers)
         for (int l = 0; l < m->cfg.n_layers; l++) {
             free(m->layers[l].expert_store);
@@ -91,7 +93,7 @@ static int check_formats(sl_model *m, const sl_model_opts *o, char *note, size_t
 
 /* Resident mode for backends with their own memory: every weight, norm and table is copied there once
  * (a tied output head shares the embedding's copy). */
-static int place_all(sl_model *m, sl_err *e) {
+static int place_all(sl_model *m, int experts, sl_err *e) {
     const sl_backend_ops *op = m->be->ops;
     sl_backend *b = m->be;
     const sl_config *c = &m->cfg;
@@ -125,7 +127,7 @@ static int place_all(sl_model *m, sl_err *e) {
                   {&L->lin_norm, (size_t)c->lin_v_head_dim}};
         for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++)
             if (*vs[i].v && op->place_vector(b, vs[i].v, vs[i].len, e)) return -1;
-        if (!L->is_moe) continue;
+        if (!L->is_moe || !experts) continue;
         for (int x = 0; x < L->experts.n_experts; x++) {
             sl_expert *ex = &L->expert_store[x];
             if (op->place_weight(b, &ex->gate, e) || op->place_weight(b, &ex->up, e) ||
@@ -134,6 +136,81 @@ static int place_all(sl_model *m, sl_err *e) {
         }
         if (op->place_experts(b, &L->experts, e)) return -1;
     }
+    return 0;
+}
+
+/* Backend memory a session of ctx tokens takes (caches, recurrent state, scratch), plus room for the
+ * backend's own scratch (GEMM workspaces, MoE buffers). A quarter of what is left after loading goes to
+ * the KV cache when no context length is asked for, so four times the caches are set aside. */
+static int64_t session_reserve(const sl_model *m, int ctx) {
+    const sl_config *c = &m->cfg;
+    if (ctx <= 0) ctx = c->max_pos < 4096 ? c->max_pos : 4096;
+    int64_t kv = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        kv += m->layers[l].kind == SL_LAYER_ATTENTION ? (int64_t)ctx * c->n_kv_heads * c->head_dim * 8
+                                                      : (int64_t)sl_config_ssm_floats(c) * 4;
+    int64_t scratch = (int64_t)256 * (c->hidden * 8 + c->n_heads * c->head_dim * 6 + c->vocab_size / 16) * 4;
+    return 4 * kv + scratch + ((int64_t)512 << 20);
+}
+
+static int any_moe(const sl_model *m) {
+    for (int l = 0; l < m->cfg.n_layers; l++)
+        if (m->layers[l].is_moe) return 1;
+    return 0;
+}
+
+static int place_experts_resident(sl_model *m, sl_err *e) {
+    const sl_backend_ops *op = m->be->ops;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        sl_layer *L = &m->layers[l];
+        for (int x = 0; L->is_moe && x < L->experts.n_experts; x++) {
+            sl_expert *ex = &L->expert_store[x];
+            if (op->place_weight(m->be, &ex->gate, e) || op->place_weight(m->be, &ex->up, e) ||
+                op->place_weight(m->be, &ex->down, e))
+                return -1;
+        }
+        if (L->is_moe && op->place_experts(m->be, &L->experts, e)) return -1;
+    }
+    return 0;
+}
+
+/* Where the experts live. Backends of their own memory get every weight resident when it fits in the
+ * memory left for it (--vram, else what is free) beside a session; otherwise the dense weights go
+ * there and the experts stream through slots in the rest. The CPU computes on the mapped checkpoint,
+ * unless --ram caps its expert cache. */
+static int place_model(sl_model *m, const sl_model_opts *o, sl_err *e) {
+    const sl_backend_ops *op = m->be->ops;
+    int own = op->place_weight != NULL, moe = any_moe(m);
+    int64_t vram = o ? o->vram : 0, ram = o ? o->ram : 0;
+    int forced = o ? o->expert_slots : 0;
+    sl_store_config sc = {.io = o ? o->io : 0, .prefetch = !(o && o->no_prefetch), .n_slots = forced};
+    char b1[32], b2[32], b3[32];
+    if (!own) {
+        if (!moe || (ram <= 0 && !forced)) return 0;
+        sc.slot_bytes_budget = ram;
+    } else {
+        size_t free0 = op->mem_free ? op->mem_free(m->be) : 0;
+        if (place_all(m, 0, e)) return -1;
+        size_t free1 = op->mem_free ? op->mem_free(m->be) : 0;
+        int64_t dense = free0 > free1 ? (int64_t)(free0 - free1) : 0, reserve = session_reserve(m, o ? o->ctx : 0);
+        int64_t avail = vram > 0 ? vram - dense - reserve : (int64_t)free1 - reserve;
+        if (vram > 0 && avail <= 0)
+            return sl_fail(e, "%s: --vram %s is less than the %s the dense weights (%s) and a session need", m->path,
+                           sl_human_bytes((double)vram, b1, sizeof b1),
+                           sl_human_bytes((double)(dense + reserve), b2, sizeof b2),
+                           sl_human_bytes((double)dense, b3, sizeof b3));
+        if (!moe || (!forced && (int64_t)m->bytes_experts <= avail)) return place_experts_resident(m, e);
+        if (avail < 0) avail = 0;
+        sc.slot_bytes_budget = avail;
+        sc.ram_bytes = ram > 0 ? ram : 0;
+    }
+    if (sl_store_create(m, &sc, &m->store, e)) return sl_wrap(e, "%s", m->path);
+    sl_store_stats s;
+    sl_store_stats_get(m->store, &s);
+    fprintf(stderr, "sluice: streaming experts: %d slots of %s in %s memory (%s), host cache %s, %s I/O via %s\n",
+            s.n_slots, sl_human_bytes((double)s.slot_bytes, b1, sizeof b1), own ? op->name : "host",
+            sl_human_bytes((double)s.slot_bytes * s.n_slots, b2, sizeof b2), s.n_ram ? "on" : "off",
+            sl_io_mode_name(s.io), s.engine);
     return 0;
 }
 
@@ -214,7 +291,7 @@ int sl_model_load(const char *arg, const sl_model_opts *o, sl_model **out, sl_er
     sl_loader_free(&ld);
     account(m);
     if (check_formats(m, o, note, sizeof note, e)) goto fail;
-    if (m->be->ops->place_weight && place_all(m, e)) goto fail;
+    if (place_model(m, o, e)) goto fail;
     if (note[0]) fprintf(stderr, "sluice: %s\n", note);
     *out = m;
     return 0;

@@ -58,6 +58,7 @@ struct sl_model {
     /* heap allocations owned by the model (float copies of small tensors) */
     void **owned;
     int n_owned, cap_owned;
+    struct sl_expert_store *store; /* streamed experts (NULL: all resident) */
     /* accounting for `show` */
     uint64_t n_params, bytes_experts, bytes_other;
 };
@@ -65,6 +66,16 @@ struct sl_model {
 typedef struct sl_model_opts {
     int threads;         /* <= 0: all cores */
     const char *backend; /* "cpu", "cuda", "auto"; NULL: SLUICE_BACKEND, else auto (see sl_backend_open) */
+    /* Expert streaming (0 where unset). vram: backend memory the model may use in all (weights, expert
+     * slots, sessions), so a large card can act like a small one; unset: what is free. ram: the host
+     * cache of experts (on the CPU backend, the expert cache itself, which turns streaming on); -1
+     * means none. io: SL_IO_BUFFERED / SL_IO_DIRECT (experts/store.h). ctx: the context length sessions
+     * will use, for the memory they need. no_prefetch: no reads ahead of the router. */
+    int64_t vram, ram;
+    int io;
+    int ctx;
+    int no_prefetch;
+    int expert_slots; /* > 0: stream with exactly this many expert slots (tests, reproducing small cards) */
 } sl_model_opts;
 
 int sl_model_load(const char *path, const sl_model_opts *o, sl_model **out, sl_err *e);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "experts/store.h"
 
 #define MAX_BATCH 256
 /* output rows computed at a time: keeps the logits scratch small for large vocabularies */
@@ -211,11 +212,19 @@ static int forward(sl_session *s, const int32_t *ids, int n, float *logits, int 
         int nb = n - off < s->max_batch ? n - off : s->max_batch;
         /* one-token steps are recorded once and replayed where the backend can; a recorded step always
          * ends with the logits in s->s.logits */
-        int step = nb == 1 && be->ops->step_begin ? be->ops->step_begin(be, &s->step, s->pos, ids[off]) : -1;
+        /* streamed experts change between steps, and the host acts on each layer's routing: no recording */
+        int step =
+            nb == 1 && be->ops->step_begin && !m->store ? be->ops->step_begin(be, &s->step, s->pos, ids[off]) : -1;
         if (step != 1) {
             be->ops->embed(be, &m->embed, ids + off, nb, s->s.x);
             if (m->family->layers(m, s, s->s.x, nb, e)) {
                 if (step == 0) be->ops->step_end(be, &s->step); /* closes the recording */
+                return -1;
+            }
+            if (m->store && sl_store_check(m->store, e)) {
+                be->ops->check(be, &(sl_err){0});
+                /* the caches and recurrent state took part of this chunk: start over next time */
+                sl_session_reset(s);
                 return -1;
             }
         }

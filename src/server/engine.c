@@ -195,7 +195,10 @@ int sv_engine_load(sv_engine *g, const sv_engine_opts *o, sl_err *e) {
     if (!(g->name = o->alias ? strdup(o->alias) : model_name(o->model))) return sl_fail(e, "out of memory");
     sl_sampler_params_default(&g->defaults);
     sl_gen_defaults_from_model(g->dir, &g->defaults);
-    sl_model_opts mo = {.threads = o->threads, .backend = o->backend};
+    sl_model_opts mo = o->mo;
+    mo.threads = o->threads;
+    mo.backend = o->backend;
+    mo.ctx = o->ctx;
     if (sl_tokenizer_load(g->dir, &g->tok, e) || sl_model_load(g->dir, &mo, &g->m, e)) return -1;
     const char *src = sl_tokenizer_chat_template(g->tok);
     if (src) {

@@ -22,6 +22,7 @@ typedef struct sv_engine_opts {
     int ctx;             /* <= 0: sl_session_default_ctx */
     int threads;         /* <= 0: all cores */
     const char *backend; /* cpu, cuda or auto; NULL: SLUICE_BACKEND, else auto */
+    sl_model_opts mo;    /* expert streaming: --vram, --ram, --io */
     int queue;           /* waiting requests before 503 */
 } sv_engine_opts;
 

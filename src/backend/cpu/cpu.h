@@ -21,7 +21,9 @@ typedef struct cpu_impl {
     size_t xprep_len;
     void *moe_buf; /* MoE gather/intermediate buffers, grown to the largest batch seen */
     size_t moe_len;
-    float *act; /* swiglu_matmul: the SwiGLU input of the down projection */
+    float *pairs;     /* MoE output per routed (token, slot) pair [n * k][hidden] */
+    size_t pairs_len; /* in floats */
+    float *act;       /* swiglu_matmul: the SwiGLU input of the down projection */
     size_t act_len;
     double bandwidth, flops; /* measured bounds, 0 until measured */
     sl_err failure;          /* first op failure since the last check() */
@@ -87,6 +89,9 @@ void cpu_route(sl_backend *b, const float *logits, int n, int n_experts, int k, 
                float *weights);
 void cpu_moe(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
              const float *weights, int k, float *out);
+void cpu_moe_pairs(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
+                   int k);
+void cpu_moe_combine(sl_backend *b, const float *weights, int n, int k, int hidden, float *out);
 void cpu_conv1d_silu(sl_backend *b, const float *x, int n, int channels, const float *w, int kernel, float *state,
                      float *out);
 void cpu_deltanet(sl_backend *b, const sl_deltanet_dims *d, const float *qkv, const float *a, const float *bb,

@@ -194,6 +194,14 @@ static void cpu_moe_shared(sl_backend *b, const sl_expert_table *t, const float 
     cpu_swiglu_matmul(b, sh_down, g, u, n, gate, out);
 }
 
+static void cpu_moe_combine_shared(sl_backend *b, const sl_expert_table *t, const float *weights, int n, int k,
+                                   int hidden, const sl_weight *sh_down, const float *g, const float *u,
+                                   const float *gate, float *out) {
+    (void)t;
+    cpu_moe_combine(b, weights, n, k, hidden, out);
+    cpu_swiglu_matmul(b, sh_down, g, u, n, gate, out);
+}
+
 static void cpu_sigmoid_matmul(sl_backend *b, const sl_weight *w, const float *x, const float *g, int n, float *y) {
     size_t len = (size_t)n * (size_t)w->cols;
     float *a = act_buf(cpu_of(b), len);
@@ -247,6 +255,8 @@ static const sl_backend_ops cpu_ops = {
     .scale_rows_sigmoid = cpu_scale_rows_sigmoid,
     .route = cpu_route,
     .moe = cpu_moe,
+    .moe_pairs = cpu_moe_pairs,
+    .moe_combine = cpu_moe_combine,
     .conv1d_silu = cpu_conv1d_silu,
     .deltanet = cpu_deltanet,
     .gated_rmsnorm = cpu_gated_rmsnorm,
@@ -257,6 +267,7 @@ static const sl_backend_ops cpu_ops = {
     .swiglu_matmul = cpu_swiglu_matmul,
     .sigmoid_matmul = cpu_sigmoid_matmul,
     .moe_shared = cpu_moe_shared,
+    .moe_combine_shared = cpu_moe_combine_shared,
     .qk_rope_store = cpu_qk_rope_store,
     .gated_rmsnorm_matmul = cpu_gated_rmsnorm_matmul,
     .mem_bandwidth = cpu_mem_bandwidth,
@@ -269,6 +280,7 @@ static void cpu_destroy(sl_backend *b) {
     free(c->scratch);
     free(c->scratch_len);
     free(c->moe_buf);
+    free(c->pairs);
     free(c->act);
     free(c->xprep);
     sl_pool_destroy(c->pool);

@@ -1,5 +1,6 @@
 /* Mixture-of-experts on the CPU: softmax top-k routing, then each expert runs once over the tokens
- * routed to it (a batched matmul per expert), and results are combined with the routing weights. */
+ * routed to it (a batched matmul per expert) into one output row per routed pair, and the pairs are
+ * combined with the routing weights in routing order. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,17 +36,32 @@ void cpu_route(sl_backend *b, const float *logits, int n, int n_experts, int k, 
     }
 }
 
-void cpu_moe(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
-             const float *weights, int k, float *out) {
+/* The pair buffer P[n * k][hidden], kept across calls (passes of an expert store fill it in parts). */
+static float *pair_buf(cpu_impl *c, size_t floats) {
+    if (floats > c->pairs_len) {
+        float *p = realloc(c->pairs, floats * sizeof *p);
+        if (!p) {
+            if (!c->failed) sl_fail(&c->failure, "out of memory for the MoE pair outputs (%zu floats)", floats);
+            c->failed = 1;
+            return NULL;
+        }
+        c->pairs = p;
+        c->pairs_len = floats;
+    }
+    return c->pairs;
+}
+
+void cpu_moe_pairs(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
+                   int k) {
     cpu_impl *c = cpu_of(b);
-    memset(out, 0, (size_t)n * (size_t)hidden * sizeof(float));
     int inter = 0;
     for (int e = 0; e < t->n_experts; e++)
         if (t->experts[e] && t->experts[e]->gate.rows > inter) inter = t->experts[e]->gate.rows;
     size_t nk = (size_t)n * (size_t)k;
-    /* one block, carved into: token list, weights, gathered inputs, gate, up, down outputs */
-    size_t need =
-        nk * (sizeof(int) + sizeof(float)) + 4 * ((size_t)n * (size_t)hidden * 2 + (size_t)n * (size_t)inter * 2) + 64;
+    float *P = pair_buf(c, nk * (size_t)hidden);
+    if (!P) return;
+    /* one block, carved into: pair list, gathered inputs, gate, up, down outputs */
+    size_t need = nk * sizeof(size_t) + 4 * ((size_t)n * (size_t)hidden * 2 + (size_t)n * (size_t)inter * 2) + 64;
     if (need > c->moe_len) {
         void *p = realloc(c->moe_buf, need);
         if (!p) {
@@ -56,19 +72,17 @@ void cpu_moe(sl_backend *b, const sl_expert_table *t, const float *x, int n, int
         c->moe_buf = p;
         c->moe_len = need;
     }
-    float *wt = c->moe_buf;
-    int *tok = (int *)(wt + nk);
-    float *xs = (float *)(tok + nk);
+    size_t *pair = c->moe_buf;
+    float *xs = (float *)(pair + nk);
     float *g = xs + (size_t)n * (size_t)hidden;
     float *u = g + (size_t)n * (size_t)inter;
     float *d = u + (size_t)n * (size_t)inter;
+    /* each expert runs once over its tokens in token order, so a pair's result does not depend on which
+     * other experts share the call */
     for (int e = 0; e < t->n_experts; e++) {
         int m = 0;
         for (size_t i = 0; i < nk; i++)
-            if (ids[i] == e) {
-                tok[m] = (int)(i / (size_t)k);
-                wt[m++] = weights[i];
-            }
+            if (ids[i] == e) pair[m++] = i;
         if (!m) continue;
         const sl_expert *ex = t->experts[e];
         if (!ex) {
@@ -77,16 +91,39 @@ void cpu_moe(sl_backend *b, const sl_expert_table *t, const float *x, int n, int
             return;
         }
         for (int r = 0; r < m; r++)
-            memcpy(xs + (size_t)r * (size_t)hidden, x + (size_t)tok[r] * (size_t)hidden, (size_t)hidden * 4);
+            memcpy(xs + (size_t)r * (size_t)hidden, x + pair[r] / (size_t)k * (size_t)hidden, (size_t)hidden * 4);
         cpu_matmul(b, &ex->gate, xs, m, g);
         cpu_matmul(b, &ex->up, xs, m, u);
         size_t gi = (size_t)m * (size_t)ex->gate.rows;
         for (size_t i = 0; i < gi; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
         cpu_matmul(b, &ex->down, g, m, d);
-        for (int r = 0; r < m; r++) {
-            float *o = out + (size_t)tok[r] * (size_t)hidden;
-            const float *dr = d + (size_t)r * (size_t)hidden;
-            for (int i = 0; i < hidden; i++) o[i] += wt[r] * dr[i];
+        for (int r = 0; r < m; r++)
+            memcpy(P + pair[r] * (size_t)hidden, d + (size_t)r * (size_t)hidden, (size_t)hidden * 4);
+    }
+}
+
+void cpu_moe_combine(sl_backend *b, const float *weights, int n, int k, int hidden, float *out) {
+    cpu_impl *c = cpu_of(b);
+    if (c->pairs_len < (size_t)n * (size_t)k * (size_t)hidden) {
+        if (!c->failed) sl_fail(&c->failure, "moe_combine without the pair outputs of %d tokens", n);
+        c->failed = 1;
+        return;
+    }
+    /* in routing order, as the GPU sums them */
+    for (int t = 0; t < n; t++) {
+        float *o = out + (size_t)t * (size_t)hidden;
+        for (int i = 0; i < hidden; i++) {
+            float s = 0;
+            for (int x = 0; x < k; x++)
+                s += weights[(size_t)t * (size_t)k + (size_t)x] *
+                     c->pairs[((size_t)t * (size_t)k + (size_t)x) * (size_t)hidden + (size_t)i];
+            o[i] = s;
         }
     }
+}
+
+void cpu_moe(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
+             const float *weights, int k, float *out) {
+    cpu_moe_pairs(b, t, x, n, hidden, ids, k);
+    if (!cpu_of(b)->failed) cpu_moe_combine(b, weights, n, k, hidden, out);
 }

@@ -195,76 +195,120 @@ static int cu_place_vector(sl_backend *b, float **v, size_t len, sl_err *e) {
     return 0;
 }
 
+/* The device table of t: entry x holds expert x's weights, zeros where t has no expert (an expert store's
+ * table, whose experts come and go). Repeated calls copy only the entries that changed, behind the ops
+ * already queued, from a pinned mirror of the table. */
 static int cu_place_experts(sl_backend *b, const sl_expert_table *t, sl_err *e) {
     cu_impl *c = cu_of(b);
-    cu_expert *h = (cu_expert *)calloc((size_t)t->n_experts, sizeof *h);
-    if (!h) return sl_fail(e, "out of memory");
-    int inter = 0, hidden = 0;
+    const sl_expert *e0 = NULL;
+    for (int x = 0; x < t->n_experts && !e0; x++) e0 = t->experts[x];
     for (int x = 0; x < t->n_experts; x++) {
         const sl_expert *ex = t->experts[x];
-        if (!ex) {
-            free(h);
-            return sl_fail(e, "expert %d is not loaded; the CUDA backend needs every expert of a layer in GPU memory",
-                           x);
-        }
-        h[x].w[0] = cu_w_of(&ex->gate);
-        h[x].w[1] = cu_w_of(&ex->up);
-        h[x].w[2] = cu_w_of(&ex->down);
-        if (x && (ex->gate.rows != inter || ex->down.rows != hidden)) {
-            free(h);
-            return sl_fail(e, "expert %d has a different shape from expert 0", x);
-        }
-        /* GGML kernels are chosen per type from expert 0 */
-        const sl_expert *e0 = t->experts[0];
-        if (x && (ex->gate.fmt == SL_WF_GGML || ex->up.fmt == SL_WF_GGML || ex->down.fmt == SL_WF_GGML) &&
+        if (!ex) continue;
+        if (ex->gate.rows != e0->gate.rows || ex->down.rows != e0->down.rows)
+            return sl_fail(e, "expert %d has a different shape from the layer's other experts", x);
+        /* GGML kernels are chosen per type from the first expert */
+        if ((ex->gate.fmt == SL_WF_GGML || ex->up.fmt == SL_WF_GGML || ex->down.fmt == SL_WF_GGML) &&
             (ex->gate.fmt != e0->gate.fmt || ex->gate.gtype != e0->gate.gtype || ex->up.fmt != e0->up.fmt ||
-             ex->up.gtype != e0->up.gtype || ex->down.fmt != e0->down.fmt || ex->down.gtype != e0->down.gtype)) {
-            free(h);
-            return sl_fail(e, "expert %d is stored in other GGML types than expert 0; the CUDA backend needs one type "
-                              "per matrix across a layer's experts",
+             ex->up.gtype != e0->up.gtype || ex->down.fmt != e0->down.fmt || ex->down.gtype != e0->down.gtype))
+            return sl_fail(e,
+                           "expert %d is stored in other GGML types than the layer's other experts; the CUDA backend "
+                           "needs one type per matrix across a layer's experts",
                            x);
-        }
-        inter = ex->gate.rows;
-        hidden = ex->down.rows;
     }
     cu_table *tab = NULL;
     for (int i = 0; i < c->n_tables; i++)
         if (c->tables[i].key == t) tab = &c->tables[i];
-    if (tab && tab->n != t->n_experts) {
-        free(h);
+    if (tab && tab->n != t->n_experts)
         return sl_fail(e, "an expert table changed its size from %d to %d", tab->n, t->n_experts);
-    }
+    int fresh = !tab;
     if (!tab) {
         if (c->n_tables == c->cap_tables) {
             int nc = c->cap_tables ? 2 * c->cap_tables : 64;
             cu_table *nt = (cu_table *)realloc(c->tables, sizeof *nt * (size_t)nc);
-            if (!nt) {
-                free(h);
-                return sl_fail(e, "out of memory");
-            }
+            if (!nt) return sl_fail(e, "out of memory");
             c->tables = nt;
             c->cap_tables = nc;
         }
         tab = &c->tables[c->n_tables];
+        memset(tab, 0, sizeof *tab);
         tab->key = t;
         tab->n = t->n_experts;
-        if (!(tab->d = (cu_expert *)arena(c, sizeof *h * (size_t)t->n_experts, e))) {
-            free(h);
-            return -1;
+        size_t bytes = sizeof(cu_expert) * (size_t)t->n_experts;
+        if (!(tab->d = (cu_expert *)arena(c, bytes, e))) return -1;
+        if (cudaHostAlloc((void **)&tab->h, bytes, cudaHostAllocDefault) != cudaSuccess ||
+            cudaEventCreateWithFlags(&tab->copied, cudaEventDisableTiming) != cudaSuccess) {
+            cudaGetLastError();
+            if (tab->h) cudaFreeHost(tab->h);
+            return sl_fail(e, "out of pinned host memory for an expert table");
         }
+        memset(tab->h, 0, bytes);
         c->n_tables++;
     }
-    cudaStreamSynchronize(c->st);
-    cudaError_t err = cudaMemcpy(tab->d, h, sizeof *h * (size_t)t->n_experts, cudaMemcpyHostToDevice);
-    free(h);
-    if (err != cudaSuccess) return sl_fail(e, "copying an expert table to the GPU: %s", cudaGetErrorString(err));
+    /* the mirror may still be the source of the previous update's copy */
+    if (!fresh && cudaEventSynchronize(tab->copied) != cudaSuccess) {
+        cu_check_launch(c, "expert table");
+        return sl_fail(e, "updating an expert table: %s", c->failure.msg);
+    }
+    int lo = fresh ? 0 : -1, hi = fresh ? t->n_experts : -1;
+    for (int x = 0; x < t->n_experts; x++) {
+        const sl_expert *ex = t->experts[x];
+        cu_expert v;
+        memset(&v, 0, sizeof v);
+        if (ex) {
+            v.w[0] = cu_w_of(&ex->gate);
+            v.w[1] = cu_w_of(&ex->up);
+            v.w[2] = cu_w_of(&ex->down);
+        }
+        if (!fresh && !memcmp(&v, &tab->h[x], sizeof v)) continue;
+        tab->h[x] = v;
+        if (lo < 0) lo = x;
+        hi = x + 1;
+    }
+    if (lo >= 0) {
+        cudaMemcpyAsync(tab->d + lo, tab->h + lo, sizeof(cu_expert) * (size_t)(hi - lo), cudaMemcpyHostToDevice, c->st);
+        cudaEventRecord(tab->copied, c->st);
+        if (cu_check_launch(c, "expert table")) {
+            c->failed = 0;
+            return sl_fail(e, "copying an expert table to the GPU: %s", c->failure.msg);
+        }
+    }
+    if (!e0) return 0;
     /* a recorded step must never grow scratch: size the MoE buffers for one token's top-32 now */
-    size_t need = (size_t)32 * ((size_t)inter * 2 + (size_t)hidden) * sizeof(float);
+    size_t need = (size_t)32 * ((size_t)e0->gate.rows * 2 + (size_t)e0->down.rows) * sizeof(float);
     if (cu_grow(c, (void **)&c->moe_buf, &c->moe_len, need, "MoE buffers")) {
         c->failed = 0;
         return sl_fail(e, "%s", c->failure.msg);
     }
     return 0;
+}
+
+static void *cu_host_alloc(sl_backend *b, size_t bytes) {
+    (void)b;
+    void *p = NULL;
+    if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void cu_host_free(sl_backend *b, void *p) {
+    (void)b;
+    if (p) cudaFreeHost(p);
+}
+
+static void cu_upload_async(sl_backend *b, void *dst, const void *src, size_t bytes) {
+    cu_impl *c = cu_of(b);
+    cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->st);
+    cu_check_launch(c, "copying an expert to the GPU");
+}
+
+static int cu_sync(sl_backend *b, sl_err *e) {
+    cu_impl *c = cu_of(b);
+    cudaError_t err = cudaStreamSynchronize(c->st);
+    if (err != cudaSuccess) cu_fail(c, "CUDA error: %s", cudaGetErrorString(err));
+    return cu_check(b, e);
 }
 
 static size_t cu_mem_free(sl_backend *b) {
@@ -361,6 +405,8 @@ static const sl_backend_ops cuda_ops = {
     .scale_rows_sigmoid = cu_scale_rows_sigmoid,
     .route = cu_route,
     .moe = cu_moe,
+    .moe_pairs = cu_moe_pairs,
+    .moe_combine = cu_moe_combine,
     .conv1d_silu = cu_conv1d_silu,
     .deltanet = cu_deltanet,
     .gated_rmsnorm = cu_gated_rmsnorm,
@@ -370,6 +416,7 @@ static const sl_backend_ops cuda_ops = {
     .matmul_multi_conv = cu_matmul_multi_conv,
     .swiglu_matmul = cu_swiglu_matmul,
     .moe_shared = cu_moe_shared,
+    .moe_combine_shared = cu_moe_combine_shared,
     .sigmoid_matmul = cu_sigmoid_matmul,
     .gated_rmsnorm_matmul = cu_gated_rmsnorm_matmul,
     .qk_rope_store = cu_qk_rope_store,
@@ -378,6 +425,10 @@ static const sl_backend_ops cuda_ops = {
     .place_vector = cu_place_vector,
     .place_experts = cu_place_experts,
     .mem_free = cu_mem_free,
+    .host_alloc = cu_host_alloc,
+    .host_free = cu_host_free,
+    .upload_async = cu_upload_async,
+    .sync = cu_sync,
     .step_begin = cu_step_begin,
     .step_end = cu_step_end,
     .step_free = cu_step_free,
@@ -396,6 +447,7 @@ static void unfuse(sl_backend_ops *o, const char *list) {
              {"matmul_multi_conv", (void **)&o->matmul_multi_conv},
              {"swiglu_matmul", (void **)&o->swiglu_matmul},
              {"moe_shared", (void **)&o->moe_shared},
+             {"moe_combine_shared", (void **)&o->moe_combine_shared},
              {"sigmoid_matmul", (void **)&o->sigmoid_matmul},
              {"gated_rmsnorm_matmul", (void **)&o->gated_rmsnorm_matmul},
              {"qk_rope_store", (void **)&o->qk_rope_store}};
@@ -411,6 +463,10 @@ static void cu_destroy(sl_backend *b) {
     cudaStreamSynchronize(c->st);
     for (int i = 0; i < c->n_blocks; i++) cudaFree(c->blocks[i]);
     free(c->blocks);
+    for (int i = 0; i < c->n_tables; i++) {
+        cudaFreeHost(c->tables[i].h);
+        cudaEventDestroy(c->tables[i].copied);
+    }
     free(c->tables);
     cudaFree(c->wtmp);
     cudaFree(c->xtmp);

@@ -486,6 +486,7 @@ __global__ void __launch_bounds__(GG_WARPS * 32, NT == 1 ? 6 : 1) /* one token: 
     if (!table && live) issue(w, 0); /* weights do not depend on the previous kernel */
     cu_pdl_enter();
     if (table) {
+        if (ids[slot] < 0) return; /* a pair another pass computes (see moe_pairs) */
         w = table[ids[slot]].w[which + blockIdx.z];
         if ((int)blockIdx.x * GG_ROWS >= w.rows) return; /* experts of a table share their shape */
         live = row0 < w.rows;

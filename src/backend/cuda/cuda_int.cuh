@@ -37,7 +37,8 @@ struct cu_step {
 
 struct cu_table {
     const sl_expert_table *key;
-    cu_expert *d;
+    cu_expert *d, *h; /* device table and its pinned mirror */
+    cudaEvent_t copied; /* after the latest copy from the mirror */
     int n;
 };
 
@@ -64,6 +65,8 @@ struct cu_impl {
     size_t att_part_len;
     float *moe_buf; /* gate/up/down outputs per routed slot */
     size_t moe_len;
+    const float *pairs; /* moe_pairs: where the latest call left its outputs (in moe_buf), for n*k pairs */
+    int pairs_n;
     float *act; /* swiglu_matmul of a tensor-core batch: the SwiGLU input */
     size_t act_len;
     cu_table *tables;
@@ -282,6 +285,11 @@ void cu_route(sl_backend *b, const float *logits, int n, int n_experts, int k, i
               float *weights);
 void cu_moe(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
             const float *weights, int k, float *out);
+void cu_moe_pairs(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
+                  int k);
+void cu_moe_combine(sl_backend *b, const float *weights, int n, int k, int hidden, float *out);
+void cu_moe_combine_shared(sl_backend *b, const sl_expert_table *t, const float *weights, int n, int k, int hidden,
+                           const sl_weight *sh_down, const float *g, const float *u, const float *gate, float *out);
 void cu_conv1d_silu(sl_backend *b, const float *x, int n, int channels, const float *w, int kernel, float *state,
                     float *out);
 void cu_deltanet(sl_backend *b, const sl_deltanet_dims *d, const float *qkv, const float *a, const float *bb,

@@ -568,7 +568,9 @@ __global__ void __launch_bounds__(GV_WARPS * 32, NT == 1 && K == K2 ? 2 : 1)
         __syncthreads();
         tw = table[sel[slot % x_div]].w[which + blockIdx.z];
     } else if (table) {
-        tw = table[ids[slot]].w[which + blockIdx.z];
+        int id = ids[slot];
+        if (id < 0) return; /* a pair another pass computes (see moe_pairs) */
+        tw = table[id].w[which + blockIdx.z];
     }
     long long yoff = (long long)slot * ys + (long long)blockIdx.z * yz;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;

@@ -6,13 +6,18 @@
 
 #include "backend/cuda/cuda_int.cuh"
 
-/* one warp per token */
+/* one warp per token; with few enough experts the register form, the one the routing expert launch uses,
+ * so routing alone (an expert store) picks the same weights to the bit */
 __global__ void route_k(const float *logits, int n, int ne, int k, int renorm, int32_t *ids, float *weights) {
     cu_pdl_enter();
     extern __shared__ float rs[];
     int t = blockIdx.x;
-    cu_route_warp(logits + (long long)t * ne, ne, k, renorm, rs, NULL, ids + (long long)t * k,
-                  weights + (long long)t * k);
+    if (ne <= 32 * CU_ROUTE_REG)
+        cu_route_reg(logits + (long long)t * ne, ne, k, renorm, NULL, ids + (long long)t * k,
+                     weights + (long long)t * k);
+    else
+        cu_route_warp(logits + (long long)t * ne, ne, k, renorm, rs, NULL, ids + (long long)t * k,
+                      weights + (long long)t * k);
 }
 
 void cu_route(sl_backend *b, const float *logits, int n, int n_experts, int k, int renorm, int32_t *ids,
@@ -76,16 +81,59 @@ void cu_moe(sl_backend *b, const sl_expert_table *t, const float *x, int n, int 
     cu_check_launch(c, "moe");
 }
 
+void cu_moe_pairs(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
+                  int k) {
+    cu_impl *c = cu_of(b);
+    c->pairs = experts(c, t, x, n, hidden, (int32_t *)ids, k, NULL, 0, 0, NULL);
+    c->pairs_n = n * k;
+    cu_check_launch(c, "moe");
+}
+
+/* The pair outputs of the latest moe_pairs call, when they cover n tokens of k slots. */
+static const float *pairs_of(cu_impl *c, int n, int k) {
+    if (!c->pairs || c->pairs_n != n * k) {
+        cu_fail(c, "moe_combine without the pair outputs of %d tokens", n);
+        return NULL;
+    }
+    return c->pairs;
+}
+
+void cu_moe_combine(sl_backend *b, const float *weights, int n, int k, int hidden, float *out) {
+    cu_impl *c = cu_of(b);
+    const float *d = pairs_of(c, n, k);
+    if (!d) return;
+    cu_launch(c, moe_combine_k, dim3(CU_BLOCKS(hidden, 256), (unsigned)n), 256, 0, d, weights, k, hidden, out);
+    cu_check_launch(c, "moe");
+}
+
+/* GGML experts (one type per matrix across the layer, see cu_place_experts) have no routing kernel of
+ * their own, so moe_shared takes the separate routing and combine for them, as for shapes the fused
+ * shared-expert down projection does not take. */
+static int shared_fused(cu_impl *c, const sl_expert_table *t, int n, int hidden, const sl_weight *sh_down, int k) {
+    const sl_expert *e0 = NULL;
+    for (int i = 0; i < t->n_experts && !e0; i++) e0 = t->experts[i];
+    int ggml = e0 && (e0->gate.fmt == SL_WF_GGML || e0->up.fmt == SL_WF_GGML || e0->down.fmt == SL_WF_GGML);
+    return !ggml && cu_gemv_takes(c, sh_down, n) && sh_down->rows == hidden && cu_moe_routes(t->n_experts, k);
+}
+
+void cu_moe_combine_shared(sl_backend *b, const sl_expert_table *t, const float *weights, int n, int k, int hidden,
+                           const sl_weight *sh_down, const float *g, const float *u, const float *gate, float *out) {
+    cu_impl *c = cu_of(b);
+    if (!shared_fused(c, t, n, hidden, sh_down, k)) {
+        cu_moe_combine(b, weights, n, k, hidden, out);
+        cu_swiglu_matmul(b, sh_down, g, u, n, gate, out);
+        return;
+    }
+    const float *d = pairs_of(c, n, k);
+    if (d) cu_shared_down(c, sh_down, g, u, n, gate, d, weights, k, out);
+    cu_check_launch(c, "moe");
+}
+
 void cu_moe_shared(sl_backend *b, const sl_expert_table *t, const float *logits, int n_experts, int k, int renorm,
                    int32_t *ids, float *weights, const float *x, int n, int hidden, const sl_weight *sh_down,
                    const float *g, const float *u, const float *gate, float *out) {
     cu_impl *c = cu_of(b);
-    /* GGML experts (one type per matrix across the layer, see cu_place_experts) have no routing kernel
-     * of their own: they take the separate routing and combine */
-    const sl_expert *e0 = NULL;
-    for (int i = 0; i < t->n_experts && !e0; i++) e0 = t->experts[i];
-    int ggml = e0 && (e0->gate.fmt == SL_WF_GGML || e0->up.fmt == SL_WF_GGML || e0->down.fmt == SL_WF_GGML);
-    if (ggml || !cu_gemv_takes(c, sh_down, n) || sh_down->rows != hidden || !cu_moe_routes(n_experts, k)) {
+    if (n_experts != t->n_experts || !shared_fused(c, t, n, hidden, sh_down, k)) {
         cu_route(b, logits, n, n_experts, k, renorm, ids, weights);
         cu_moe(b, t, x, n, hidden, ids, weights, k, out);
         cu_swiglu_matmul(b, sh_down, g, u, n, gate, out);

@@ -1,0 +1,862 @@
+#include "experts/store.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/util.h"
+#include "experts/io.h"
+#include "models/fused.h"
+#include "models/model.h"
+
+#define ALIGN 4096u /* O_DIRECT: file offsets, lengths and buffers */
+#define DEV_ALIGN 256u
+#define NP 12       /* pieces of an expert: gate, up, down x data, scales, biases, bias */
+#define MAX_WIN NP
+#define IO_DEPTH 256
+#define REF_MAX 3 /* GCLOCK: a slot survives up to this many sweeps of the hand without a hit */
+
+enum { EMPTY = 0, LOADING, READY };
+
+typedef struct piece {
+    int file; /* index into the checkpoint's files; -1: copied from memory (mem) */
+    uint64_t off;
+    size_t len;
+    const uint8_t *mem;
+    size_t img, dev; /* offsets in the host image and in a backend slot */
+} piece;
+
+typedef struct window { /* one read: the 4 KiB-aligned span around adjacent pieces of one file */
+    int file;
+    uint64_t off, lo, hi; /* aligned start; the bytes the pieces need, [lo, hi) */
+    size_t len, img;      /* aligned length; offset in the host image */
+} window;
+
+typedef struct xinfo {
+    piece p[NP];
+    window w[MAX_WIN];
+    int n_win;
+} xinfo;
+
+typedef struct slot {
+    int layer, expert, state;
+    unsigned ref;
+    uint64_t pin;    /* the layer visit whose current pass needs it */
+    int pending;     /* reads in flight */
+    int host;        /* host entry the reads land in (backends of their own memory), -1: the slot itself */
+    uint8_t *base;   /* backend memory */
+    sl_expert ex;    /* the expert's weights, pointing into base */
+    int failed;
+} slot;
+
+typedef struct hentry { /* a pinned host image: the host cache's entry or a staging buffer */
+    int layer, expert;  /* cached identity, -1: none */
+    unsigned ref;
+    int reading, copying; /* target of reads in flight; source of queued copies (until the next sync) */
+    uint8_t *img;
+} hentry;
+
+struct sl_expert_store {
+    sl_model *m;
+    sl_backend *be;
+    sl_store_config cfg;
+    int n_layers, n_experts, k_max;
+    xinfo *x;              /* [layer][expert], NULL rows for dense layers */
+    int *where, *ram_where; /* [layer * n_experts + expert]: slot / host entry, -1 none */
+    size_t img_bytes, dev_bytes;
+    int own_memory; /* backend has its own memory: slots are filled from host images */
+    /* backend tier */
+    slot *slots;
+    int n_slots, hand, floor;
+    uint8_t *arena;
+    int *layer_slots; /* slots each layer holds */
+    /* host tier / staging */
+    hentry *host;
+    int n_host, host_hand, ram_cache;
+    /* files */
+    int n_files;
+    int *fd_buf, *fd_direct;
+    sl_io *io;
+    /* per layer visit */
+    uint64_t visit;
+    int32_t *hids, *pass_ids; /* host copies: routed ids, one pass's ids */
+    int32_t *pass_host;       /* pinned ring of pass ids for queued uploads */
+    int pass_ring, pass_next, max_nk;
+    int32_t *pass_dev;        /* backend copy of one pass's ids */
+    uint64_t *mark;           /* [n_experts]: visit that listed the expert */
+    int *list, *todo, *ready;
+    /* prefetch */
+    float *plogits, *pweights;
+    int32_t *pids, *hpids;
+    int pred_layer, n_pred;
+    int32_t *pred;
+    int busy_n;
+    double busy_t0;
+    int first_moe, next_moe;
+    uint64_t pass_stamp;
+    uint64_t *pmark; /* [n_experts]: the pass an expert belongs to */
+    int *inflight;
+    sl_store_stats st;
+    sl_err failure;
+    int failed;
+};
+
+const char *sl_io_mode_name(sl_io_mode m) {
+    return m == SL_IO_DIRECT ? "direct" : m == SL_IO_BUFFERED ? "buffered" : "auto";
+}
+
+int sl_io_mode_parse(const char *s, sl_io_mode *out) {
+    if (!strcmp(s, "buffered")) *out = SL_IO_BUFFERED;
+    else if (!strcmp(s, "direct")) *out = SL_IO_DIRECT;
+    else if (!strcmp(s, "auto")) *out = SL_IO_AUTO;
+    else return -1;
+    return 0;
+}
+
+static size_t up(size_t v, size_t a) {
+    return (v + a - 1) / a * a;
+}
+
+static int fail(sl_expert_store *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(sl_expert_store *st, const char *fmt, ...) {
+    if (!st->failed) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(st->failure.msg, sizeof st->failure.msg, fmt, ap);
+        va_end(ap);
+        st->failed = 1;
+    }
+    return -1;
+}
+
+/* ---- where each expert lives ---- */
+
+static int file_of(const sl_st_set *set, const uint8_t *p, size_t len, uint64_t *off) {
+    for (int i = 0; i < set->n_files; i++)
+        if (set->maps[i] && p >= set->maps[i] && p + len <= set->maps[i] + set->map_sizes[i]) {
+            *off = (uint64_t)(p - set->maps[i]);
+            return i;
+        }
+    return -1;
+}
+
+static size_t sb_bytes(const sl_weight *w) {
+    return (size_t)w->rows * (size_t)(w->cols / w->group) * (w->sb_fmt == SL_WF_F32 ? 4 : 2);
+}
+
+static void set_piece(const sl_st_set *set, piece *p, const void *ptr, size_t len) {
+    memset(p, 0, sizeof *p);
+    p->file = -1;
+    if (!ptr || !len) return;
+    p->len = len;
+    p->file = file_of(set, ptr, len, &p->off);
+    if (p->file < 0) p->mem = ptr;
+}
+
+static int cmp_piece(const void *a, const void *b) {
+    const piece *x = *(piece *const *)a, *y = *(piece *const *)b;
+    if (x->file != y->file) return x->file < y->file ? -1 : 1;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Pieces of one expert, the aligned reads that cover them, and both layouts. */
+static void describe(const sl_st_set *set, const sl_expert *ex, xinfo *xi, size_t *img_bytes, size_t *dev_bytes) {
+    const sl_weight *ws[3] = {&ex->gate, &ex->up, &ex->down};
+    memset(xi, 0, sizeof *xi);
+    for (int i = 0; i < 3; i++) {
+        const sl_weight *w = ws[i];
+        piece *p = &xi->p[4 * i];
+        set_piece(set, &p[0], w->data, (size_t)w->rows * w->row_bytes);
+        if (w->fmt == SL_WF_MLX) {
+            set_piece(set, &p[1], w->scales, sb_bytes(w));
+            set_piece(set, &p[2], w->biases, sb_bytes(w));
+        } else {
+            set_piece(set, &p[1], NULL, 0);
+            set_piece(set, &p[2], NULL, 0);
+        }
+        set_piece(set, &p[3], w->bias, w->bias ? (size_t)w->rows * 4 : 0);
+    }
+    piece *sorted[NP];
+    int n = 0;
+    for (int i = 0; i < NP; i++)
+        if (xi->p[i].len && xi->p[i].file >= 0) sorted[n++] = &xi->p[i];
+    qsort(sorted, (size_t)n, sizeof *sorted, cmp_piece);
+    size_t img = 0;
+    for (int i = 0; i < n; i++) {
+        piece *p = sorted[i];
+        uint64_t a0 = p->off / ALIGN * ALIGN, a1 = up(p->off + p->len, ALIGN);
+        window *w = xi->n_win ? &xi->w[xi->n_win - 1] : NULL;
+        if (w && w->file == p->file && a0 <= w->off + w->len) { /* adjacent: one read */
+            if (a1 > w->off + w->len) {
+                img += a1 - (w->off + w->len);
+                w->len = a1 - w->off;
+            }
+            if (p->off + p->len > w->hi) w->hi = p->off + p->len;
+        } else {
+            w = &xi->w[xi->n_win++];
+            *w = (window){.file = p->file, .off = a0, .lo = p->off, .hi = p->off + p->len, .len = a1 - a0, .img = img};
+            img += w->len;
+        }
+        p->img = w->img + (p->off - w->off);
+    }
+    for (int i = 0; i < NP; i++) /* copies held in memory go after the reads */
+        if (xi->p[i].len && xi->p[i].file < 0) {
+            xi->p[i].img = img;
+            img = up(img + xi->p[i].len, 64);
+        }
+    size_t dev = 0;
+    for (int i = 0; i < NP; i++)
+        if (xi->p[i].len) {
+            xi->p[i].dev = dev;
+            dev = up(dev + xi->p[i].len, DEV_ALIGN);
+        }
+    *img_bytes = up(img, ALIGN);
+    *dev_bytes = dev;
+}
+
+static const sl_expert *template_of(const sl_model *m, int l, int e) {
+    return &m->layers[l].expert_store[e];
+}
+
+size_t sl_store_expert_bytes(const sl_model *m) {
+    size_t mx = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const sl_layer *L = &m->layers[l];
+        for (int e = 0; L->is_moe && e < L->experts.n_experts; e++) {
+            const sl_expert *x = template_of(m, l, e);
+            size_t b = sl_weight_bytes(&x->gate) + sl_weight_bytes(&x->up) + sl_weight_bytes(&x->down);
+            if (b > mx) mx = b;
+        }
+    }
+    return mx;
+}
+
+/* The expert's weights as they sit at base, laid out by offsets taken from the image or the slot. */
+static void build_expert(const sl_expert *tpl, const xinfo *xi, uint8_t *base, int dev, sl_expert *out) {
+    *out = *tpl;
+    sl_weight *ws[3] = {&out->gate, &out->up, &out->down};
+    for (int i = 0; i < 3; i++) {
+        const piece *p = &xi->p[4 * i];
+#define AT(j) (base + (dev ? p[j].dev : p[j].img))
+        if (p[0].len) ws[i]->data = AT(0);
+        if (p[1].len) ws[i]->scales = AT(1);
+        if (p[2].len) ws[i]->biases = AT(2);
+        if (p[3].len) ws[i]->bias = (const float *)AT(3);
+#undef AT
+    }
+}
+
+/* ---- tiers ---- */
+
+static int *wh(sl_expert_store *st, int l, int e) {
+    return &st->where[(size_t)l * (size_t)st->n_experts + (size_t)e];
+}
+
+static void evict_slot(sl_expert_store *st, slot *s) {
+    if (s->state == EMPTY) return;
+    *wh(st, s->layer, s->expert) = -1;
+    st->m->layers[s->layer].experts.experts[s->expert] = NULL;
+    st->layer_slots[s->layer]--;
+    s->state = EMPTY;
+    s->layer = s->expert = -1;
+}
+
+/* GCLOCK over the slots: a hit sets a slot's count, the hand takes one off per pass and takes a slot
+ * at zero, so experts used often outlive ones used once. Slots the current pass needs, slots still
+ * being read, and a layer's last `floor` slots (so one layer's burst cannot empty the others) are
+ * skipped. -1 when every slot is taken. */
+static int victim(sl_expert_store *st) {
+    int n = st->n_slots;
+    for (int tries = 0; tries < (REF_MAX + 2) * n; tries++) {
+        int i = st->hand;
+        st->hand = (st->hand + 1) % n;
+        slot *s = &st->slots[i];
+        if (s->state == EMPTY) return i;
+        if (s->state == LOADING || s->pin == st->visit) continue;
+        if (s->ref) {
+            s->ref--;
+            continue;
+        }
+        if (st->layer_slots[s->layer] <= st->floor && tries < (REF_MAX + 1) * n) continue;
+        return i;
+    }
+    return -1;
+}
+
+static int host_victim(sl_expert_store *st) {
+    int n = st->n_host;
+    for (int tries = 0; tries < (REF_MAX + 2) * n; tries++) {
+        int i = st->host_hand;
+        st->host_hand = (st->host_hand + 1) % n;
+        hentry *h = &st->host[i];
+        if (h->reading || h->copying) continue;
+        if (h->layer < 0) return i;
+        if (h->ref) {
+            h->ref--;
+            continue;
+        }
+        return i;
+    }
+    return -1;
+}
+
+static void host_forget(sl_expert_store *st, hentry *h) {
+    if (h->layer >= 0) st->ram_where[(size_t)h->layer * (size_t)st->n_experts + (size_t)h->expert] = -1;
+    h->layer = h->expert = -1;
+}
+
+/* Every queued copy has run (the backend was synchronised). */
+static void copies_done(sl_expert_store *st) {
+    for (int i = 0; i < st->n_host; i++) st->host[i].copying = 0;
+    st->pass_next = 0;
+}
+
+static int backend_sync(sl_expert_store *st) {
+    sl_err e;
+    if (st->be->ops->sync && st->be->ops->sync(st->be, &e)) return fail(st, "%s", e.msg);
+    copies_done(st);
+    return 0;
+}
+
+/* ---- reads ---- */
+
+static void busy_begin(sl_expert_store *st) {
+    if (!st->busy_n++) st->busy_t0 = sl_now();
+}
+
+static void busy_end(sl_expert_store *st) {
+    if (!--st->busy_n) st->st.read_busy_s += sl_now() - st->busy_t0;
+}
+
+/* The slot's bytes are all in: copy them into backend memory when they landed in a host image, and
+ * hand the expert to its layer's table. */
+static void loaded(sl_expert_store *st, int si) {
+    slot *s = &st->slots[si];
+    const xinfo *xi = &st->x[(size_t)s->layer * (size_t)st->n_experts + (size_t)s->expert];
+    if (s->failed) {
+        evict_slot(st, s);
+        if (s->host >= 0) st->host[s->host].reading = 0;
+        s->failed = 0;
+        return;
+    }
+    if (s->host >= 0) {
+        hentry *h = &st->host[s->host];
+        for (int i = 0; i < NP; i++)
+            if (xi->p[i].len) st->be->ops->upload_async(st->be, s->base + xi->p[i].dev, h->img + xi->p[i].img, xi->p[i].len);
+        st->st.bytes_copied += st->dev_bytes;
+        h->reading = 0;
+        h->copying = 1;
+        if (st->ram_cache) { /* the image stays as the host cache's copy */
+            h->layer = s->layer;
+            h->expert = s->expert;
+            h->ref = 0;
+            st->ram_where[(size_t)s->layer * (size_t)st->n_experts + (size_t)s->expert] = s->host;
+        }
+        s->host = -1;
+    }
+    build_expert(template_of(st->m, s->layer, s->expert), xi, s->base, st->own_memory, &s->ex);
+    s->state = READY;
+    st->m->layers[s->layer].experts.experts[s->expert] = &s->ex;
+}
+
+static const char *path_of(sl_expert_store *st, int file) {
+    return st->m->st->paths[file];
+}
+
+/* Takes one finished read. */
+static int reap(sl_expert_store *st) {
+    uint64_t tag;
+    int64_t res;
+    if (sl_io_wait(st->io, &tag, &res)) return fail(st, "waiting for expert reads failed");
+    busy_end(st);
+    int si = (int)(tag >> 8), wi = (int)(tag & 255);
+    slot *s = &st->slots[si];
+    const xinfo *xi = &st->x[(size_t)s->layer * (size_t)st->n_experts + (size_t)s->expert];
+    const window *w = &xi->w[wi];
+    uint64_t start = st->cfg.io == SL_IO_DIRECT ? w->off : w->lo;
+    if (res < 0) {
+        s->failed = 1;
+        fail(st, "%s: reading expert %d of layer %d (bytes %llu to %llu) failed: %s", path_of(st, w->file), s->expert,
+             s->layer, (unsigned long long)w->lo, (unsigned long long)w->hi, strerror((int)-res));
+    } else if (start + (uint64_t)res < w->hi) {
+        s->failed = 1;
+        fail(st,
+             "%s: the file ends at byte %llu, but expert %d of layer %d lies at bytes %llu to %llu (was the file "
+             "truncated or replaced?)",
+             path_of(st, w->file), (unsigned long long)(start + (uint64_t)res), s->expert, s->layer,
+             (unsigned long long)w->lo, (unsigned long long)w->hi);
+    } else {
+        st->st.bytes_read += (uint64_t)res;
+    }
+    if (!--s->pending) loaded(st, si);
+    return 0;
+}
+
+static int file_fd(sl_expert_store *st, int file, int direct) {
+    int *fd = direct ? &st->fd_direct[file] : &st->fd_buf[file];
+    if (*fd < 0) {
+        *fd = open(path_of(st, file), O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0));
+        if (*fd < 0)
+            return fail(st, "%s: cannot open for reading experts%s: %s", path_of(st, file),
+                        direct ? " with O_DIRECT" : "", strerror(errno));
+    }
+    return *fd;
+}
+
+/* Starts filling slot si with expert e of layer l: from the host cache, or by reads of its windows. */
+static int start_load(sl_expert_store *st, int si, int l, int e, int ahead) {
+    slot *s = &st->slots[si];
+    evict_slot(st, s);
+    const xinfo *xi = &st->x[(size_t)l * (size_t)st->n_experts + (size_t)e];
+    s->layer = l;
+    s->expert = e;
+    s->state = LOADING;
+    s->ref = 0;
+    s->pending = 0;
+    s->host = -1;
+    s->failed = 0;
+    *wh(st, l, e) = si;
+    st->layer_slots[l]++;
+    uint8_t *dst = s->base;
+    if (st->own_memory) {
+        int r = st->ram_cache ? st->ram_where[(size_t)l * (size_t)st->n_experts + (size_t)e] : -1;
+        if (r >= 0 && !st->host[r].reading) { /* host cache hit: one copy per piece */
+            hentry *h = &st->host[r];
+            if (h->ref < REF_MAX) h->ref++;
+            s->host = r;
+            h->reading = 1;
+            st->st.hits_ram += !ahead;
+            loaded(st, si);
+            return 0;
+        }
+        int h = host_victim(st);
+        if (h < 0) {
+            if (backend_sync(st)) return -1;
+            h = host_victim(st);
+        }
+        if (h < 0) return fail(st, "no host buffer is free for reading an expert");
+        host_forget(st, &st->host[h]);
+        st->host[h].reading = 1;
+        s->host = h;
+        dst = st->host[h].img;
+    }
+    st->st.misses += !ahead;
+    st->st.prefetched += ahead != 0;
+    for (int i = 0; i < NP; i++)
+        if (xi->p[i].len && xi->p[i].file < 0) memcpy(dst + xi->p[i].img, xi->p[i].mem, xi->p[i].len);
+    int direct = st->cfg.io == SL_IO_DIRECT;
+    for (int wi = 0; wi < xi->n_win; wi++) {
+        const window *w = &xi->w[wi];
+        int fd = file_fd(st, w->file, direct);
+        if (fd < 0) {
+            s->failed = 1;
+            break;
+        }
+        uint64_t off = direct ? w->off : w->lo;
+        size_t len = direct ? w->len : (size_t)(w->hi - w->lo);
+        uint8_t *at = dst + w->img + (off - w->off);
+        while (sl_io_read(st->io, fd, off, len, at, ((uint64_t)si << 8) | (uint64_t)wi))
+            if (reap(st)) return -1; /* the queue is full */
+        busy_begin(st);
+        s->pending++;
+        st->st.reads++;
+    }
+    sl_io_submit(st->io);
+    if (!s->pending) loaded(st, si);
+    return 0;
+}
+
+/* Waits until slot si is read (or failed). */
+static int wait_slot(sl_expert_store *st, int si) {
+    double t0 = sl_now();
+    while (st->slots[si].state == LOADING && st->slots[si].pending)
+        if (reap(st)) return -1;
+    st->st.stall_s += sl_now() - t0;
+    return 0;
+}
+
+/* ---- creation ---- */
+
+int sl_store_create(sl_model *m, const sl_store_config *cfg, sl_expert_store **out, sl_err *e) {
+    sl_expert_store *st = calloc(1, sizeof *st);
+    if (!st) return sl_fail(e, "out of memory");
+    st->m = m;
+    st->be = m->be;
+    st->cfg = *cfg;
+    if (st->cfg.io == SL_IO_AUTO) st->cfg.io = SL_IO_BUFFERED;
+    st->own_memory = m->be->ops->place_weight != NULL;
+    if (st->own_memory && (!m->be->ops->host_alloc || !m->be->ops->upload_async || !m->be->ops->sync)) {
+        sl_store_free(st);
+        return sl_fail(e, "the %s backend cannot stream experts (it has no asynchronous copies)", m->be->ops->name);
+    }
+    st->n_layers = m->cfg.n_layers;
+    int moe_layers = 0;
+    for (int l = 0; l < st->n_layers; l++)
+        if (m->layers[l].is_moe) {
+            moe_layers++;
+            if (m->layers[l].experts.n_experts > st->n_experts) st->n_experts = m->layers[l].experts.n_experts;
+        }
+    st->k_max = m->cfg.top_k;
+    size_t cells = (size_t)st->n_layers * (size_t)st->n_experts;
+    st->x = calloc(cells, sizeof *st->x);
+    st->where = malloc(cells * sizeof *st->where);
+    st->ram_where = malloc(cells * sizeof *st->ram_where);
+    st->layer_slots = calloc((size_t)st->n_layers, sizeof *st->layer_slots);
+    st->n_files = m->st->n_files;
+    st->fd_buf = malloc((size_t)st->n_files * sizeof(int));
+    st->fd_direct = malloc((size_t)st->n_files * sizeof(int));
+    st->mark = calloc((size_t)st->n_experts, sizeof *st->mark);
+    st->pmark = calloc((size_t)st->n_experts, sizeof *st->pmark);
+    st->inflight = malloc((size_t)st->n_experts * sizeof(int));
+    st->list = malloc((size_t)st->n_experts * sizeof(int) * 3);
+    st->pred = malloc((size_t)(st->k_max + 1) * sizeof *st->pred);
+    if (!st->x || !st->where || !st->ram_where || !st->layer_slots || !st->fd_buf || !st->fd_direct || !st->mark ||
+        !st->list || !st->pred || !st->pmark || !st->inflight) {
+        sl_store_free(st);
+        return sl_fail(e, "out of memory describing the experts");
+    }
+    st->todo = st->list + st->n_experts;
+    st->ready = st->todo + st->n_experts;
+    for (size_t i = 0; i < cells; i++) st->where[i] = st->ram_where[i] = -1;
+    for (int i = 0; i < st->n_files; i++) st->fd_buf[i] = st->fd_direct[i] = -1;
+    st->pred_layer = -1;
+    for (int l = 0; l < st->n_layers; l++) {
+        sl_layer *L = &m->layers[l];
+        for (int x = 0; L->is_moe && x < L->experts.n_experts; x++) {
+            size_t ib, db;
+            describe(m->st, template_of(m, l, x), &st->x[(size_t)l * (size_t)st->n_experts + (size_t)x], &ib, &db);
+            if (ib > st->img_bytes) st->img_bytes = ib;
+            if (db > st->dev_bytes) st->dev_bytes = db;
+            L->experts.experts[x] = NULL; /* present only while in a slot */
+        }
+    }
+    size_t slot_bytes = st->own_memory ? up(st->dev_bytes, DEV_ALIGN) : st->img_bytes;
+    int64_t n_slots = cfg->n_slots > 0 ? cfg->n_slots : slot_bytes ? cfg->slot_bytes_budget / (int64_t)slot_bytes : 0;
+    int64_t total = (int64_t)moe_layers * st->n_experts;
+    if (n_slots > total) n_slots = total;
+    char b1[32], b2[32], b3[32];
+    if (n_slots < st->k_max) {
+        sl_store_free(st);
+        return sl_fail(e,
+                       "the expert cache of %s holds %lld experts of %s, but a token routes to %d per layer (at least "
+                       "%s needed for experts)",
+                       sl_human_bytes((double)cfg->slot_bytes_budget, b1, sizeof b1), (long long)n_slots,
+                       sl_human_bytes((double)slot_bytes, b2, sizeof b2), st->k_max,
+                       sl_human_bytes((double)slot_bytes * st->k_max, b3, sizeof b3));
+    }
+    st->n_slots = (int)n_slots;
+    st->floor = moe_layers ? st->n_slots / (moe_layers * 4) : 0;
+    if (st->floor > st->k_max) st->floor = st->k_max;
+    st->slots = calloc((size_t)st->n_slots, sizeof *st->slots);
+    if (!st->slots) {
+        sl_store_free(st);
+        return sl_fail(e, "out of memory");
+    }
+    size_t arena = slot_bytes * (size_t)st->n_slots;
+    if (st->own_memory)
+        st->arena = m->be->ops->alloc(m->be, arena);
+    else
+        st->arena = aligned_alloc(ALIGN, arena);
+    if (!st->arena) {
+        sl_err ce;
+        if (st->own_memory) m->be->ops->check(m->be, &ce);
+        sl_store_free(st);
+        return sl_fail(e, "out of %s memory for %d expert slots (%s)", st->own_memory ? "backend" : "host",
+                       (int)n_slots, sl_human_bytes((double)arena, b1, sizeof b1));
+    }
+    for (int i = 0; i < st->n_slots; i++) {
+        st->slots[i] = (slot){.layer = -1, .expert = -1, .host = -1, .base = st->arena + slot_bytes * (size_t)i};
+    }
+    if (st->own_memory) {
+        /* the host cache, or without one enough staging images for the reads of a few layers */
+        int64_t n_ram = cfg->ram_bytes > 0 ? cfg->ram_bytes / (int64_t)st->img_bytes : 0;
+        if (n_ram > total) n_ram = total;
+        st->ram_cache = n_ram > 0;
+        int stage = 4 * st->k_max > 32 ? 4 * st->k_max : 32;
+        st->n_host = (int)(n_ram > stage ? n_ram : stage);
+        st->host = calloc((size_t)st->n_host, sizeof *st->host);
+        if (!st->host) {
+            sl_store_free(st);
+            return sl_fail(e, "out of memory");
+        }
+        for (int i = 0; i < st->n_host; i++) {
+            st->host[i].layer = st->host[i].expert = -1;
+            if (!(st->host[i].img = m->be->ops->host_alloc(m->be, st->img_bytes))) {
+                st->n_host = i;
+                sl_store_free(st);
+                return sl_fail(e, "out of pinned host memory for %d expert images of %s", i + 1,
+                               sl_human_bytes((double)st->img_bytes, b1, sizeof b1));
+            }
+        }
+    }
+    st->first_moe = st->next_moe = -1;
+    for (int l = st->n_layers - 1; l >= 0; l--)
+        if (m->layers[l].is_moe) st->first_moe = l;
+    if (st->cfg.prefetch) {
+        st->plogits = m->be->ops->alloc(m->be, (size_t)st->n_experts * sizeof(float));
+        st->pweights = m->be->ops->alloc(m->be, (size_t)st->k_max * sizeof(float));
+        st->pids = m->be->ops->alloc(m->be, (size_t)st->k_max * sizeof(int32_t));
+        st->hpids = malloc((size_t)st->k_max * sizeof(int32_t));
+        if (!st->plogits || !st->pweights || !st->pids || !st->hpids) {
+            sl_store_free(st);
+            return sl_fail(e, "out of memory for expert prediction");
+        }
+    }
+    if (sl_io_open(IO_DEPTH, NULL, &st->io, e)) {
+        sl_store_free(st);
+        return -1;
+    }
+    st->st.n_slots = st->n_slots;
+    st->st.n_ram = st->ram_cache ? st->n_host : 0;
+    st->st.slot_bytes = slot_bytes;
+    st->st.engine = sl_io_engine(st->io);
+    st->st.io = st->cfg.io;
+    *out = st;
+    return 0;
+}
+
+void sl_store_free(sl_expert_store *st) {
+    if (!st) return;
+    sl_io_close(st->io); /* finishes reads still landing in the buffers below */
+    sl_backend *be = st->be;
+    if (st->host)
+        for (int i = 0; i < st->n_host; i++) be->ops->host_free(be, st->host[i].img);
+    free(st->host);
+    if (st->own_memory) {
+        if (st->arena) be->ops->free(be, st->arena);
+        if (st->pass_dev) be->ops->free(be, st->pass_dev);
+        if (st->pass_host) be->ops->host_free(be, st->pass_host);
+    } else {
+        free(st->arena);
+    }
+    if (st->plogits) be->ops->free(be, st->plogits);
+    if (st->pweights) be->ops->free(be, st->pweights);
+    if (st->pids) be->ops->free(be, st->pids);
+    for (int i = 0; st->fd_buf && i < st->n_files; i++) {
+        if (st->fd_buf[i] >= 0) close(st->fd_buf[i]);
+        if (st->fd_direct[i] >= 0) close(st->fd_direct[i]);
+    }
+    free(st->fd_buf);
+    free(st->fd_direct);
+    free(st->x);
+    free(st->where);
+    free(st->ram_where);
+    free(st->layer_slots);
+    free(st->slots);
+    free(st->mark);
+    free(st->pmark);
+    free(st->inflight);
+    free(st->list);
+    free(st->pred);
+    free(st->hpids);
+    free(st->hids);
+    free(st->pass_ids);
+    free(st);
+}
+
+int sl_store_check(sl_expert_store *st, sl_err *e) {
+    if (!st->failed) return 0;
+    st->failed = 0;
+    return sl_fail(e, "%s", st->failure.msg);
+}
+
+void sl_store_stats_get(const sl_expert_store *st, sl_store_stats *out) {
+    *out = st->st;
+}
+
+void sl_store_stats_reset(sl_expert_store *st) {
+    sl_store_stats keep = st->st;
+    memset(&st->st, 0, sizeof st->st);
+    st->st.n_slots = keep.n_slots;
+    st->st.n_ram = keep.n_ram;
+    st->st.slot_bytes = keep.slot_bytes;
+    st->st.engine = keep.engine;
+    st->st.io = keep.io;
+}
+
+/* Per-visit buffers for n*k routed pairs. */
+static int ensure(sl_expert_store *st, int nk) {
+    if (nk <= st->max_nk) return 0;
+    int32_t *h = realloc(st->hids, (size_t)nk * sizeof *h), *p = h ? realloc(st->pass_ids, (size_t)nk * sizeof *p) : NULL;
+    if (h) st->hids = h;
+    if (p) st->pass_ids = p;
+    if (!h || !p) return fail(st, "out of memory");
+    if (st->own_memory) {
+        if (backend_sync(st)) return -1; /* the old buffers may still be read */
+        sl_backend *be = st->be;
+        if (st->pass_dev) be->ops->free(be, st->pass_dev);
+        if (st->pass_host) be->ops->host_free(be, st->pass_host);
+        st->pass_ring = 8;
+        st->pass_dev = be->ops->alloc(be, (size_t)nk * sizeof(int32_t));
+        st->pass_host = be->ops->host_alloc(be, (size_t)nk * (size_t)st->pass_ring * sizeof(int32_t));
+        if (!st->pass_dev || !st->pass_host) {
+            st->max_nk = 0;
+            return fail(st, "out of memory for the expert passes of %d routed pairs", nk);
+        }
+    }
+    st->max_nk = nk;
+    return 0;
+}
+
+/* Computes the pairs whose experts are listed (all in slots, READY) into the backend's pair buffer. */
+static int pass(sl_expert_store *st, int l, const sl_store_moe_args *a, int nk, const int *xs, int cnt) {
+    sl_backend *be = st->be;
+    sl_layer *L = &st->m->layers[l];
+    st->pass_stamp++;
+    for (int i = 0; i < cnt; i++) st->pmark[xs[i]] = st->pass_stamp;
+    int included = 0;
+    for (int i = 0; i < nk; i++) {
+        int in = st->pmark[st->hids[i]] == st->pass_stamp;
+        st->pass_ids[i] = in ? st->hids[i] : -1;
+        included += in;
+    }
+    if (!included) return 0;
+    sl_err e;
+    if (be->ops->place_experts && be->ops->place_experts(be, &L->experts, &e)) return fail(st, "%s", e.msg);
+    const int32_t *ids = a->ids; /* every pair in this pass: the routed ids as they are */
+    if (included < nk) {
+        if (st->own_memory) {
+            if (st->pass_next == st->pass_ring && backend_sync(st)) return -1;
+            int32_t *h = st->pass_host + (size_t)st->pass_next++ * (size_t)st->max_nk;
+            memcpy(h, st->pass_ids, (size_t)nk * sizeof *h);
+            be->ops->upload_async(be, st->pass_dev, h, (size_t)nk * sizeof *h);
+            ids = st->pass_dev;
+        } else {
+            ids = st->pass_ids;
+        }
+    }
+    be->ops->moe_pairs(be, &L->experts, a->x, a->n, st->m->cfg.hidden, ids, st->m->cfg.top_k);
+    for (int i = 0; i < cnt; i++) st->slots[*wh(st, l, xs[i])].pin = 0; /* later copies queue behind */
+    return 0;
+}
+
+/* Reads that finished while nobody waited (experts read ahead but not yet needed). */
+static void reap_finished(sl_expert_store *st) {
+    while (sl_io_pending(st->io) && sl_io_ready(st->io))
+        if (reap(st)) return;
+}
+
+static int next_moe_layer(const sl_expert_store *st, int l) {
+    for (int j = l + 1; j < st->n_layers; j++)
+        if (st->m->layers[j].is_moe) return j;
+    return -1;
+}
+
+void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a) {
+    sl_model *m = st->m;
+    sl_backend *be = st->be;
+    const sl_backend_ops *op = be->ops;
+    const sl_config *c = &m->cfg;
+    sl_layer *L = &m->layers[l];
+    int n = a->n, k = c->top_k, E = L->experts.n_experts, H = c->hidden, nk = n * k;
+    if (st->failed || ensure(st, nk)) goto failed;
+    st->visit++;
+    if (l == st->first_moe) st->st.tokens += (uint64_t)n;
+    op->route(be, a->logits, n, E, k, c->norm_topk_prob, a->ids, a->weights);
+    int nl = next_moe_layer(st, l), predict = st->cfg.prefetch && n == 1 && nl >= 0;
+    if (predict) {
+        op->matmul(be, &m->layers[nl].router, a->x, 1, st->plogits);
+        op->route(be, st->plogits, 1, m->layers[nl].experts.n_experts, k, c->norm_topk_prob, st->pids, st->pweights);
+    }
+    op->download(be, st->hids, a->ids, (size_t)nk * sizeof(int32_t));
+    if (predict) op->download(be, st->hpids, st->pids, (size_t)k * sizeof(int32_t));
+    copies_done(st); /* a download waits for everything queued before it */
+    reap_finished(st);
+    if (st->failed) goto failed;
+    /* the experts the tokens need, each once */
+    int nu = 0;
+    for (int i = 0; i < nk; i++) {
+        int x = st->hids[i];
+        if (x < 0 || x >= E) {
+            fail(st, "layer %d: routing picked expert %d of %d", l, x, E);
+            goto failed;
+        }
+        if (st->mark[x] != st->visit) {
+            st->mark[x] = st->visit;
+            st->list[nu++] = x;
+        }
+    }
+    st->st.lookups += (uint64_t)nu;
+    if (st->pred_layer == l) {
+        st->st.predicted += (uint64_t)st->n_pred;
+        for (int i = 0; i < st->n_pred; i++) st->st.predicted_used += st->mark[st->pred[i]] == st->visit;
+    }
+    st->pred_layer = -1;
+    int nr = 0, nt = 0, nf = 0;
+    for (int i = 0; i < nu; i++) {
+        int x = st->list[i], si = *wh(st, l, x);
+        if (si < 0) {
+            st->todo[nt++] = x;
+            continue;
+        }
+        slot *s = &st->slots[si];
+        s->pin = st->visit;
+        if (s->ref < REF_MAX) s->ref++;
+        st->st.hits_slot++;
+        if (s->state == READY)
+            st->ready[nr++] = x;
+        else
+            st->inflight[nf++] = si; /* read ahead, still arriving */
+    }
+    for (int ti = 0; nr || nf || ti < nt;) {
+        /* start every read there is room for, then compute what is in while they arrive */
+        while (ti < nt) {
+            int si = victim(st);
+            if (si < 0) break;
+            if (start_load(st, si, l, st->todo[ti], 0)) goto failed;
+            st->slots[si].pin = st->visit;
+            st->inflight[nf++] = si;
+            ti++;
+        }
+        if (!nr && !nf) {
+            /* every slot is still being read ahead for a guess that missed: let those reads finish */
+            if (sl_io_pending(st->io)) {
+                if (reap(st)) goto failed;
+                continue;
+            }
+            fail(st, "layer %d: no expert slot is free for the %d experts still needed", l, nt - ti);
+            goto failed;
+        }
+        if (nr) {
+            if (pass(st, l, a, nk, st->ready, nr)) goto failed;
+            nr = 0;
+        }
+        for (int i = 0; i < nf; i++) {
+            if (wait_slot(st, st->inflight[i])) goto failed;
+            slot *s = &st->slots[st->inflight[i]];
+            if (st->failed || s->state != READY) goto failed;
+            st->ready[nr++] = s->expert;
+        }
+        nf = 0;
+        if (nr) {
+            if (pass(st, l, a, nk, st->ready, nr)) goto failed;
+            nr = 0;
+        }
+    }
+    if (a->sh_down)
+        sl_moe_combine_shared(be, &L->experts, a->weights, n, k, H, a->sh_down, a->g, a->u, a->gate, a->tmp, a->out);
+    else
+        op->moe_combine(be, a->weights, n, k, H, a->out);
+    if (predict) { /* read the next layer's likely experts while this one computes */
+        st->pred_layer = nl;
+        st->n_pred = 0;
+        int E2 = m->layers[nl].experts.n_experts;
+        for (int j = 0; j < k; j++) {
+            int x = st->hpids[j];
+            if (x < 0 || x >= E2) continue;
+            st->pred[st->n_pred++] = x;
+            if (*wh(st, nl, x) >= 0) continue;
+            int si = victim(st);
+            if (si < 0) break;
+            if (start_load(st, si, nl, x, 1)) goto failed;
+        }
+    }
+    return;
+failed:
+    op->zero(be, a->out, (size_t)n * (size_t)H * sizeof(float));
+}

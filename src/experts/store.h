@@ -1,0 +1,87 @@
+/* The expert store: runs mixture-of-experts models whose routed experts do not all fit in the
+ * backend's memory. Every (layer, expert) is known by the byte ranges it occupies in the checkpoint's
+ * files; a cache of expert slots in backend memory (GPU memory, or host memory on the CPU) holds the
+ * experts in use, an optional cache of pinned host memory holds more, and misses are read from disk
+ * (page cache, or O_DIRECT) by the I/O engine. Dense weights, routers and shared experts stay resident.
+ *
+ * Per MoE layer: route, read every missing expert the tokens need at once, compute the experts already
+ * in slots while the reads arrive, then the rest, then combine in routing order, so the logits are those
+ * of the resident model to the bit. On one-token steps the next layer's router, applied to this layer's
+ * input, predicts which experts to read ahead. */
+#ifndef SLUICE_EXPERTS_STORE_H
+#define SLUICE_EXPERTS_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "core/err.h"
+
+typedef enum { SL_IO_AUTO = 0, SL_IO_BUFFERED, SL_IO_DIRECT } sl_io_mode;
+
+typedef struct sl_model sl_model;
+typedef struct sl_expert_store sl_expert_store;
+
+typedef struct sl_store_config {
+    int64_t slot_bytes_budget; /* backend memory for expert slots */
+    int64_t ram_bytes;         /* pinned host cache (backends of their own memory only); 0: none */
+    sl_io_mode io;             /* SL_IO_AUTO: buffered */
+    int prefetch;              /* read the next layer's predicted experts ahead on one-token steps */
+    int n_slots;               /* > 0: exactly this many slots, whatever the budget */
+} sl_store_config;
+
+typedef struct sl_store_stats {
+    uint64_t tokens;          /* tokens that went through the MoE layers */
+    uint64_t lookups;         /* (layer, expert) requests: unique experts per layer visit */
+    uint64_t hits_slot;       /* found in backend memory (slots) */
+    uint64_t hits_ram;        /* found in the host cache */
+    uint64_t misses;          /* read from disk */
+    uint64_t bytes_read;      /* from disk */
+    uint64_t reads;           /* read requests */
+    uint64_t bytes_copied;    /* host to backend memory */
+    double read_busy_s;       /* wall time with reads in flight */
+    double stall_s;           /* time the forward pass waited for reads */
+    uint64_t predicted;       /* experts predicted for the next layer */
+    uint64_t predicted_used;  /* of those, experts that layer was routed to */
+    uint64_t prefetched;      /* reads started ahead of need */
+    int n_slots, n_ram;       /* tier sizes in experts */
+    size_t slot_bytes;        /* bytes of one slot */
+    const char *engine;       /* "io_uring" or "pread threads" */
+    sl_io_mode io;
+} sl_store_stats;
+
+/* Describes every expert of m (whose weights still point into the checkpoint) and allocates the
+ * tiers; fails naming the budget when it cannot hold one token's experts of a layer. */
+int sl_store_create(sl_model *m, const sl_store_config *cfg, sl_expert_store **out, sl_err *e);
+void sl_store_free(sl_expert_store *st);
+
+/* Bytes one expert slot takes, and the largest top-k a layer routes to. */
+size_t sl_store_expert_bytes(const sl_model *m);
+
+/* The arguments of one MoE layer's routed half. */
+typedef struct sl_store_moe_args {
+    const float *x;      /* [n][hidden] the layer's normed input */
+    int n;
+    const float *logits; /* [n][n_experts] router output */
+    int32_t *ids;        /* [n][k] backend scratch for the routed ids */
+    float *weights;      /* [n][k] backend scratch for the routing weights */
+    const sl_weight *sh_down; /* the shared expert (NULL: none), as sl_moe_combine_shared takes it */
+    float *g;
+    const float *u, *gate;
+    float *tmp;
+    float *out; /* [n][hidden] */
+} sl_store_moe_args;
+
+/* The routed experts of layer l (with the shared expert joined when sh_down is set). After a failure
+ * (an I/O error) out is zeroed, and every later call does nothing until sl_store_check reports it. */
+void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a);
+/* -1 with the first failure since the last call, which it clears. */
+int sl_store_check(sl_expert_store *st, sl_err *e);
+
+void sl_store_stats_get(const sl_expert_store *st, sl_store_stats *out);
+void sl_store_stats_reset(sl_expert_store *st);
+const char *sl_io_mode_name(sl_io_mode m);
+/* "buffered", "direct" (or "auto"); -1 for anything else. */
+int sl_io_mode_parse(const char *s, sl_io_mode *out);
+
+#endif

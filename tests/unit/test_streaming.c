@@ -1,0 +1,221 @@
+/* Expert streaming: every MoE fixture run with its experts in a cache of a few slots (two per MoE layer,
+ * or top-k when that is more), read from disk as the tokens route to them, must give the logits of the
+ * resident model bit for bit — prefill (in passes, since a prompt needs more experts than fit) and
+ * decode (with reads ahead), buffered and O_DIRECT, through io_uring and through the pread threads.
+ * And a checkpoint whose expert file is cut short mid-run ends the request with an error naming the
+ * file, then works again once the file is whole. Runs on the backend SLUICE_BACKEND names. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/util.h"
+#include "experts/store.h"
+#include "formats/st_write.h"
+#include "runtime/session.h"
+#include "testutil.h"
+
+typedef struct run {
+    float *logits; /* [n + nd][vocab] */
+    size_t len;
+} run;
+
+static int32_t *ids_of(json_t *a, int *n) {
+    *n = (int)json_array_size(a);
+    int32_t *ids = malloc(sizeof *ids * (size_t)(*n ? *n : 1));
+    for (int i = 0; i < *n; i++) ids[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
+    return ids;
+}
+
+/* Prefill as one batch (every position's logits), then each decode id through the cache. */
+static int forward_all(sl_model *m, const int32_t *p, int n, const int32_t *d, int nd, run *r, sl_err *e) {
+    sl_session *s;
+    if (sl_session_create(m, n + nd, &s, e)) return -1;
+    size_t V = (size_t)m->cfg.vocab_size;
+    r->len = (size_t)(n + nd) * V;
+    r->logits = malloc(r->len * sizeof(float));
+    int rc = sl_session_forward(s, p, n, r->logits, 1, e);
+    for (int i = 0; !rc && i < nd; i++) rc = sl_session_forward(s, d + i, 1, r->logits + (size_t)(n + i) * V, 0, e);
+    sl_session_free(s);
+    return rc;
+}
+
+static int moe_layers(const sl_model *m) {
+    int c = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++) c += m->layers[l].is_moe;
+    return c;
+}
+
+/* The fixture's logits resident, then streamed under each I/O mode and engine; all must be equal. */
+static void check_streams(const char *rel) {
+    char *path = tu_fixture(rel);
+    char *dir = strdup(path);
+    char *slash = strrchr(dir, '/');
+    if (strstr(rel, ".gguf") && slash) *slash = 0;
+    char *exp_path = sl_path_join(dir, "expected.json");
+    json_error_t je;
+    json_t *ex = json_load_file(exp_path, 0, &je);
+    cr_assert(ex, "%s: %s", exp_path, je.text);
+    int n, nd;
+    int32_t *p = ids_of(json_object_get(ex, "prompt_ids"), &n), *d = ids_of(json_object_get(ex, "decode_ids"), &nd);
+    sl_err e = {{0}};
+    sl_model *m;
+    sl_model_opts o = {0};
+    cr_assert_eq(sl_model_load(path, &o, &m, &e), 0, "%s", e.msg);
+    cr_assert_null(m->store, "%s: resident by default", rel);
+    run ref;
+    cr_assert_eq(forward_all(m, p, n, d, nd, &ref, &e), 0, "%s", e.msg);
+    int slots = 2 * moe_layers(m);
+    if (slots < m->cfg.top_k) slots = m->cfg.top_k;
+    sl_model_free(m);
+    const char *modes[][2] = {{"buffered", "uring"}, {"direct", "uring"}, {"buffered", "pread"}, {"direct", "pread"}};
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        setenv("SLUICE_IO_ENGINE", modes[i][1], 1);
+        sl_io_mode io;
+        sl_io_mode_parse(modes[i][0], &io);
+        o = (sl_model_opts){.expert_slots = slots, .io = (int)io};
+        cr_assert_eq(sl_model_load(path, &o, &m, &e), 0, "%s: %s", rel, e.msg);
+        cr_assert_not_null(m->store);
+        run got;
+        cr_assert_eq(forward_all(m, p, n, d, nd, &got, &e), 0, "%s (%s, %s): %s", rel, modes[i][0], modes[i][1],
+                     e.msg);
+        sl_store_stats st;
+        sl_store_stats_get(m->store, &st);
+        cr_assert_gt(st.misses, (uint64_t)slots, "%s: the experts were read as needed", rel);
+        cr_assert_gt(st.bytes_read, 0);
+        cr_assert_eq(got.len, ref.len);
+        size_t V = (size_t)m->cfg.vocab_size;
+        for (size_t r = 0; r < got.len / V; r++)
+            cr_assert(!memcmp(got.logits + r * V, ref.logits + r * V, V * sizeof(float)),
+                      "%s (%s, %s, %d slots): row %zu of the logits differs from the resident model's", rel,
+                      modes[i][0], modes[i][1], slots, r);
+        free(got.logits);
+        sl_model_free(m);
+    }
+    unsetenv("SLUICE_IO_ENGINE");
+    free(ref.logits);
+    free(p);
+    free(d);
+    json_decref(ex);
+    free(exp_path);
+    free(dir);
+    free(path);
+}
+
+#define STREAM_FIXTURE(name, rel)                                                                                      \
+    Test(streaming, name) {                                                                                            \
+        check_streams(rel);                                                                                            \
+    }
+STREAM_FIXTURE(qwen3_moe, "models/qwen3_moe")
+STREAM_FIXTURE(qwen3_moe_mlx_mixed, "models/qwen3_moe_mlx_mixed")
+STREAM_FIXTURE(qwen3_5_moe, "models/qwen3_5_moe")
+STREAM_FIXTURE(qwen3_5_moe_mlx4, "models/qwen3_5_moe_mlx4")
+STREAM_FIXTURE(qwen3_5_moe_long, "models/qwen3_5_moe_long")
+STREAM_FIXTURE(gguf_qwen3_moe_q4k, "gguf/qwen3_moe-Q4_K_M/model.gguf")
+STREAM_FIXTURE(gguf_qwen3_moe_q5k, "gguf/qwen3_moe-Q5_K_M/model.gguf")
+STREAM_FIXTURE(gguf_qwen3_5_moe_q4k, "gguf/qwen3_5_moe-Q4_K_M/model.gguf")
+STREAM_FIXTURE(gguf_qwen3_5_moe_q3k, "gguf/qwen3_5_moe-Q3_K_M/model.gguf")
+STREAM_FIXTURE(gguf_qwen3_5_moe_iq4, "gguf/qwen3_5_moe-IQ4_XS/model.gguf")
+
+/* ---- a checkpoint cut short ---- */
+
+static void copy_bytes(void *ctx, const sl_st_wtensor *t, uint64_t off, uint8_t *buf, size_t n) {
+    const sl_st_set *src = ctx;
+    memcpy(buf, src->tensors[t->kind].data + off, n);
+}
+
+static int is_expert(const char *name) {
+    return strstr(name, ".experts.") != NULL;
+}
+
+/* The fixture rewritten as shards: the dense tensors in the first, the experts in the rest, so the
+ * expert files can be damaged while the dense weights stay readable. Returns the last shard's path. */
+static char *shard_experts(const char *src_dir, const char *dst, sl_err *e) {
+    sl_st_set *set = NULL;
+    cr_assert_eq(sl_st_open_dir(src_dir, &set, e), 0, "%s", e->msg);
+    sl_st_wtensor *t = calloc((size_t)set->n_tensors, sizeof *t);
+    int k = 0;
+    uint64_t dense = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < set->n_tensors; i++) {
+            const sl_st_tensor *s = &set->tensors[i];
+            if (is_expert(s->name) != pass) continue;
+            snprintf(t[k].name, sizeof t[k].name, "%s", s->name);
+            t[k].dtype = s->dtype;
+            t[k].ndim = s->ndim;
+            memcpy(t[k].shape, s->shape, sizeof s->shape);
+            t[k].kind = i;
+            if (!pass) dense += s->nbytes;
+            k++;
+        }
+    cr_assert_eq(sl_st_write(dst, t, k, dense, copy_bytes, NULL, set, e), 0, "%s", e->msg);
+    free(t);
+    sl_st_close(set);
+    /* config.json beside it */
+    char *cs = sl_path_join(src_dir, "config.json"), *cd = sl_path_join(dst, "config.json");
+    size_t len;
+    char *cfg = tu_slurp(cs, &len);
+    cr_assert_eq(sl_write_file(cd, cfg, len, e), 0, "%s", e->msg);
+    free(cfg);
+    free(cs);
+    free(cd);
+    sl_st_set *out = NULL;
+    cr_assert_eq(sl_st_open_dir(dst, &out, e), 0, "%s", e->msg);
+    cr_assert_gt(out->n_files, 1, "the experts went to a shard of their own");
+    char *last = strdup(out->paths[out->n_files - 1]);
+    for (int i = 0; i < out->n_tensors; i++)
+        if (out->tensors[i].file == out->n_files - 1)
+            cr_assert(is_expert(out->tensors[i].name), "%s: only experts in the last shard", out->tensors[i].name);
+    sl_st_close(out);
+    return last;
+}
+
+Test(streaming, truncated_expert_file) {
+    char *src = tu_fixture("models/qwen3_5_moe");
+    char *tmp = tu_tmpdir();
+    sl_err e = {{0}};
+    char *shard = shard_experts(src, tmp, &e);
+    size_t len;
+    char *whole = tu_slurp(shard, &len);
+    sl_model *m;
+    sl_model_opts o = {.expert_slots = 8};
+    cr_assert_eq(sl_model_load(tmp, &o, &m, &e), 0, "%s", e.msg);
+    int32_t p1[] = {1, 2, 3, 4, 5, 6, 7, 8}, p2[] = {50, 60, 70, 80, 90, 100, 110, 120};
+    run ref, got;
+    cr_assert_eq(forward_all(m, p1, 8, NULL, 0, &ref, &e), 0, "%s", e.msg);
+    free(ref.logits);
+    /* cut the expert shard in half while the model is loaded: the next request must fail cleanly */
+    cr_assert_eq(truncate(shard, (off_t)(len / 2)), 0);
+    int rc = forward_all(m, p2, 8, NULL, 0, &got, &e);
+    free(got.logits);
+    cr_assert_neq(rc, 0, "reading experts past the end of a truncated file must fail");
+    cr_assert(strstr(e.msg, shard) && strstr(e.msg, "truncated"), "the error names the file: %s", e.msg);
+    /* once the file is whole again, the same model serves the request as the resident one does */
+    cr_assert_eq(sl_write_file(shard, whole, len, &e), 0, "%s", e.msg);
+    cr_assert_eq(forward_all(m, p2, 8, NULL, 0, &got, &e), 0, "after the file is restored: %s", e.msg);
+    sl_model *r;
+    sl_model_opts ro = {0};
+    cr_assert_eq(sl_model_load(tmp, &ro, &r, &e), 0, "%s", e.msg);
+    cr_assert_eq(forward_all(r, p2, 8, NULL, 0, &ref, &e), 0, "%s", e.msg);
+    cr_assert(!memcmp(ref.logits, got.logits, ref.len * sizeof(float)), "logits after recovery equal the resident's");
+    free(ref.logits);
+    free(got.logits);
+    sl_model_free(r);
+    sl_model_free(m);
+    free(whole);
+    free(shard);
+    free(tmp);
+    free(src);
+}
+
+Test(streaming, budget_too_small) {
+    char *path = tu_fixture("models/qwen3_moe");
+    sl_err e = {{0}};
+    sl_model *m = NULL;
+    sl_model_opts o = {.expert_slots = 3}; /* top-4 routing */
+    cr_assert_neq(sl_model_load(path, &o, &m, &e), 0);
+    cr_assert(strstr(e.msg, "routes to 4 per layer"), "%s", e.msg);
+    free(path);
+}
