@@ -37,9 +37,9 @@ if [ "${1:-}" = "--bundle" ]; then
     dir=${2:?--bundle needs a directory}
     mkdir -p "$dir/lib"
     build "$dir" || { tail -30 "$dir/build.log"; exit 1; }
-    cp "$BUILD/sluice" "$BUILD/test_models" "$BUILD/test_ggml_quants" "$BUILD/test_fused_ops" "$dir/"
+    cp "$BUILD/sluice" "$BUILD/test_models" "$BUILD/test_ggml_quants" "$BUILD/test_fused_ops" "$BUILD/test_streaming" "$dir/"
     # everything but the C runtime and CUDA, which the GPU machine has
-    ldd "$BUILD/sluice" "$BUILD/test_models" "$BUILD/test_ggml_quants" "$BUILD/test_fused_ops" | awk '/=> \//{print $3}' | sort -u |
+    ldd "$BUILD/sluice" "$BUILD/test_models" "$BUILD/test_ggml_quants" "$BUILD/test_fused_ops" "$BUILD/test_streaming" | awk '/=> \//{print $3}' | sort -u |
         grep -Ev '/(libc|libm|libdl|libpthread|librt|libresolv|libgcc_s|libstdc\+\+|libcuda|libcudart|libcublas|libcublasLt)\.so' |
         xargs -r cp -L -t "$dir/lib/"
     echo "bundle in $dir: $(ls "$dir" | tr '\n' ' ')"

@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/stream_flags.h"
 #include "core/util.h"
+#include "experts/store.h"
 #include "models/synthetic.h"
 #include "runtime/session.h"
 
@@ -76,7 +77,7 @@ static traffic per_token_traffic(const sl_model *m) {
         if (!L->is_moe || L->experts.n_experts == 0) continue;
         double frac = (double)c->top_k / (double)L->experts.n_experts;
         for (int x = 0; x < L->experts.n_experts; x++) {
-            const sl_expert *ex = L->experts.experts[x];
+            const sl_expert *ex = &L->expert_store[x]; /* as stored: a streamed table is mostly empty */
             tally(&t, &ex->gate, frac);
             tally(&t, &ex->up, frac);
             tally(&t, &ex->down, frac);
@@ -117,6 +118,8 @@ typedef struct {
     double bandwidth, flops;                    /* the backend's measured bounds, 0 when unknown */
     int routed_tokens, experts_used, n_experts; /* routing spread in the last MoE layer, last prefill chunk */
     const char *synthetic;                      /* "shape quant" when the model is synthetic */
+    sl_store_stats st_pre, st_dec, st_run;      /* streamed experts: per phase of the best decode run */
+    double tier_bw;                             /* streamed experts: measured read rate of the tier below */
 } bench_result;
 
 static double prefill_gflop(const bench_result *r) {
@@ -154,6 +157,25 @@ static void print_table(const sl_model *m, const bench_result *r) {
     if (r->n_experts > 0)
         printf("  %-22s%d of %d experts chosen by the last %d prompt tokens (last MoE layer)\n", "routing",
                r->experts_used, r->n_experts, r->routed_tokens);
+    if (m->store) {
+        const sl_store_stats *d = &r->st_dec;
+        char line[256];
+        printf("  %-22s%d slots of %s in %s memory, host cache %s, %s reads via %s\n", "streamed experts", d->n_slots,
+               sl_human_bytes((double)d->slot_bytes, b1, sizeof b1),
+               m->be->ops->place_weight ? m->be->ops->name : "host",
+               d->n_ram ? sl_human_count(d->n_ram, b2, sizeof b2) : "off", sl_io_mode_name(d->io), d->engine);
+        printf("  %-22s%s\n", "prefill experts", sl_store_stats_line(&r->st_pre, line, sizeof line));
+        if (r->gen > 0) {
+            printf("  %-22s%s\n", "decode experts", sl_store_stats_line(d, line, sizeof line));
+            double miss = d->tokens ? (double)d->bytes_read / (double)d->tokens : 0;
+            printf("  %-22s%.2f GB/s measured; %s missed per token", "expert tier read", r->tier_bw / 1e9,
+                   sl_human_bytes(miss, b3, sizeof b3));
+            if (miss > 0)
+                printf(" -> I/O bound %.1f tok/s, decode at %.1f%% of it", r->tier_bw / miss,
+                       100.0 * (r->gen / r->decode_s) / (r->tier_bw / miss));
+            printf("\n");
+        }
+    }
     printf("  %-22s%d (best time of each phase shown)\n", "runs", r->runs);
 }
 
@@ -200,6 +222,34 @@ static int print_json(const sl_model *m, const bench_result *r) {
         json_object_set_new(o, "n_experts", json_integer(r->n_experts));
         json_object_set_new(o, "routing_experts_used", json_integer(r->experts_used));
         json_object_set_new(o, "routing_tokens", json_integer(r->routed_tokens));
+    }
+    if (m->store) {
+        const sl_store_stats *ph[2] = {&r->st_pre, &r->st_dec};
+        const char *names[2] = {"prefill", "decode"};
+        json_t *x = json_object();
+        json_object_set_new(x, "slots", json_integer(r->st_dec.n_slots));
+        json_object_set_new(x, "slot_bytes", json_integer((json_int_t)r->st_dec.slot_bytes));
+        json_object_set_new(x, "host_cache_experts", json_integer(r->st_dec.n_ram));
+        json_object_set_new(x, "io", json_string(sl_io_mode_name(r->st_dec.io)));
+        json_object_set_new(x, "engine", json_string(r->st_dec.engine));
+        json_object_set_new(x, "tier_read_gb_s", json_real(r->tier_bw / 1e9));
+        for (int i = 0; i < 2; i++) {
+            const sl_store_stats *p = ph[i];
+            json_t *y = json_object();
+            json_object_set_new(y, "tokens", json_integer((json_int_t)p->tokens));
+            json_object_set_new(y, "lookups", json_integer((json_int_t)p->lookups));
+            json_object_set_new(y, "hits_slots", json_integer((json_int_t)p->hits_slot));
+            json_object_set_new(y, "hits_read_ahead", json_integer((json_int_t)p->hits_ahead));
+            json_object_set_new(y, "hits_host_cache", json_integer((json_int_t)p->hits_ram));
+            json_object_set_new(y, "misses", json_integer((json_int_t)p->misses));
+            json_object_set_new(y, "bytes_read", json_integer((json_int_t)p->bytes_read));
+            json_object_set_new(y, "read_busy_s", json_real(p->read_busy_s));
+            json_object_set_new(y, "stall_s", json_real(p->stall_s));
+            json_object_set_new(y, "predicted", json_integer((json_int_t)p->predicted));
+            json_object_set_new(y, "predicted_used", json_integer((json_int_t)p->predicted_used));
+            json_object_set_new(x, names[i], y);
+        }
+        json_object_set_new(o, "streaming", x);
     }
     json_object_set_new(o, "bytes_per_token", json_integer((json_int_t)(r->tok.bytes + 0.5)));
     json_object_set_new(o, "active_params_per_token", json_integer((json_int_t)(r->tok.params + 0.5)));
@@ -255,9 +305,15 @@ static int run_once(sl_session *s, const int32_t *prompt, bench_result *r, float
                     int first, sl_err *e) {
     int V = s->m->cfg.vocab_size;
     sl_session_reset(s);
+    sl_expert_store *xs = s->m->store;
+    if (xs) sl_store_stats_reset(xs);
     double t0 = sl_now();
     if (sl_session_forward(s, prompt, r->prompt, logits, 0, e)) return -1;
     double t1 = sl_now();
+    if (xs) {
+        sl_store_stats_get(xs, &r->st_run);
+        sl_store_stats_reset(xs);
+    }
     if (first && (check_finite(logits, V, "after prefill", e) || routing_spread(s, r, e))) return -1;
     double t2 = sl_now();
     int32_t id = argmax(logits, V);
@@ -273,6 +329,10 @@ static int run_once(sl_session *s, const int32_t *prompt, bench_result *r, float
     }
     *pre = t1 - t0;
     *dec = sl_now() - t2;
+    if (xs && (first || *dec < r->decode_s)) { /* the phases of the best decode */
+        r->st_pre = r->st_run;
+        sl_store_stats_get(xs, &r->st_dec);
+    }
     if (first && r->gen > 0 && !r->host_logits && sl_session_last_logits(s, logits, e)) return -1;
     if (first && r->gen > 0 && check_finite(logits, V, "after decode", e)) return -1;
     return 0;
@@ -406,6 +466,8 @@ int cmd_bench(int argc, char **argv) {
         if (k == 0 || pre < r.prefill_s) r.prefill_s = pre;
         if (k == 0 || dec < r.decode_s) r.decode_s = dec;
     }
+    /* the rate the tier below the slots delivers, measured after the runs (a warm page cache stays warm) */
+    if (m->store && (r.tier_bw = sl_store_probe_read(m->store, (uint64_t)2 << 30, &e)) < 0) goto done;
     if (json) {
         if (print_json(m, &r)) {
             sl_fail(&e, "out of memory");

@@ -9,13 +9,13 @@
  * (1 or 2), 0 when flag is not one of these, -1 after printing what is wrong (cmd names the command). */
 int cli_stream_flag(const char *cmd, const char *flag, const char *val, sl_model_opts *o);
 
-#define CLI_STREAM_HELP                                                                                          \
-    "  --vram SIZE            GPU memory the model may use (weights, expert slots, sessions), e.g. 20G;\n"      \
-    "                         experts beyond it stream from disk (default: the free memory)\n"                \
-    "  --ram SIZE             pinned host cache of experts on the GPU (default: none; the page cache\n"       \
-    "                         serves with buffered reads); on the CPU backend, the expert cache itself\n"    \
-    "                         (streaming on, default: compute on the mapped checkpoint)\n"                  \
-    "  --io MODE              buffered (page cache, default) or direct (O_DIRECT) reads of experts\n"          \
+#define CLI_STREAM_HELP                                                                                                \
+    "  --vram SIZE            GPU memory the model may use (weights, expert slots, sessions), e.g. 20G;\n"             \
+    "                         experts beyond it stream from disk (default: the free memory)\n"                         \
+    "  --ram SIZE             pinned host cache of experts on the GPU (default: none; the page cache\n"                \
+    "                         serves with buffered reads); on the CPU backend, the expert cache itself\n"              \
+    "                         (streaming on, default: compute on the mapped checkpoint)\n"                             \
+    "  --io MODE              buffered (page cache, default) or direct (O_DIRECT) reads of experts\n"                  \
     "  --no-prefetch          no reading ahead of the next layer's predicted experts\n"
 
 #endif

@@ -1,8 +1,8 @@
 #include "experts/store.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +16,7 @@
 
 #define ALIGN 4096u /* O_DIRECT: file offsets, lengths and buffers */
 #define DEV_ALIGN 256u
-#define NP 12       /* pieces of an expert: gate, up, down x data, scales, biases, bias */
+#define NP 12 /* pieces of an expert: gate, up, down x data, scales, biases, bias */
 #define MAX_WIN NP
 #define IO_DEPTH 256
 #define REF_MAX 3 /* GCLOCK: a slot survives up to this many sweeps of the hand without a hit */
@@ -46,11 +46,11 @@ typedef struct xinfo {
 typedef struct slot {
     int layer, expert, state;
     unsigned ref;
-    uint64_t pin;    /* the layer visit whose current pass needs it */
-    int pending;     /* reads in flight */
-    int host;        /* host entry the reads land in (backends of their own memory), -1: the slot itself */
-    uint8_t *base;   /* backend memory */
-    sl_expert ex;    /* the expert's weights, pointing into base */
+    uint64_t pin;  /* the layer visit whose current pass needs it */
+    int pending;   /* reads in flight */
+    int host;      /* host entry the reads land in (backends of their own memory), -1: the slot itself */
+    uint8_t *base; /* backend memory */
+    sl_expert ex;  /* the expert's weights, pointing into base */
     int failed;
 } slot;
 
@@ -66,7 +66,7 @@ struct sl_expert_store {
     sl_backend *be;
     sl_store_config cfg;
     int n_layers, n_experts, k_max;
-    xinfo *x;              /* [layer][expert], NULL rows for dense layers */
+    xinfo *x;               /* [layer][expert], NULL rows for dense layers */
     int *where, *ram_where; /* [layer * n_experts + expert]: slot / host entry, -1 none */
     size_t img_bytes, dev_bytes;
     int own_memory; /* backend has its own memory: slots are filled from host images */
@@ -87,8 +87,8 @@ struct sl_expert_store {
     int32_t *hids, *pass_ids; /* host copies: routed ids, one pass's ids */
     int32_t *pass_host;       /* pinned ring of pass ids for queued uploads */
     int pass_ring, pass_next, max_nk;
-    int32_t *pass_dev;        /* backend copy of one pass's ids */
-    uint64_t *mark;           /* [n_experts]: visit that listed the expert */
+    int32_t *pass_dev; /* backend copy of one pass's ids */
+    uint64_t *mark;    /* [n_experts]: visit that listed the expert */
     int *list, *todo, *ready;
     /* prefetch */
     float *plogits, *pweights;
@@ -99,7 +99,8 @@ struct sl_expert_store {
     double busy_t0;
     int first_moe, next_moe;
     uint64_t pass_stamp;
-    uint64_t *pmark; /* [n_experts]: the pass an expert belongs to */
+    uint64_t *pmark;  /* [n_experts]: the pass an expert belongs to */
+    float *miss_rate; /* [layer]: how often a visit missed lately (decaying) */
     int *inflight;
     sl_store_stats st;
     sl_err failure;
@@ -111,10 +112,14 @@ const char *sl_io_mode_name(sl_io_mode m) {
 }
 
 int sl_io_mode_parse(const char *s, sl_io_mode *out) {
-    if (!strcmp(s, "buffered")) *out = SL_IO_BUFFERED;
-    else if (!strcmp(s, "direct")) *out = SL_IO_DIRECT;
-    else if (!strcmp(s, "auto")) *out = SL_IO_AUTO;
-    else return -1;
+    if (!strcmp(s, "buffered"))
+        *out = SL_IO_BUFFERED;
+    else if (!strcmp(s, "direct"))
+        *out = SL_IO_DIRECT;
+    else if (!strcmp(s, "auto"))
+        *out = SL_IO_AUTO;
+    else
+        return -1;
     return 0;
 }
 
@@ -347,7 +352,8 @@ static void loaded(sl_expert_store *st, int si) {
     if (s->host >= 0) {
         hentry *h = &st->host[s->host];
         for (int i = 0; i < NP; i++)
-            if (xi->p[i].len) st->be->ops->upload_async(st->be, s->base + xi->p[i].dev, h->img + xi->p[i].img, xi->p[i].len);
+            if (xi->p[i].len)
+                st->be->ops->upload_async(st->be, s->base + xi->p[i].dev, h->img + xi->p[i].img, xi->p[i].len);
         st->st.bytes_copied += st->dev_bytes;
         h->reading = 0;
         h->copying = 1;
@@ -435,11 +441,16 @@ static int start_load(sl_expert_store *st, int si, int l, int e, int ahead) {
             return 0;
         }
         int h = host_victim(st);
-        if (h < 0) {
-            if (backend_sync(st)) return -1;
-            h = host_victim(st);
+        while (h < 0) { /* every image is being read into or copied from: wait for reads, then copies */
+            if (sl_io_pending(st->io)) {
+                if (reap(st)) return -1;
+            } else if (backend_sync(st)) {
+                return -1;
+            } else if ((h = host_victim(st)) < 0) {
+                return fail(st, "no host buffer is free for reading an expert");
+            }
+            if (h < 0) h = host_victim(st);
         }
-        if (h < 0) return fail(st, "no host buffer is free for reading an expert");
         host_forget(st, &st->host[h]);
         st->host[h].reading = 1;
         s->host = h;
@@ -512,17 +523,19 @@ int sl_store_create(sl_model *m, const sl_store_config *cfg, sl_expert_store **o
     st->fd_direct = malloc((size_t)st->n_files * sizeof(int));
     st->mark = calloc((size_t)st->n_experts, sizeof *st->mark);
     st->pmark = calloc((size_t)st->n_experts, sizeof *st->pmark);
+    st->miss_rate = malloc((size_t)st->n_layers * sizeof *st->miss_rate);
     st->inflight = malloc((size_t)st->n_experts * sizeof(int));
     st->list = malloc((size_t)st->n_experts * sizeof(int) * 3);
     st->pred = malloc((size_t)(st->k_max + 1) * sizeof *st->pred);
     if (!st->x || !st->where || !st->ram_where || !st->layer_slots || !st->fd_buf || !st->fd_direct || !st->mark ||
-        !st->list || !st->pred || !st->pmark || !st->inflight) {
+        !st->list || !st->pred || !st->pmark || !st->inflight || !st->miss_rate) {
         sl_store_free(st);
         return sl_fail(e, "out of memory describing the experts");
     }
     st->todo = st->list + st->n_experts;
     st->ready = st->todo + st->n_experts;
     for (size_t i = 0; i < cells; i++) st->where[i] = st->ram_where[i] = -1;
+    for (int l = 0; l < st->n_layers; l++) st->miss_rate[l] = 1.0f;
     for (int i = 0; i < st->n_files; i++) st->fd_buf[i] = st->fd_direct[i] = -1;
     st->pred_layer = -1;
     for (int l = 0; l < st->n_layers; l++) {
@@ -650,6 +663,7 @@ void sl_store_free(sl_expert_store *st) {
     free(st->slots);
     free(st->mark);
     free(st->pmark);
+    free(st->miss_rate);
     free(st->inflight);
     free(st->list);
     free(st->pred);
@@ -682,7 +696,8 @@ void sl_store_stats_reset(sl_expert_store *st) {
 /* Per-visit buffers for n*k routed pairs. */
 static int ensure(sl_expert_store *st, int nk) {
     if (nk <= st->max_nk) return 0;
-    int32_t *h = realloc(st->hids, (size_t)nk * sizeof *h), *p = h ? realloc(st->pass_ids, (size_t)nk * sizeof *p) : NULL;
+    int32_t *h = realloc(st->hids, (size_t)nk * sizeof *h),
+            *p = h ? realloc(st->pass_ids, (size_t)nk * sizeof *p) : NULL;
     if (h) st->hids = h;
     if (p) st->pass_ids = p;
     if (!h || !p) return fail(st, "out of memory");
@@ -758,7 +773,8 @@ void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a) {
     st->visit++;
     if (l == st->first_moe) st->st.tokens += (uint64_t)n;
     op->route(be, a->logits, n, E, k, c->norm_topk_prob, a->ids, a->weights);
-    int nl = next_moe_layer(st, l), predict = st->cfg.prefetch && n == 1 && nl >= 0;
+    /* read ahead only for a next layer that missed lately: the guess costs a router matmul and a wait */
+    int nl = next_moe_layer(st, l), predict = st->cfg.prefetch && n == 1 && nl >= 0 && st->miss_rate[nl] > 0.02f;
     if (predict) {
         op->matmul(be, &m->layers[nl].router, a->x, 1, st->plogits);
         op->route(be, st->plogits, 1, m->layers[nl].experts.n_experts, k, c->norm_topk_prob, st->pids, st->pweights);
@@ -797,12 +813,15 @@ void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a) {
         slot *s = &st->slots[si];
         s->pin = st->visit;
         if (s->ref < REF_MAX) s->ref++;
-        st->st.hits_slot++;
-        if (s->state == READY)
+        if (s->state == READY) {
+            st->st.hits_slot++;
             st->ready[nr++] = x;
-        else
+        } else {
+            st->st.hits_ahead++;
             st->inflight[nf++] = si; /* read ahead, still arriving */
+        }
     }
+    st->miss_rate[l] = 0.9f * st->miss_rate[l] + (nt ? 0.1f : 0.0f);
     for (int ti = 0; nr || nf || ti < nt;) {
         /* start every read there is room for, then compute what is in while they arrive */
         while (ti < nt) {
@@ -859,4 +878,63 @@ void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a) {
     return;
 failed:
     op->zero(be, a->out, (size_t)n * (size_t)H * sizeof(float));
+}
+
+double sl_store_probe_read(sl_expert_store *st, uint64_t bytes, sl_err *e) {
+    /* finish what is in flight: the probe takes the whole queue */
+    while (sl_io_pending(st->io))
+        if (reap(st)) return sl_fail(e, "%s", st->failure.msg), -1;
+    int depth = 32; /* experts in flight; concurrent reads into the same scratch image are harmless */
+    uint8_t *buf = aligned_alloc(ALIGN, st->img_bytes * (size_t)depth);
+    if (!buf) return sl_fail(e, "out of memory for the read probe"), -1;
+    int direct = st->cfg.io == SL_IO_DIRECT, failed = 0, next = 0;
+    uint64_t done = 0, issued = 0, rng = 0x5eedull;
+    size_t cells = (size_t)st->n_layers * (size_t)st->n_experts;
+    double t0 = sl_now();
+    for (;;) {
+        while (!failed && issued < bytes && sl_io_pending(st->io) + MAX_WIN <= IO_DEPTH) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            const xinfo *xi = &st->x[(rng >> 17) % cells];
+            if (!xi->n_win) continue; /* a dense layer */
+            uint8_t *dst = buf + st->img_bytes * (size_t)(next++ % depth);
+            for (int wi = 0; wi < xi->n_win && !failed; wi++) {
+                const window *w = &xi->w[wi];
+                int fd = file_fd(st, w->file, direct);
+                uint64_t off = direct ? w->off : w->lo;
+                size_t len = direct ? w->len : (size_t)(w->hi - w->lo);
+                if (fd < 0 || sl_io_read(st->io, fd, off, len, dst + w->img + (off - w->off), 0)) failed = 1;
+                issued += len;
+            }
+            sl_io_submit(st->io);
+        }
+        if (!sl_io_pending(st->io)) break;
+        uint64_t tag;
+        int64_t res;
+        if (sl_io_wait(st->io, &tag, &res) || res < 0)
+            failed = 1;
+        else
+            done += (uint64_t)res;
+    }
+    double t = sl_now() - t0;
+    free(buf);
+    if (failed) return sl_fail(e, "%s", st->failed ? st->failure.msg : "a read of the probe failed"), -1;
+    return t > 0 ? (double)done / t : -1;
+}
+
+const char *sl_store_stats_line(const sl_store_stats *s, char *buf, size_t n) {
+    double look = s->lookups ? (double)s->lookups : 1, tok = s->tokens ? (double)s->tokens : 1;
+    char b1[32];
+    int k = snprintf(buf, n, "%.1f%% in slots", 100.0 * (double)s->hits_slot / look);
+    if (s->hits_ahead)
+        k += snprintf(buf + k, n - (size_t)k, ", %.1f%% read ahead", 100.0 * (double)s->hits_ahead / look);
+    if (s->n_ram) k += snprintf(buf + k, n - (size_t)k, ", %.1f%% host cache", 100.0 * (double)s->hits_ram / look);
+    k +=
+        snprintf(buf + k, n - (size_t)k, ", %s read/token", sl_human_bytes((double)s->bytes_read / tok, b1, sizeof b1));
+    if (s->read_busy_s > 0)
+        k += snprintf(buf + k, n - (size_t)k, " at %.2f GB/s", (double)s->bytes_read / s->read_busy_s / 1e9);
+    k += snprintf(buf + k, n - (size_t)k, ", stall %.2f ms/token", s->stall_s * 1e3 / tok);
+    if (s->predicted)
+        snprintf(buf + k, n - (size_t)k, ", prefetch %.0f%% right",
+                 100.0 * (double)s->predicted_used / (double)s->predicted);
+    return buf;
 }
