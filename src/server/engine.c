@@ -141,6 +141,10 @@ static void run_job(sv_engine *g, sv_job *j) {
     mt->decode_s += j->st.decode_s;
     if (j->st.prefill_s > 0) mt->last_prefill_tps = (j->st.prompt_tokens - j->st.cached_tokens) / j->st.prefill_s;
     if (j->st.decode_s > 0) mt->last_decode_tps = j->st.generated_tokens / j->st.decode_s;
+    if (g->m->store) { /* a copy, since the store is the worker's alone */
+        mt->streaming = 1;
+        sl_store_stats_get(g->m->store, &mt->xs);
+    }
     pthread_mutex_unlock(&g->mu);
 }
 
@@ -314,5 +318,29 @@ void sv_engine_metrics(sv_engine *g, sv_buf *o) {
     METRIC("queue_depth", "gauge", "Requests waiting for the engine.", "%d", q);
     METRIC("busy", "gauge", "1 while a generation runs.", "%d", busy);
     METRIC("ready", "gauge", "1 once the model is loaded.", "%d", ready);
+    if (m.streaming) {
+        const sl_store_stats *x = &m.xs;
+        METRIC("expert_lookups_total", "counter", "Experts the routed tokens needed (once per layer pass).", "%llu",
+               (unsigned long long)x->lookups);
+        sv_buf_puts(o, "# HELP sluice_expert_hits_total Experts found without a read, by tier.\n"
+                       "# TYPE sluice_expert_hits_total counter\n");
+        sv_buf_printf(o, "sluice_expert_hits_total{tier=\"slots\"} %llu\n", (unsigned long long)x->hits_slot);
+        sv_buf_printf(o, "sluice_expert_hits_total{tier=\"read_ahead\"} %llu\n", (unsigned long long)x->hits_ahead);
+        sv_buf_printf(o, "sluice_expert_hits_total{tier=\"host\"} %llu\n", (unsigned long long)x->hits_ram);
+        METRIC("expert_misses_total", "counter", "Experts read from disk when needed.", "%llu",
+               (unsigned long long)x->misses);
+        METRIC("expert_tokens_total", "counter", "Tokens through the streamed MoE layers.", "%llu",
+               (unsigned long long)x->tokens);
+        METRIC("expert_read_bytes_total", "counter", "Bytes of experts read from disk (reads ahead included).", "%llu",
+               (unsigned long long)x->bytes_read);
+        METRIC("expert_read_seconds_total", "counter", "Wall time with expert reads in flight.", "%.6f",
+               x->read_busy_s);
+        METRIC("expert_stall_seconds_total", "counter", "Time the forward pass waited for expert reads.", "%.6f",
+               x->stall_s);
+        METRIC("expert_predicted_total", "counter", "Experts guessed for the next layer.", "%llu",
+               (unsigned long long)x->predicted);
+        METRIC("expert_predicted_used_total", "counter", "Guessed experts the next layer was routed to.", "%llu",
+               (unsigned long long)x->predicted_used);
+    }
 #undef METRIC
 }

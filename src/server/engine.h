@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "experts/store.h"
 #include "models/model.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
@@ -35,6 +36,8 @@ typedef struct sv_metrics {
     unsigned long long prompt_tokens, cached_tokens, generated_tokens, prefix_hits;
     double prefill_s, decode_s;
     double last_prefill_tps, last_decode_tps;
+    int streaming;     /* the model streams its experts: xs holds the store's counters */
+    sl_store_stats xs; /* as of the end of the last generation */
 } sv_metrics;
 
 typedef struct sv_engine {

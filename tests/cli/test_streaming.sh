@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The streaming flags from the command line: `sluice logits` with the experts of a MoE fixture in a
+# small host cache (--ram) writes the resident logits byte for byte, buffered and O_DIRECT; bad values
+# of --vram, --ram and --io are refused with one line naming the flag; bench reports the store.
+set -u
+BIN=${SLUICE_BIN:?SLUICE_BIN not set}
+FIX=${SLUICE_FIXTURES:?SLUICE_FIXTURES not set}
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+export SLUICE_BACKEND=cpu
+fails=0
+fail() {
+    echo "FAIL: $*" >&2
+    fails=$((fails + 1))
+}
+M=$FIX/models/qwen3_5_moe
+ids=1,20,300,400,50,60,70,80
+"$BIN" logits "$M" --ids $ids --decode-ids 9,99,499 --out "$TMP/ref.f32" 2>"$TMP/ref.err" || fail "resident: $(cat "$TMP/ref.err")"
+for io in buffered direct; do
+    "$BIN" logits "$M" --ids $ids --decode-ids 9,99,499 --out "$TMP/$io.f32" --ram 500K --io $io 2>"$TMP/$io.err" ||
+        fail "--ram 500K --io $io: $(cat "$TMP/$io.err")"
+    grep -q "streaming experts: .* $io I/O" "$TMP/$io.err" || fail "--io $io: no line saying the experts stream"
+    cmp -s "$TMP/ref.f32" "$TMP/$io.f32" || fail "--ram 500K --io $io: logits differ from the resident model's"
+done
+bad() { # NAME PATTERN ARGS...: exit 2 and one line matching PATTERN
+    local name=$1 pat=$2
+    shift 2
+    "$BIN" "$@" >"$TMP/$name.out" 2>"$TMP/$name.err"
+    local rc=$?
+    [ $rc -eq 2 ] || fail "$name: exit $rc, expected 2"
+    [ "$(wc -l <"$TMP/$name.err")" -eq 1 ] || fail "$name: expected one line, got: $(cat "$TMP/$name.err")"
+    grep -q -- "$pat" "$TMP/$name.err" || fail "$name: '$pat' not in: $(cat "$TMP/$name.err")"
+}
+bad io "--io is buffered or direct, got 'fast'" logits "$M" --ids 1 --out "$TMP/x" --io fast
+bad vram0 "--vram 0 leaves no GPU memory" bench "$M" --vram 0
+bad ramsize "--ram needs a size" logits "$M" --ids 1 --out "$TMP/x" --ram lots
+"$BIN" logits "$M" --ids $ids --out "$TMP/small" --ram 100K 2>"$TMP/small.err" && fail "a cache below one token's experts must fail"
+grep -q "routes to 4 per layer" "$TMP/small.err" || fail "too small a cache: $(cat "$TMP/small.err")"
+"$BIN" bench "$M" -p 16 -n 8 --ram 500K >"$TMP/bench.out" 2>&1 || fail "bench --ram: $(cat "$TMP/bench.out")"
+for row in "streamed experts" "decode experts" "expert tier read"; do
+    grep -q "$row" "$TMP/bench.out" || fail "bench --ram: no '$row' row"
+done
+[ $fails -eq 0 ] && echo "streaming CLI: all checks passed"
+exit $((fails > 0))
