@@ -228,19 +228,6 @@ static const sl_expert *template_of(const sl_model *m, int l, int e) {
     return &m->layers[l].expert_store[e];
 }
 
-size_t sl_store_expert_bytes(const sl_model *m) {
-    size_t mx = 0;
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        const sl_layer *L = &m->layers[l];
-        for (int e = 0; L->is_moe && e < L->experts.n_experts; e++) {
-            const sl_expert *x = template_of(m, l, e);
-            size_t b = sl_weight_bytes(&x->gate) + sl_weight_bytes(&x->up) + sl_weight_bytes(&x->down);
-            if (b > mx) mx = b;
-        }
-    }
-    return mx;
-}
-
 /* The expert's weights as they sit at base, laid out by offsets taken from the image or the slot. */
 static void build_expert(const sl_expert *tpl, const xinfo *xi, uint8_t *base, int dev, sl_expert *out) {
     *out = *tpl;

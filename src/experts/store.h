@@ -56,9 +56,6 @@ typedef struct sl_store_stats {
 int sl_store_create(sl_model *m, const sl_store_config *cfg, sl_expert_store **out, sl_err *e);
 void sl_store_free(sl_expert_store *st);
 
-/* Bytes one expert slot takes, and the largest top-k a layer routes to. */
-size_t sl_store_expert_bytes(const sl_model *m);
-
 /* The arguments of one MoE layer's routed half. */
 typedef struct sl_store_moe_args {
     const float *x; /* [n][hidden] the layer's normed input */

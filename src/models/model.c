@@ -91,9 +91,10 @@ static int check_formats(sl_model *m, const sl_model_opts *o, char *note, size_t
     return 0;
 }
 
-/* Resident mode for backends with their own memory: every weight, norm and table is copied there once
- * (a tied output head shares the embedding's copy). */
-static int place_all(sl_model *m, int experts, sl_err *e) {
+/* For backends with their own memory: every weight but the routed experts, every norm and table, is
+ * copied there once (a tied output head shares the embedding's copy). The experts follow resident
+ * (place_experts_resident) or stream (the expert store). */
+static int place_dense(sl_model *m, sl_err *e) {
     const sl_backend_ops *op = m->be->ops;
     sl_backend *b = m->be;
     const sl_config *c = &m->cfg;
@@ -127,14 +128,6 @@ static int place_all(sl_model *m, int experts, sl_err *e) {
                   {&L->lin_norm, (size_t)c->lin_v_head_dim}};
         for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++)
             if (*vs[i].v && op->place_vector(b, vs[i].v, vs[i].len, e)) return -1;
-        if (!L->is_moe || !experts) continue;
-        for (int x = 0; x < L->experts.n_experts; x++) {
-            sl_expert *ex = &L->expert_store[x];
-            if (op->place_weight(b, &ex->gate, e) || op->place_weight(b, &ex->up, e) ||
-                op->place_weight(b, &ex->down, e))
-                return -1;
-        }
-        if (op->place_experts(b, &L->experts, e)) return -1;
     }
     return 0;
 }
@@ -190,7 +183,7 @@ static int place_model(sl_model *m, const sl_model_opts *o, sl_err *e) {
         sc.slot_bytes_budget = ram;
     } else {
         size_t free0 = op->mem_free ? op->mem_free(m->be) : 0;
-        if (place_all(m, 0, e)) return -1;
+        if (place_dense(m, e)) return -1;
         size_t free1 = op->mem_free ? op->mem_free(m->be) : 0;
         int64_t dense = free0 > free1 ? (int64_t)(free0 - free1) : 0, reserve = session_reserve(m, o ? o->ctx : 0);
         int64_t avail = vram > 0 ? vram - dense - reserve : (int64_t)free1 - reserve;
