@@ -8,8 +8,11 @@
 #   2. decode of a synthetic qwen3.5-35b-a3b (mlx4): resident, --vram 8G with the page cache warm, and
 #      --vram 8G --io direct from disk (RUNS runs each, default 2);
 #   3. a qwen3.5-397b-a17b-shaped checkpoint of as many layers as the disk holds (BIG_LAYERS, default:
-#      from the free space), --vram 20G, buffered and direct.
-# STEPS="1 2 3" picks the steps.
+#      from the free space), --vram 20G, buffered and direct;
+#   4. the 35B shape with GPUDirect Storage (--io gds; cuFile's compatibility mode where the nvidia-fs
+#      module is not loaded), --vram 8G and 3G.
+# STEPS="1 2 3" picks the steps (4 runs when named). SLUICE_TEST_GDS=1 makes step 1 fail when libcufile
+# cannot be loaded, instead of leaving GPUDirect reads untested.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:?usage: tools/stream-check.sh BUNDLE_DIR}
@@ -77,5 +80,14 @@ if step 3; then
         bench "397b $layers layers, vram 8G, O_DIRECT" --synthetic $sh --quant mlx4 --layers "$layers" \
             --dir "$DIR/$sh" -p 16 -n 64 -r "$RUNS" --vram 8G --io direct
     } | tee -a "$OUT/bench397.txt"
+fi
+
+if [[ " ${STEPS:-} " == *" 4 "* ]]; then
+    sh=qwen3.5-35b-a3b
+    {
+        bench "vram 8G, gds" --synthetic $sh --quant mlx4 --dir "$DIR/$sh" -p 32 -n 128 -r "$RUNS" --vram 8G --io gds
+        bench "vram 3G, gds" --synthetic $sh --quant mlx4 --dir "$DIR/$sh" -p 32 -n 128 -r "$RUNS" --vram 3G --io gds
+        bench "vram 3G, O_DIRECT" --synthetic $sh --quant mlx4 --dir "$DIR/$sh" -p 32 -n 128 -r "$RUNS" --vram 3G --io direct
+    } | tee "$OUT/gds.txt"
 fi
 exit $rc

@@ -169,6 +169,17 @@ typedef struct sl_backend_ops {
     void (*host_free)(sl_backend *b, void *p);
     void (*upload_async)(sl_backend *b, void *dst, const void *src, size_t bytes);
     int (*sync)(sl_backend *b, sl_err *e);
+    /* Reads from files straight into backend memory (GPUDirect Storage) for an expert store; NULL when
+     * the backend has none. gds_open starts it (once; -1 saying why it is unavailable) and sets *direct
+     * to 1 when transfers bypass host memory, 0 when the library stages them through host buffers itself.
+     * gds_file registers a file opened with O_DIRECT (NULL, said in e, on failure); gds_read runs on any
+     * thread: len bytes at off into dst (backend memory), returning the bytes read (fewer only at the
+     * end of the file) or -errno. It is not ordered with the queued ops: sync before overwriting memory
+     * that queued ops read. */
+    int (*gds_open)(sl_backend *b, int *direct, sl_err *e);
+    void *(*gds_file)(sl_backend *b, int fd, sl_err *e);
+    void (*gds_file_close)(sl_backend *b, void *fh);
+    int64_t (*gds_read)(sl_backend *b, void *fh, void *dst, size_t len, uint64_t off);
     /* Recorded one-token steps. step_begin(b, &rec, pos, id) returns 1 when *rec holds a recording and
      * was replayed for position pos and token id (the caller issues no ops), 0 when it started
      * recording the ops that follow until step_end(b, &rec), which runs them and keeps the recording in

@@ -33,7 +33,7 @@ int cli_stream_flag(const char *cmd, const char *flag, const char *val, sl_model
     if (!strcmp(flag, "--io")) {
         sl_io_mode m;
         if (!val || sl_io_mode_parse(val, &m)) {
-            fprintf(stderr, "%s: --io is buffered or direct, got '%s'\n", cmd, val ? val : "");
+            fprintf(stderr, "%s: --io is buffered, direct or gds, got '%s'\n", cmd, val ? val : "");
             return -1;
         }
         o->io = (int)m;

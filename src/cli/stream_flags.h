@@ -15,7 +15,9 @@ int cli_stream_flag(const char *cmd, const char *flag, const char *val, sl_model
     "  --ram SIZE             pinned host cache of experts on the GPU (default: none; the page cache\n"                \
     "                         serves with buffered reads); on the CPU backend, the expert cache itself\n"              \
     "                         (streaming on, default: compute on the mapped checkpoint)\n"                             \
-    "  --io MODE              buffered (page cache, default) or direct (O_DIRECT) reads of experts\n"                  \
+    "  --io MODE              how experts are read: buffered (page cache), direct (O_DIRECT) or gds\n"                 \
+    "                         (GPUDirect Storage through libcufile; default: gds where the nvidia-fs\n"                \
+    "                         driver is loaded and no --ram cache is asked for, else buffered)\n"                      \
     "  --no-prefetch          no reading ahead of the next layer's predicted experts\n"
 
 #endif

@@ -9,6 +9,7 @@
 
 typedef struct io_req {
     int fd;
+    void *fh; /* set: read through the reader */
     uint64_t off, tag;
     size_t len, done;
     uint8_t *dst;
@@ -30,6 +31,7 @@ struct sl_io {
     pthread_cond_t work, done;
     int *todo, todo_head, todo_n;
     int *fin, fin_head, fin_n;
+    sl_io_reader reader;
 };
 
 static void *worker(void *arg) {
@@ -45,10 +47,16 @@ static void *worker(void *arg) {
         io_req *r = &io->req[id];
         int64_t res = 0;
         while (r->done < r->len) {
-            ssize_t got = pread(r->fd, r->dst + r->done, r->len - r->done, (off_t)(r->off + r->done));
-            if (got < 0 && errno == EINTR) continue;
+            int64_t got;
+            if (r->fh) {
+                got = io->reader.fn(io->reader.ctx, r->fh, r->dst + r->done, r->len - r->done, r->off + r->done);
+            } else {
+                got = pread(r->fd, r->dst + r->done, r->len - r->done, (off_t)(r->off + r->done));
+                if (got < 0) got = -errno;
+            }
+            if (got == -EINTR) continue;
             if (got < 0) {
-                res = -errno;
+                res = got;
                 break;
             }
             if (got == 0) break;
@@ -84,7 +92,8 @@ static int start_threads(sl_io *io, sl_err *e) {
     return 0;
 }
 
-int sl_io_open(int depth, const char *engine, sl_io **out, sl_err *e) {
+int sl_io_open(int depth, const char *engine, const sl_io_reader *reader, sl_io **out, sl_err *e) {
+    if (reader) engine = "pread";
     if (!engine) engine = getenv("SLUICE_IO_ENGINE");
     if (engine && *engine && strcmp(engine, "uring") && strcmp(engine, "pread"))
         return sl_fail(e, "I/O engine '%s' is not one of uring, pread", engine);
@@ -97,6 +106,7 @@ int sl_io_open(int depth, const char *engine, sl_io **out, sl_err *e) {
         sl_io_close(io);
         return sl_fail(e, "out of memory");
     }
+    if (reader) io->reader = *reader;
     for (int i = 0; i < io->depth; i++) io->free_ids[i] = io->depth - 1 - i;
     io->n_free = io->depth;
     if (!engine || !*engine || !strcmp(engine, "uring")) {
@@ -144,7 +154,7 @@ void sl_io_close(sl_io *io) {
 }
 
 const char *sl_io_engine(const sl_io *io) {
-    return io->uring ? "io_uring" : "pread threads";
+    return io->uring ? "io_uring" : io->reader.fn ? "reader threads" : "pread threads";
 }
 
 int sl_io_pending(const sl_io *io) {
@@ -176,11 +186,11 @@ static void uring_queue(sl_io *io, int id) {
     io_uring_sqe_set_data64(sqe, (uint64_t)id);
 }
 
-int sl_io_read(sl_io *io, int fd, uint64_t off, size_t len, void *dst, uint64_t tag) {
+static int queue(sl_io *io, int fd, void *fh, uint64_t off, size_t len, void *dst, uint64_t tag) {
     if (!io->n_free) return -1;
     int id = io->free_ids[--io->n_free];
     io_req *r = &io->req[id];
-    *r = (io_req){.fd = fd, .off = off, .tag = tag, .len = len, .dst = dst};
+    *r = (io_req){.fd = fd, .fh = fh, .off = off, .tag = tag, .len = len, .dst = dst};
     io->n_busy++;
     io->n_queued++;
     if (io->uring) {
@@ -193,6 +203,14 @@ int sl_io_read(sl_io *io, int fd, uint64_t off, size_t len, void *dst, uint64_t 
         pthread_mutex_unlock(&io->mu);
     }
     return 0;
+}
+
+int sl_io_read(sl_io *io, int fd, uint64_t off, size_t len, void *dst, uint64_t tag) {
+    return queue(io, fd, NULL, off, len, dst, tag);
+}
+
+int sl_io_read_fh(sl_io *io, void *fh, uint64_t off, size_t len, void *dst, uint64_t tag) {
+    return queue(io, -1, fh, off, len, dst, tag);
 }
 
 void sl_io_submit(sl_io *io) {

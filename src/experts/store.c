@@ -50,6 +50,7 @@ typedef struct slot {
     int pending;   /* reads in flight */
     int host;      /* host entry the reads land in (backends of their own memory), -1: the slot itself */
     uint8_t *base; /* backend memory */
+    uint64_t used; /* the latest pass (or queued copy) that reads base, for GPUDirect reads into it */
     sl_expert ex;  /* the expert's weights, pointing into base */
     int failed;
 } slot;
@@ -81,6 +82,9 @@ struct sl_expert_store {
     /* files */
     int n_files;
     int *fd_buf, *fd_direct;
+    void **gfh; /* cuFile handles of the files (GPUDirect Storage) */
+    int gds, gds_direct;
+    uint64_t launches, synced; /* passes queued, and the latest one known to have run */
     sl_io *io;
     /* per layer visit */
     uint64_t visit;
@@ -108,7 +112,7 @@ struct sl_expert_store {
 };
 
 const char *sl_io_mode_name(sl_io_mode m) {
-    return m == SL_IO_DIRECT ? "direct" : m == SL_IO_BUFFERED ? "buffered" : "auto";
+    return m == SL_IO_DIRECT ? "direct" : m == SL_IO_BUFFERED ? "buffered" : m == SL_IO_GDS ? "gds" : "auto";
 }
 
 int sl_io_mode_parse(const char *s, sl_io_mode *out) {
@@ -116,6 +120,8 @@ int sl_io_mode_parse(const char *s, sl_io_mode *out) {
         *out = SL_IO_BUFFERED;
     else if (!strcmp(s, "direct"))
         *out = SL_IO_DIRECT;
+    else if (!strcmp(s, "gds"))
+        *out = SL_IO_GDS;
     else if (!strcmp(s, "auto"))
         *out = SL_IO_AUTO;
     else
@@ -306,6 +312,7 @@ static void host_forget(sl_expert_store *st, hentry *h) {
 static void copies_done(sl_expert_store *st) {
     for (int i = 0; i < st->n_host; i++) st->host[i].copying = 0;
     st->pass_next = 0;
+    st->synced = st->launches;
 }
 
 static int backend_sync(sl_expert_store *st) {
@@ -370,19 +377,32 @@ static int reap(sl_expert_store *st) {
     int si = (int)(tag >> 8), wi = (int)(tag & 255);
     slot *s = &st->slots[si];
     const xinfo *xi = &st->x[(size_t)s->layer * (size_t)st->n_experts + (size_t)s->expert];
-    const window *w = &xi->w[wi];
-    uint64_t start = st->cfg.io == SL_IO_DIRECT ? w->off : w->lo;
+    /* a window, or with GPUDirect reads a piece (tags of pieces have the high bit) */
+    int file;
+    uint64_t lo, hi, start;
+    if (wi & 128) {
+        const piece *p = &xi->p[wi & 127];
+        file = p->file;
+        start = lo = p->off;
+        hi = p->off + p->len;
+    } else {
+        const window *w = &xi->w[wi];
+        file = w->file;
+        lo = w->lo;
+        hi = w->hi;
+        start = st->cfg.io == SL_IO_DIRECT ? w->off : w->lo;
+    }
     if (res < 0) {
         s->failed = 1;
-        fail(st, "%s: reading expert %d of layer %d (bytes %llu to %llu) failed: %s", path_of(st, w->file), s->expert,
-             s->layer, (unsigned long long)w->lo, (unsigned long long)w->hi, strerror((int)-res));
-    } else if (start + (uint64_t)res < w->hi) {
+        fail(st, "%s: reading expert %d of layer %d (bytes %llu to %llu) failed: %s", path_of(st, file), s->expert,
+             s->layer, (unsigned long long)lo, (unsigned long long)hi, strerror((int)-res));
+    } else if (start + (uint64_t)res < hi) {
         s->failed = 1;
         fail(st,
              "%s: the file ends at byte %llu, but expert %d of layer %d lies at bytes %llu to %llu (was the file "
              "truncated or replaced?)",
-             path_of(st, w->file), (unsigned long long)(start + (uint64_t)res), s->expert, s->layer,
-             (unsigned long long)w->lo, (unsigned long long)w->hi);
+             path_of(st, file), (unsigned long long)(start + (uint64_t)res), s->expert, s->layer,
+             (unsigned long long)lo, (unsigned long long)hi);
     } else {
         st->st.bytes_read += (uint64_t)res;
     }
@@ -401,9 +421,49 @@ static int file_fd(sl_expert_store *st, int file, int direct) {
     return *fd;
 }
 
+/* The file's cuFile handle, registered on first use. */
+static void *file_gfh(sl_expert_store *st, int file) {
+    if (!st->gfh[file]) {
+        int fd = file_fd(st, file, 1);
+        if (fd < 0) return NULL;
+        sl_err e;
+        if (!(st->gfh[file] = st->be->ops->gds_file(st->be, fd, &e))) fail(st, "%s: %s", path_of(st, file), e.msg);
+    }
+    return st->gfh[file];
+}
+
+/* GPUDirect reads of every piece straight into the slot; pieces held in memory are copied. The writes
+ * are not ordered with the backend's queue, so a slot that queued work may still read waits for it. */
+static int start_load_gds(sl_expert_store *st, int si, const xinfo *xi) {
+    slot *s = &st->slots[si];
+    for (int i = 0; i < NP; i++) {
+        const piece *p = &xi->p[i];
+        if (!p->len) continue;
+        if (p->file < 0) {
+            st->be->ops->upload_async(st->be, s->base + p->dev, p->mem, p->len);
+            s->used = ++st->launches;
+            continue;
+        }
+        void *fh = file_gfh(st, p->file);
+        if (!fh) {
+            s->failed = 1;
+            break;
+        }
+        while (sl_io_read_fh(st->io, fh, p->off, p->len, s->base + p->dev, ((uint64_t)si << 8) | 128u | (uint64_t)i))
+            if (reap(st)) return -1;
+        busy_begin(st);
+        s->pending++;
+        st->st.reads++;
+    }
+    sl_io_submit(st->io);
+    if (!s->pending) loaded(st, si);
+    return 0;
+}
+
 /* Starts filling slot si with expert e of layer l: from the host cache, or by reads of its windows. */
 static int start_load(sl_expert_store *st, int si, int l, int e, int ahead) {
     slot *s = &st->slots[si];
+    if (st->gds && s->used > st->synced && backend_sync(st)) return -1;
     evict_slot(st, s);
     const xinfo *xi = &st->x[(size_t)l * (size_t)st->n_experts + (size_t)e];
     s->layer = l;
@@ -416,6 +476,11 @@ static int start_load(sl_expert_store *st, int si, int l, int e, int ahead) {
     *wh(st, l, e) = si;
     st->layer_slots[l]++;
     uint8_t *dst = s->base;
+    if (st->gds) {
+        st->st.misses += !ahead;
+        st->st.prefetched += ahead != 0;
+        return start_load_gds(st, si, xi);
+    }
     if (st->own_memory) {
         int r = st->ram_cache ? st->ram_where[(size_t)l * (size_t)st->n_experts + (size_t)e] : -1;
         if (r >= 0 && !st->host[r].reading) { /* host cache hit: one copy per piece */
@@ -480,13 +545,64 @@ static int wait_slot(sl_expert_store *st, int si) {
 
 /* ---- creation ---- */
 
+static int64_t gds_reader(void *ctx, void *fh, void *dst, size_t len, uint64_t off) {
+    sl_expert_store *st = ctx;
+    return st->be->ops->gds_read(st->be, fh, dst, len, off);
+}
+
+/* Registers every file with cuFile; on failure drops them again and says why. */
+static int gds_register_all(sl_expert_store *st, sl_err *e) {
+    for (int i = 0; i < st->n_files; i++) {
+        int fd = open(path_of(st, i), O_RDONLY | O_CLOEXEC | O_DIRECT);
+        /* a file system without O_DIRECT (tmpfs): cuFile's compatibility mode reads it buffered */
+        if (fd < 0 && errno == EINVAL && !st->gds_direct) fd = open(path_of(st, i), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            sl_fail(e, "%s: cannot open with O_DIRECT for GPUDirect reads: %s", path_of(st, i), strerror(errno));
+        } else {
+            st->fd_direct[i] = fd;
+            sl_err ge;
+            if ((st->gfh[i] = st->be->ops->gds_file(st->be, fd, &ge))) continue;
+            sl_fail(e, "%s: %s", path_of(st, i), ge.msg);
+        }
+        for (int j = 0; j <= i; j++) {
+            if (st->gfh[j]) st->be->ops->gds_file_close(st->be, st->gfh[j]);
+            st->gfh[j] = NULL;
+        }
+        return -1;
+    }
+    return 0;
+}
+
+/* GPUDirect Storage when forced (failing with why it cannot be had), or in auto mode where the driver
+ * moves bytes without host memory and no host cache was asked for (else silently off). */
+static int choose_gds(sl_expert_store *st, const sl_store_config *cfg, sl_err *e) {
+    const sl_backend_ops *op = st->be->ops;
+    int forced = cfg->io == SL_IO_GDS;
+    if (!forced && (cfg->io != SL_IO_AUTO || cfg->ram_bytes > 0)) return 0;
+    if (!st->own_memory || !op->gds_open || !op->gds_file || !op->gds_read) {
+        if (!forced) return 0;
+        return sl_fail(e, "--io gds reads experts straight into GPU memory, which the %s backend does not have",
+                       op->name);
+    }
+    if (forced && cfg->ram_bytes > 0)
+        return sl_fail(e,
+                       "--io gds reads experts straight into GPU memory, so there is no host cache for --ram to size");
+    int direct = 0;
+    sl_err ge;
+    if (op->gds_open(st->be, &direct, &ge)) return forced ? sl_fail(e, "--io gds: %s", ge.msg) : 0;
+    if (!forced && !direct) return 0; /* cuFile's compatibility mode is slower than our own reads */
+    st->gds_direct = direct;
+    if (gds_register_all(st, &ge)) return forced ? sl_fail(e, "--io gds: %s", ge.msg) : 0;
+    st->gds = 1;
+    return 0;
+}
+
 int sl_store_create(sl_model *m, const sl_store_config *cfg, sl_expert_store **out, sl_err *e) {
     sl_expert_store *st = calloc(1, sizeof *st);
     if (!st) return sl_fail(e, "out of memory");
     st->m = m;
     st->be = m->be;
     st->cfg = *cfg;
-    if (st->cfg.io == SL_IO_AUTO) st->cfg.io = SL_IO_BUFFERED;
     st->own_memory = m->be->ops->place_weight != NULL;
     if (st->own_memory && (!m->be->ops->host_alloc || !m->be->ops->upload_async || !m->be->ops->sync)) {
         sl_store_free(st);
@@ -508,14 +624,16 @@ int sl_store_create(sl_model *m, const sl_store_config *cfg, sl_expert_store **o
     st->n_files = m->st->n_files;
     st->fd_buf = malloc((size_t)st->n_files * sizeof(int));
     st->fd_direct = malloc((size_t)st->n_files * sizeof(int));
+    st->gfh = calloc((size_t)st->n_files, sizeof *st->gfh);
+    for (int i = 0; st->fd_buf && st->fd_direct && i < st->n_files; i++) st->fd_buf[i] = st->fd_direct[i] = -1;
     st->mark = calloc((size_t)st->n_experts, sizeof *st->mark);
     st->pmark = calloc((size_t)st->n_experts, sizeof *st->pmark);
     st->miss_rate = malloc((size_t)st->n_layers * sizeof *st->miss_rate);
     st->inflight = malloc((size_t)st->n_experts * sizeof(int));
     st->list = malloc((size_t)st->n_experts * sizeof(int) * 3);
     st->pred = malloc((size_t)(st->k_max + 1) * sizeof *st->pred);
-    if (!st->x || !st->where || !st->ram_where || !st->layer_slots || !st->fd_buf || !st->fd_direct || !st->mark ||
-        !st->list || !st->pred || !st->pmark || !st->inflight || !st->miss_rate) {
+    if (!st->x || !st->where || !st->ram_where || !st->layer_slots || !st->fd_buf || !st->fd_direct || !st->gfh ||
+        !st->mark || !st->list || !st->pred || !st->pmark || !st->inflight || !st->miss_rate) {
         sl_store_free(st);
         return sl_fail(e, "out of memory describing the experts");
     }
@@ -523,7 +641,11 @@ int sl_store_create(sl_model *m, const sl_store_config *cfg, sl_expert_store **o
     st->ready = st->todo + st->n_experts;
     for (size_t i = 0; i < cells; i++) st->where[i] = st->ram_where[i] = -1;
     for (int l = 0; l < st->n_layers; l++) st->miss_rate[l] = 1.0f;
-    for (int i = 0; i < st->n_files; i++) st->fd_buf[i] = st->fd_direct[i] = -1;
+    if (choose_gds(st, cfg, e)) {
+        sl_store_free(st);
+        return -1;
+    }
+    st->cfg.io = st->gds ? SL_IO_GDS : st->cfg.io == SL_IO_AUTO ? SL_IO_BUFFERED : st->cfg.io;
     st->pred_layer = -1;
     for (int l = 0; l < st->n_layers; l++) {
         sl_layer *L = &m->layers[l];
@@ -572,7 +694,7 @@ int sl_store_create(sl_model *m, const sl_store_config *cfg, sl_expert_store **o
     for (int i = 0; i < st->n_slots; i++) {
         st->slots[i] = (slot){.layer = -1, .expert = -1, .host = -1, .base = st->arena + slot_bytes * (size_t)i};
     }
-    if (st->own_memory) {
+    if (st->own_memory && !st->gds) { /* GPUDirect reads need no host images */
         /* the host cache, or without one enough staging images for the reads of a few layers */
         int64_t n_ram = cfg->ram_bytes > 0 ? cfg->ram_bytes / (int64_t)st->img_bytes : 0;
         if (n_ram > total) n_ram = total;
@@ -607,14 +729,17 @@ int sl_store_create(sl_model *m, const sl_store_config *cfg, sl_expert_store **o
             return sl_fail(e, "out of memory for expert prediction");
         }
     }
-    if (sl_io_open(IO_DEPTH, NULL, &st->io, e)) {
+    sl_io_reader reader = {gds_reader, st};
+    if (sl_io_open(IO_DEPTH, NULL, st->gds ? &reader : NULL, &st->io, e)) {
         sl_store_free(st);
         return -1;
     }
     st->st.n_slots = st->n_slots;
     st->st.n_ram = st->ram_cache ? st->n_host : 0;
     st->st.slot_bytes = slot_bytes;
-    st->st.engine = sl_io_engine(st->io);
+    st->st.engine = !st->gds         ? sl_io_engine(st->io)
+                    : st->gds_direct ? "cuFile (GPUDirect)"
+                                     : "cuFile (compatibility mode)";
     st->st.io = st->cfg.io;
     *out = st;
     return 0;
@@ -638,11 +763,13 @@ void sl_store_free(sl_expert_store *st) {
     if (st->pweights) be->ops->free(be, st->pweights);
     if (st->pids) be->ops->free(be, st->pids);
     for (int i = 0; st->fd_buf && i < st->n_files; i++) {
+        if (st->gfh && st->gfh[i]) be->ops->gds_file_close(be, st->gfh[i]);
         if (st->fd_buf[i] >= 0) close(st->fd_buf[i]);
         if (st->fd_direct[i] >= 0) close(st->fd_direct[i]);
     }
     free(st->fd_buf);
     free(st->fd_direct);
+    free(st->gfh);
     free(st->x);
     free(st->where);
     free(st->ram_where);
@@ -733,7 +860,12 @@ static int pass(sl_expert_store *st, int l, const sl_store_moe_args *a, int nk, 
         }
     }
     be->ops->moe_pairs(be, &L->experts, a->x, a->n, st->m->cfg.hidden, ids, st->m->cfg.top_k);
-    for (int i = 0; i < cnt; i++) st->slots[*wh(st, l, xs[i])].pin = 0; /* later copies queue behind */
+    st->launches++;
+    for (int i = 0; i < cnt; i++) { /* later copies queue behind */
+        slot *s = &st->slots[*wh(st, l, xs[i])];
+        s->pin = 0;
+        s->used = st->launches;
+    }
     return 0;
 }
 
@@ -872,7 +1004,9 @@ double sl_store_probe_read(sl_expert_store *st, uint64_t bytes, sl_err *e) {
     while (sl_io_pending(st->io))
         if (reap(st)) return sl_fail(e, "%s", st->failure.msg), -1;
     int depth = 32; /* experts in flight; concurrent reads into the same scratch image are harmless */
-    uint8_t *buf = aligned_alloc(ALIGN, st->img_bytes * (size_t)depth);
+    size_t each = st->gds ? st->dev_bytes : st->img_bytes;
+    uint8_t *buf =
+        st->gds ? st->be->ops->alloc(st->be, each * (size_t)depth) : aligned_alloc(ALIGN, each * (size_t)depth);
     if (!buf) return sl_fail(e, "out of memory for the read probe"), -1;
     int direct = st->cfg.io == SL_IO_DIRECT, failed = 0, next = 0;
     uint64_t done = 0, issued = 0, rng = 0x5eedull;
@@ -883,8 +1017,15 @@ double sl_store_probe_read(sl_expert_store *st, uint64_t bytes, sl_err *e) {
             rng = rng * 6364136223846793005ull + 1442695040888963407ull;
             const xinfo *xi = &st->x[(rng >> 17) % cells];
             if (!xi->n_win) continue; /* a dense layer */
-            uint8_t *dst = buf + st->img_bytes * (size_t)(next++ % depth);
-            for (int wi = 0; wi < xi->n_win && !failed; wi++) {
+            uint8_t *dst = buf + each * (size_t)(next++ % depth);
+            for (int i = 0; st->gds && i < NP && !failed; i++) { /* GPUDirect: piece by piece */
+                const piece *p = &xi->p[i];
+                if (!p->len || p->file < 0) continue;
+                void *fh = file_gfh(st, p->file);
+                if (!fh || sl_io_read_fh(st->io, fh, p->off, p->len, dst + p->dev, 0)) failed = 1;
+                issued += p->len;
+            }
+            for (int wi = 0; !st->gds && wi < xi->n_win && !failed; wi++) {
                 const window *w = &xi->w[wi];
                 int fd = file_fd(st, w->file, direct);
                 uint64_t off = direct ? w->off : w->lo;
@@ -903,7 +1044,10 @@ double sl_store_probe_read(sl_expert_store *st, uint64_t bytes, sl_err *e) {
             done += (uint64_t)res;
     }
     double t = sl_now() - t0;
-    free(buf);
+    if (st->gds)
+        st->be->ops->free(st->be, buf);
+    else
+        free(buf);
     if (failed) return sl_fail(e, "%s", st->failed ? st->failure.msg : "a read of the probe failed"), -1;
     return t > 0 ? (double)done / t : -1;
 }

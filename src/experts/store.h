@@ -17,7 +17,9 @@
 #include "backend/backend.h"
 #include "core/err.h"
 
-typedef enum { SL_IO_AUTO = 0, SL_IO_BUFFERED, SL_IO_DIRECT } sl_io_mode;
+/* How experts are read: auto (GPUDirect Storage where the driver moves the bytes without host memory,
+ * else buffered), through the page cache, with O_DIRECT, or through cuFile (GPUDirect Storage, forced). */
+typedef enum { SL_IO_AUTO = 0, SL_IO_BUFFERED, SL_IO_DIRECT, SL_IO_GDS } sl_io_mode;
 
 typedef struct sl_model sl_model;
 typedef struct sl_expert_store sl_expert_store;
@@ -47,7 +49,7 @@ typedef struct sl_store_stats {
     uint64_t prefetched;     /* reads started ahead of need */
     int n_slots, n_ram;      /* tier sizes in experts */
     size_t slot_bytes;       /* bytes of one slot */
-    const char *engine;      /* "io_uring" or "pread threads" */
+    const char *engine;      /* "io_uring", "pread threads" or "cuFile (GPUDirect)" / "cuFile (compatibility mode)" */
     sl_io_mode io;
 } sl_store_stats;
 
@@ -86,7 +88,7 @@ const char *sl_store_stats_line(const sl_store_stats *s, char *buf, size_t n);
 void sl_store_stats_get(const sl_expert_store *st, sl_store_stats *out);
 void sl_store_stats_reset(sl_expert_store *st);
 const char *sl_io_mode_name(sl_io_mode m);
-/* "buffered", "direct" (or "auto"); -1 for anything else. */
+/* "buffered", "direct", "gds" (or "auto"); -1 for anything else. */
 int sl_io_mode_parse(const char *s, sl_io_mode *out);
 
 #endif

@@ -31,11 +31,15 @@ bad() { # NAME PATTERN ARGS...: exit 2 and one line matching PATTERN
     [ "$(wc -l <"$TMP/$name.err")" -eq 1 ] || fail "$name: expected one line, got: $(cat "$TMP/$name.err")"
     grep -q -- "$pat" "$TMP/$name.err" || fail "$name: '$pat' not in: $(cat "$TMP/$name.err")"
 }
-bad io "--io is buffered or direct, got 'fast'" logits "$M" --ids 1 --out "$TMP/x" --io fast
+bad io "--io is buffered, direct or gds, got 'fast'" logits "$M" --ids 1 --out "$TMP/x" --io fast
 bad vram0 "--vram 0 leaves no GPU memory" bench "$M" --vram 0
 bad ramsize "--ram needs a size" logits "$M" --ids 1 --out "$TMP/x" --ram lots
 "$BIN" logits "$M" --ids $ids --out "$TMP/small" --ram 100K 2>"$TMP/small.err" && fail "a cache below one token's experts must fail"
 grep -q "routes to 4 per layer" "$TMP/small.err" || fail "too small a cache: $(cat "$TMP/small.err")"
+"$BIN" logits "$M" --ids $ids --out "$TMP/gds" --backend cpu --ram 500K --io gds 2>"$TMP/gds.err" &&
+    fail "--io gds on the CPU backend must fail"
+grep -q -- "--io gds reads experts straight into GPU memory, which the cpu backend" "$TMP/gds.err" ||
+    fail "--io gds on the CPU: $(cat "$TMP/gds.err")"
 "$BIN" bench "$M" -p 16 -n 8 --ram 500K >"$TMP/bench.out" 2>&1 || fail "bench --ram: $(cat "$TMP/bench.out")"
 for row in "streamed experts" "decode experts" "expert tier read"; do
     grep -q "$row" "$TMP/bench.out" || fail "bench --ram: no '$row' row"

@@ -28,7 +28,9 @@ const char *tu_sluice_bin(void) {
 }
 
 char *tu_tmpdir(void) {
-    char tmpl[] = "/tmp/sluice-test-XXXXXX";
+    const char *base = getenv("TMPDIR");
+    char tmpl[4096];
+    snprintf(tmpl, sizeof tmpl, "%s/sluice-test-XXXXXX", base && *base ? base : "/tmp");
     char *d = mkdtemp(tmpl);
     cr_assert(d, "mkdtemp failed");
     return strdup(d);

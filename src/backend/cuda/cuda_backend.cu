@@ -429,6 +429,10 @@ static const sl_backend_ops cuda_ops = {
     .host_free = cu_host_free,
     .upload_async = cu_upload_async,
     .sync = cu_sync,
+    .gds_open = cu_gds_open,
+    .gds_file = cu_gds_file,
+    .gds_file_close = cu_gds_file_close,
+    .gds_read = cu_gds_read,
     .step_begin = cu_step_begin,
     .step_end = cu_step_end,
     .step_free = cu_step_free,
@@ -461,6 +465,7 @@ static void unfuse(sl_backend_ops *o, const char *list) {
 static void cu_destroy(sl_backend *b) {
     cu_impl *c = cu_of(b);
     cudaStreamSynchronize(c->st);
+    cu_gds_close(c);
     for (int i = 0; i < c->n_blocks; i++) cudaFree(c->blocks[i]);
     free(c->blocks);
     for (int i = 0; i < c->n_tables; i++) {

@@ -80,6 +80,7 @@ struct cu_impl {
     int rpw_balance; /* rows per warp from the rounds a launch takes (SLUICE_CUDA_RPW_BALANCE=0: the old rule) */
     int dn_chunked;  /* prefill's delta rule in the chunked form (SLUICE_CUDA_DELTANET=recurrent: token by token) */
     int smem_optin;  /* the most shared memory a block may ask for */
+    struct cu_gds *gds; /* GPUDirect Storage once asked for (cuda_gds.cu) */
 };
 
 static inline cu_impl *cu_of(sl_backend *b) {
@@ -348,6 +349,12 @@ void cu_moe_gemv(cu_impl *c, const cu_w *gate, const cu_w *up, const cu_w *down,
 int cu_moe_routes(int ne, int k);
 
 /* GGML block-quantised weights (cuda_ggml.cu); every type decodes by the CPU reference formulas */
+/* GPUDirect Storage (cuda_gds.cu), the backend's gds_* ops; cu_gds_close unloads it. */
+int cu_gds_open(sl_backend *b, int *direct, sl_err *e);
+void *cu_gds_file(sl_backend *b, int fd, sl_err *e);
+void cu_gds_file_close(sl_backend *b, void *fh);
+int64_t cu_gds_read(sl_backend *b, void *fh, void *dst, size_t len, uint64_t off);
+void cu_gds_close(cu_impl *c);
 int cu_ggml_init(void); /* copies the IQ codebooks to the current device; nonzero on failure */
 int cu_ggml_supported(int gtype);
 void cu_ggml_gemv(cu_impl *c, const gg_call &g, int n);
