@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/stream_flags.h"
 #include "core/util.h"
+#include "experts/store.h"
 #include "formats/resolve.h"
 #include "runtime/generate.h"
 #include "text/chat.h"
@@ -21,7 +22,7 @@
 
 typedef struct run_opts {
     const char *model, *prompt, *system, *backend;
-    int ctx, threads, raw, think, verbose;
+    int ctx, threads, raw, think, verbose, timing;
     sl_model_opts mo; /* --vram, --ram, --io */
     sl_gen_params gen;
     const char *stops[MAX_STOPS];
@@ -38,6 +39,8 @@ typedef struct run_ctx {
     size_t reply_len, reply_cap;
     chat_view view;
     int interactive;
+    double load_s;  /* sl_model_load's wall time, for --timing */
+    int load_shown; /* the load row goes in the first table only */
 } run_ctx;
 
 /* Ctrl-C during a reply stops that reply, not the chat. A signal handler can only reach static storage,
@@ -67,7 +70,9 @@ static void usage(FILE *f) {
                "  --repeat-penalty R, --repeat-last-n N, --presence-penalty P, --frequency-penalty F\n"
                "  --seed S               random seed (same seed and input give the same output)\n"
                "  --stop TEXT            stop string, repeatable; never printed\n"
-               "  --verbose              print the rendered prompt to stderr\n");
+               "  --verbose              print the rendered prompt to stderr\n"
+               "  --timing               after each reply, print load, prefill and decode times to stderr\n"
+               "                         (with streamed experts, the expert store's figures of each phase)\n");
 }
 
 static int emit(void *ud, const char *text, size_t len) {
@@ -87,6 +92,30 @@ static int emit(void *ud, const char *text, size_t len) {
     c->reply_len += len;
     c->reply[c->reply_len] = 0;
     return 0;
+}
+
+/* A duration as bench shows it below a second (ms), in seconds above. */
+static const char *secs(double s, char *buf, size_t n) {
+    snprintf(buf, n, s < 1 ? "%.1f ms" : "%.2f s", s < 1 ? s * 1e3 : s);
+    return buf;
+}
+
+/* The --timing table: a phase per row, the expert store's figures of that phase under it. */
+static void print_timing(run_ctx *c, const sl_gen_stats *st) {
+    char line[256], t[32];
+    if (!c->load_shown) {
+        fprintf(stderr, "  %-10s%s\n", "load", secs(c->load_s, t, sizeof t));
+        c->load_shown = 1;
+    }
+    int fed = st->prompt_tokens - st->cached_tokens, n = st->generated_tokens;
+    fprintf(stderr, "  %-10s%d tokens, %d cached, %s, %.1f tok/s\n", "prefill", fed, st->cached_tokens,
+            secs(st->prefill_s, t, sizeof t), st->prefill_s > 0 ? fed / st->prefill_s : 0.0);
+    if (st->has_store)
+        fprintf(stderr, "  %-10s%s\n", "  experts", sl_store_stats_line(&st->store_prefill, line, sizeof line));
+    fprintf(stderr, "  %-10s%d tokens, %s, %.1f tok/s, %.2f ms/token\n", "decode", n, secs(st->decode_s, t, sizeof t),
+            st->decode_s > 0 ? n / st->decode_s : 0.0, n > 0 ? st->decode_s * 1e3 / n : 0.0);
+    if (st->has_store)
+        fprintf(stderr, "  %-10s%s\n", "  experts", sl_store_stats_line(&st->store_decode, line, sizeof line));
 }
 
 static json_t *message(const char *role, const char *content) {
@@ -129,6 +158,7 @@ static int turn(run_ctx *c, const char *user, sl_err *e) {
             st.prompt_tokens, st.cached_tokens,
             st.prefill_s > 0 ? (st.prompt_tokens - st.cached_tokens) / st.prefill_s : 0.0, st.generated_tokens,
             st.decode_s > 0 ? st.generated_tokens / st.decode_s : 0.0, st.finish_reason);
+    if (c->o->timing) print_timing(c, &st);
     rc = 0;
 done:
     free(prompt);
@@ -168,6 +198,8 @@ static int parse_args(int argc, char **argv, run_opts *o) {
             o->think = 0;
         else if (!strcmp(a, "--verbose"))
             o->verbose = 1;
+        else if (!strcmp(a, "--timing"))
+            o->timing = 1;
         else if (FLAG("--system"))
             o->system = v;
         else if (FLAG("-n") || FLAG("--max-tokens"))
@@ -239,7 +271,10 @@ int cmd_run(int argc, char **argv) {
     mo.threads = o.threads;
     mo.backend = o.backend;
     mo.ctx = o.ctx;
-    if (sl_tokenizer_load(dir, &c.tok, &e) || sl_model_load(dir, &mo, &c.m, &e)) goto done;
+    if (sl_tokenizer_load(dir, &c.tok, &e)) goto done;
+    double t0 = sl_now();
+    if (sl_model_load(dir, &mo, &c.m, &e)) goto done;
+    c.load_s = sl_now() - t0;
     if (sl_session_create(c.m, o.ctx > 0 ? o.ctx : sl_session_default_ctx(c.m), &c.s, &e)) goto done;
     const char *tsrc = sl_tokenizer_chat_template(c.tok);
     if (!o.raw && tsrc && sl_jinja_parse(tsrc, strlen(tsrc), &c.tmpl, &e)) {

@@ -32,7 +32,9 @@ static void usage(FILE *f) {
                "  --threads N        CPU threads (default: all cores)\n"
                "  --backend B        cpu, cuda or auto (default: SLUICE_BACKEND, else auto)\n" CLI_STREAM_HELP
                "  --queue N          requests that may wait while one runs; more get 503 (default 16)\n"
-               "  --max-body SIZE    largest request body, e.g. 16M (default 16M)\n");
+               "  --max-body SIZE    largest request body, e.g. 16M (default 16M)\n"
+               "  --timing           log each request's prefill and decode times to stderr (with streamed\n"
+               "                     experts, the expert store's figures of each phase) and the model's load time\n");
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -70,6 +72,8 @@ int cmd_serve(int argc, char **argv) {
             eo.threads = atoi(v);
         } else if (FLAG("--backend")) {
             eo.backend = v;
+        } else if (!strcmp(a, "--timing")) {
+            eo.timing = 1;
         } else if (FLAG("--queue")) {
             eo.queue = atoi(v);
         } else if (FLAG("--max-body")) {
@@ -117,6 +121,8 @@ int cmd_serve(int argc, char **argv) {
     if (sv_engine_load(&g, &eo, &e)) goto done;
     fprintf(stderr, "sluice serve: ready: model '%s', context %d tokens, loaded in %.1f s%s\n", g.name, g.ctx, g.load_s,
             so.api_key && *so.api_key ? ", API key required" : "");
+    if (eo.timing)
+        fprintf(stderr, "sluice serve: timing: model load %.3f s of %.3f s to ready\n", g.model_load_s, g.load_s);
     int sig;
     sigwait(&sigs, &sig);
     fprintf(stderr, "sluice serve: %s, shutting down\n", sig == SIGINT ? "interrupted" : "terminated");

@@ -44,6 +44,28 @@ static int reuse_prefix(sl_session *s, const int32_t *prompt, int n) {
     return sl_session_restore(s, k);
 }
 
+/* The counters of b since a; tier sizes, engine and I/O mode as of b. */
+static sl_store_stats store_diff(const sl_store_stats *a, const sl_store_stats *b) {
+    sl_store_stats d = *b;
+#define SUB(f) d.f = b->f - a->f
+    SUB(tokens);
+    SUB(lookups);
+    SUB(hits_slot);
+    SUB(hits_ahead);
+    SUB(hits_ram);
+    SUB(misses);
+    SUB(bytes_read);
+    SUB(reads);
+    SUB(bytes_copied);
+    SUB(read_busy_s);
+    SUB(stall_s);
+    SUB(predicted);
+    SUB(predicted_used);
+    SUB(prefetched);
+#undef SUB
+    return d;
+}
+
 int sl_generate(sl_session *s, const sl_tokenizer *tok, const int32_t *prompt, int n_prompt, const sl_gen_params *p,
                 sl_gen_emit_fn emit, void *ud, sl_gen_stats *st, sl_err *e) {
     memset(st, 0, sizeof *st);
@@ -64,6 +86,9 @@ int sl_generate(sl_session *s, const sl_tokenizer *tok, const int32_t *prompt, i
     }
     int k = reuse_prefix(s, prompt, n_prompt);
     st->cached_tokens = k;
+    const sl_expert_store *xs = s->m->store;
+    sl_store_stats x0 = {0}, x1 = {0}, x2;
+    if (xs) sl_store_stats_get(xs, &x0);
     double t0 = sl_now();
     /* Recurrent state is saved just before the last prompt token: a request that repeats this prompt, or
      * continues it differently, resumes from there. */
@@ -78,6 +103,11 @@ int sl_generate(sl_session *s, const sl_tokenizer *tok, const int32_t *prompt, i
                : sl_session_forward(s, prompt + k, n_prompt - k, logits, 0, e))
         goto done;
     st->prefill_s = sl_now() - t0;
+    if (xs) {
+        sl_store_stats_get(xs, &x1);
+        st->store_prefill = store_diff(&x0, &x1);
+        st->has_store = 1;
+    }
     for (int i = 0; i < n_prompt; i++) sl_sampler_accept(smp, prompt[i]);
     t0 = sl_now();
     st->finish_reason = "length";
@@ -125,6 +155,10 @@ int sl_generate(sl_session *s, const sl_tokenizer *tok, const int32_t *prompt, i
         if (len) emit(ud, out, len);
     }
     st->decode_s = sl_now() - t0;
+    if (xs) {
+        sl_store_stats_get(xs, &x2);
+        st->store_decode = store_diff(&x1, &x2);
+    }
     if (sl_stop_stopped(stop)) st->stop_index = sl_stop_which(stop);
     /* the next turn of this conversation usually starts with everything fed so far */
     if (s->recurrent && strcmp(st->finish_reason, "cancelled") != 0 && sl_session_snapshot(s, e)) goto done;

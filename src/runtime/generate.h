@@ -4,6 +4,7 @@
 #ifndef SLUICE_RUNTIME_GENERATE_H
 #define SLUICE_RUNTIME_GENERATE_H
 
+#include "experts/store.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
 #include "text/tokenizer.h"
@@ -21,6 +22,10 @@ typedef struct sl_gen_stats {
     double prefill_s, decode_s;
     const char *finish_reason; /* "stop", "length" or "cancelled" */
     int stop_index;            /* which of p->stops ended the generation, -1 for none */
+    /* When the model streams its experts: the store's counters of each phase (the store's own counters
+     * keep running, for /metrics). Decode is filled only when the generation got that far. */
+    int has_store;
+    sl_store_stats store_prefill, store_decode;
 } sl_gen_stats;
 
 /* Called once per generated token with the text that became safe to show (possibly none, len 0), so a

@@ -1,5 +1,6 @@
 #include "server/engine.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -89,6 +90,27 @@ static int on_text(void *ud, const char *text, size_t len) {
     return stop;
 }
 
+/* The --timing line of one finished generation: a single write, so lines never interleave. */
+static void log_timing(const sv_engine *g, const sv_job *j) {
+    const sl_gen_stats *st = &j->st;
+    int fed = st->prompt_tokens - st->cached_tokens, n = st->generated_tokens;
+    sv_buf b = {0};
+    sv_buf_printf(&b,
+                  "sluice serve: %s model '%s': prompt %d tokens (%d cached), prefill %.3f s %.1f tok/s | "
+                  "decode %d tokens, %.3f s %.1f tok/s | %s",
+                  j->route[0] ? j->route : "-", g->name, st->prompt_tokens, st->cached_tokens, st->prefill_s,
+                  st->prefill_s > 0 ? fed / st->prefill_s : 0.0, n, st->decode_s,
+                  st->decode_s > 0 ? n / st->decode_s : 0.0, st->finish_reason ? st->finish_reason : "-");
+    if (st->has_store) {
+        char line[256];
+        sv_buf_printf(&b, " | prefill experts: %s", sl_store_stats_line(&st->store_prefill, line, sizeof line));
+        sv_buf_printf(&b, " | decode experts: %s", sl_store_stats_line(&st->store_decode, line, sizeof line));
+    }
+    sv_buf_puts(&b, "\n");
+    if (!b.oom) fputs(b.p, stderr);
+    sv_buf_free(&b);
+}
+
 static void run_job(sv_engine *g, sv_job *j) {
     pthread_mutex_lock(&j->mu);
     int skip = j->cancelled;
@@ -127,6 +149,7 @@ static void run_job(sv_engine *g, sv_job *j) {
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
     sl_tc_parser_free(r.parser);
+    if (g->timing && !rc) log_timing(g, j);
 
     pthread_mutex_lock(&g->mu);
     sv_metrics *mt = &g->met;
@@ -203,13 +226,17 @@ int sv_engine_load(sv_engine *g, const sv_engine_opts *o, sl_err *e) {
     mo.threads = o->threads;
     mo.backend = o->backend;
     mo.ctx = o->ctx;
-    if (sl_tokenizer_load(g->dir, &g->tok, e) || sl_model_load(g->dir, &mo, &g->m, e)) return -1;
+    if (sl_tokenizer_load(g->dir, &g->tok, e)) return -1;
+    double t1 = sl_now();
+    if (sl_model_load(g->dir, &mo, &g->m, e)) return -1;
+    g->model_load_s = sl_now() - t1;
     const char *src = sl_tokenizer_chat_template(g->tok);
     if (src) {
         if (!(g->tmpl_src = strdup(src))) return sl_fail(e, "out of memory");
         if (sl_jinja_parse(src, strlen(src), &g->tmpl, e)) return sl_wrap(e, "%s: chat template", o->model);
     }
     g->ctx = o->ctx > 0 ? o->ctx : sl_session_default_ctx(g->m);
+    g->timing = o->timing;
     if (g->ctx > g->m->cfg.max_pos)
         return sl_fail(e, "--ctx %d exceeds the model's max_position_embeddings %d", g->ctx, g->m->cfg.max_pos);
     if (sl_session_create(g->m, g->ctx, &g->s, e)) return -1;

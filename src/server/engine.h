@@ -25,6 +25,7 @@ typedef struct sv_engine_opts {
     const char *backend; /* cpu, cuda or auto; NULL: SLUICE_BACKEND, else auto */
     sl_model_opts mo;    /* expert streaming: --vram, --ram, --io */
     int queue;           /* waiting requests before 503 */
+    int timing;          /* log each generation's phase times (and expert store figures) to stderr */
 } sv_engine_opts;
 
 /* Counters for /metrics, guarded by the engine's lock. */
@@ -49,7 +50,9 @@ typedef struct sv_engine {
     char *tmpl_src;
     sl_sampler_params defaults; /* the checkpoint's sampling defaults */
     int ctx;
-    double load_s;
+    int timing;          /* sv_engine_opts.timing */
+    double load_s;       /* resolving the model to ready */
+    double model_load_s; /* sl_model_load alone */
     long long loaded_at; /* unix seconds */
 
     sl_session *s; /* the worker's */

@@ -150,6 +150,7 @@ static void stream_free(void *cls) {
 enum MHD_Result sv_reply_job(sv_req *r, sv_job *j, const char *content_type) {
     sv_engine *g = r->srv->g;
     j->t_received = sl_now();
+    snprintf(j->route, sizeof j->route, "%s %s", r->method, r->url);
     if (sv_engine_submit(g, j)) {
         sv_job_release(j);
         sv_error er;

@@ -49,6 +49,7 @@ struct sv_job {
     char *forced;            /* the call's opening the prompt ends with; the parser sees it before the output */
     json_t *extra;           /* API-specific settings the writer reads (model name, ...) */
     char id[48];
+    char route[64];          /* "POST /v1/chat/completions", for the --timing log */
     const char *tool_prefix; /* id prefix of parsed tool calls ("call_" when NULL) */
     long long created;       /* unix seconds */
     double t_received, t_started;

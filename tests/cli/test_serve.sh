@@ -24,6 +24,14 @@ start() {
     URL=$(grep -o 'http://127.0.0.1:[0-9]*' "$T/$name.log" | head -1)
 }
 post() { curl -s -o "$T/body" -w '%{http_code}' "$URL$1" -H 'Content-Type: application/json' -d "$2"; }
+# log_has NAME PATTERN: the server's log gets a line matching PATTERN (grep -E) within 5 s
+log_has() {
+    for _ in $(seq 50); do
+        grep -Eq -- "$2" "$T/$1.log" && return 0
+        sleep 0.1
+    done
+    return 1
+}
 
 S=$FIX/scripted_model
 start scripted "$S" --queue 1
@@ -108,12 +116,17 @@ grep -q -- '--max-body' "$T/body" || fail "413 message"
 # prefix reuse on the hybrid (delta-net) model: snapshots of the recurrent state
 H=$T/hybrid; mkdir -p "$H"
 cp "$FIX/models/qwen3_5_moe/config.json" "$FIX/models/qwen3_5_moe/model.safetensors" "$FIX/tiny_tokenizer/"* "$H/"
-start hybrid "$H"
+start hybrid "$H" --timing
 U=$URL
 cmp() { jq -r '"\(.usage.prompt_tokens) \(.usage.prompt_tokens_details.cached_tokens)"' "$T/body"; }
 post /v1/chat/completions "{\"messages\":$conv1,\"max_tokens\":6,\"temperature\":0}" >/dev/null
 read -r p1 c1 <<<"$(cmp)"
 [ "$c1" = 0 ] || fail "first request cached $c1"
+# --timing: one line per finished request with its phases; no expert figures when nothing streams
+n1=$(jq .usage.completion_tokens "$T/body")
+log_has hybrid "^sluice serve: POST /v1/chat/completions model 'hybrid': prompt $p1 tokens \\(0 cached\\), prefill [0-9.]+ s [0-9.]+ tok/s \\| decode $n1 tokens, [0-9.]+ s [0-9.]+ tok/s \\| (length|stop)$" ||
+    { cat "$T/hybrid.log"; fail "--timing: no request line"; }
+grep -q '^sluice serve: timing: model load [0-9.]* s' "$T/hybrid.log" || fail "--timing: no load time"
 first=$(jq -r '.choices[0].message.content' "$T/body")
 # the same prompt again: resumes from the snapshot taken before its last token
 post /v1/chat/completions "{\"messages\":$conv1,\"max_tokens\":6,\"temperature\":0}" >/dev/null
@@ -124,6 +137,23 @@ read -r p2 c2 <<<"$(cmp)"
 post /v1/chat/completions '{"messages":[{"role":"user","content":"Weather?"},{"role":"assistant","content":"x"},{"role":"user","content":"y"}],"max_tokens":2}' >/dev/null
 read -r p3 c3 <<<"$(cmp)"
 [ "$c3" -gt 0 ] || fail "hybrid branch: prompt $p3 cached $c3"
+
+# --timing with streamed experts (CPU, a cache too small for all experts): every API's requests get the
+# store's figures of prefill and decode
+start streamed "$H" --backend cpu --ram 500K --timing --alias streamed
+grep -q "streaming experts" "$T/streamed.log" || fail "--ram 500K did not stream the experts"
+XS='prefill experts: [0-9.]+% in slots, .* read/token.* \| decode experts: [0-9.]+% in slots, .* read/token'
+post /v1/completions '{"prompt":"Hi","max_tokens":3,"temperature":0}' >/dev/null
+log_has streamed "POST /v1/completions model 'streamed': .*decode [0-9]+ tokens.* \| $XS" ||
+    { cat "$T/streamed.log"; fail "--timing: OpenAI line with expert figures"; }
+curl -sN "$URL/v1/messages" -d "{\"model\":\"m\",\"max_tokens\":2,$ASK,\"stream\":true}" >/dev/null
+log_has streamed "POST /v1/messages model 'streamed': .*decode [0-9]+ tokens.* \| $XS" ||
+    { cat "$T/streamed.log"; fail "--timing: Anthropic line with expert figures"; }
+post /api/generate '{"model":"m","prompt":"Hi","stream":false,"options":{"num_predict":2}}' >/dev/null
+log_has streamed "POST /api/generate model 'streamed': .*decode [0-9]+ tokens.* \| $XS" ||
+    { cat "$T/streamed.log"; fail "--timing: Ollama line with expert figures"; }
+grep -q 'prefill experts' "$T/hybrid.log" && fail "--timing: expert figures for a model that does not stream"
+"$BIN" serve --help | grep -q -- "--timing" || fail "--timing not in serve --help"
 
 # a client that disconnects mid-stream cancels its generation (the scripted model's loop never ends by itself)
 U=$(grep -o 'http://127.0.0.1:[0-9]*' "$T/scripted.log" | head -1)
@@ -149,6 +179,7 @@ curl -s "$U/health" | grep -q ok || fail "server died"
 (cd "$SRC" && node bench/serve_load.mjs "$(grep -o 'http://127.0.0.1:[0-9]*' "$T/hybrid.log" | head -1)" 40 8) \
     || fail "load run"
 curl -s "$U/health" | grep -q ok || fail "server died under load"
+grep -Eq 'prefill [0-9.]+ s|timing:' "$T/scripted.log" && fail "request timings logged without --timing"
 
 # logprobs: "off" in either spelling is accepted, asking for them is a 400 naming the field
 URL=$U
