@@ -478,6 +478,7 @@ static void cu_destroy(sl_backend *b) {
     cudaFree(c->ids);
     cudaFree(c->att_part);
     cudaFree(c->moe_buf);
+    cudaFree(c->moe_grp);
     cudaFree(c->act);
     cudaFree(c->d_step);
     cudaFreeHost(c->h_step);
@@ -535,6 +536,9 @@ int sl_cuda_backend_create(int device, sl_backend **out, char *about, size_t abo
     /* batches up to this size use the fp32 GEMV kernels, larger ones bf16 tensor cores */
     const char *gm = getenv("SLUICE_CUDA_GEMV_MAX");
     c->gemv_max = gm && atoi(gm) > 0 ? atoi(gm) : 16;
+    /* prompts of this many tokens or more run the grouped MoE kernels (SLUICE_CUDA_MOE_GROUP=0: never) */
+    const char *mg = getenv("SLUICE_CUDA_MOE_GROUP");
+    c->moe_group_min = mg && *mg ? atoi(mg) : 8;
     const char *pd = getenv("SLUICE_CUDA_PDL");
     c->pdl = p.major >= 9 && !(pd && !strcmp(pd, "0"));
     const char *rb = getenv("SLUICE_CUDA_RPW_BALANCE");

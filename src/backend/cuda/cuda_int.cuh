@@ -65,6 +65,9 @@ struct cu_impl {
     size_t att_part_len;
     float *moe_buf; /* gate/up/down outputs per routed slot */
     size_t moe_len;
+    int *moe_grp; /* grouped MoE: the group count, the groups and the pairs in expert order */
+    size_t moe_grp_len;
+    int moe_group_min; /* prompts of at least this many tokens run the grouped MoE kernels (0: never) */
     const float *pairs; /* moe_pairs: where the latest call left its outputs (in moe_buf), for n*k pairs */
     int pairs_n;
     float *act; /* swiglu_matmul of a tensor-core batch: the SwiGLU input */
@@ -347,6 +350,14 @@ void cu_moe_gemv(cu_impl *c, const cu_w *gate, const cu_w *up, const cu_w *down,
                  int renorm, float *weights);
 /* 1 when the gate/up launch can route top-k of ne experts itself */
 int cu_moe_routes(int ne, int k);
+/* The grouped form of cu_moe_gemv for prompts: each grid row is a group of up to gsize routed pairs of one
+ * expert (units[u] = (expert, start, count), their pair indices in pairs[start ..], *count groups, at
+ * most max_units), so an expert's rows are read once per group; outputs land where cu_moe_gemv puts them.
+ * Not for GGML experts. cu_moe_group_size is the group size for a hidden size. */
+int cu_moe_group_size(int hidden);
+void cu_moe_grouped(cu_impl *c, const cu_w *gate, const cu_w *up, const cu_w *down, const cu_expert *table,
+                    const int4 *units, const int *pairs, const int *count, int max_units, int gsize, int slots, int k,
+                    const float *x, int hidden, float *gu, float *d);
 
 /* GGML block-quantised weights (cuda_ggml.cu); every type decodes by the CPU reference formulas */
 /* GPUDirect Storage (cuda_gds.cu), the backend's gds_* ops; cu_gds_close unloads it. */

@@ -399,6 +399,37 @@ __device__ __forceinline__ void stage(const float *x, const float *xu, int xmode
     }
 }
 
+/* The inputs of a group of routed pairs (grouped MoE launches): pair pr[t]'s row is pr[t] / x_div of x
+ * (and xu), rows xs apart; plain, or silu(x) * xu. */
+__device__ __forceinline__ void stage_pairs(const float *x, const float *xu, int xmode, long long xs, int x_div,
+                                            const int *pr, int c0, int cl, int n, float *sx, int padw) {
+    const int tid = (int)threadIdx.x, nth = (int)blockDim.x;
+    for (int t = 0; t < n; t++) {
+        long long row = (long long)(pr[t] / x_div) * xs + c0;
+        const float *xt = x + row;
+        float *st = sx + t * padw;
+        if (xmode == XM_SWIGLU) {
+            const float *ut = xu + row;
+            if (((xs | cl) & 3) == 0) {
+                for (int j = tid * 4; j < cl; j += nth * 4) {
+                    float4 a = *(const float4 *)(xt + j), b = *(const float4 *)(ut + j);
+                    *(float4 *)(st + pad(j)) = make_float4(a.x * cu_sigmoid(a.x) * b.x, a.y * cu_sigmoid(a.y) * b.y,
+                                                           a.z * cu_sigmoid(a.z) * b.z, a.w * cu_sigmoid(a.w) * b.w);
+                }
+            } else {
+                for (int j = tid; j < cl; j += nth) {
+                    float g = xt[j];
+                    st[pad(j)] = g * cu_sigmoid(g) * ut[j];
+                }
+            }
+        } else if (((xs | cl) & 3) == 0) {
+            for (int j = tid * 4; j < cl; j += nth * 4) *(float4 *)(st + pad(j)) = *(const float4 *)(xt + j);
+        } else {
+            for (int j = tid; j < cl; j += nth) st[pad(j)] = xt[j];
+        }
+    }
+}
+
 /* One token's plain input staged by warps 1.. while warp 0 routes. Not inlined: inlined, it made the 4-row
  * routing variants spill. */
 __device__ __noinline__ void prestage(const float *x, int cols, float *sx) {
@@ -517,16 +548,18 @@ __device__ __forceinline__ void rows_kind(const cu_w &w, int row0, int c0, int c
 
 /* K2 != K: a launch whose weights come in two kinds (MLX routers kept at 8 bits beside 4-bit projections). */
 /* FX: the extras a variant has: 0 none, 1 the combined inputs (xu) and the gated or combining outputs (ysc,
- * cd), 2 those and the gated norm and the conv, 3 those of 1 and the routing. Variants without an extra keep
+ * cd), 2 those and the gated norm and the conv, 3 those of 1 and the routing, 4 the grouped MoE form: grid
+ * row u is the group gunits[u] = (expert, start, count) of up to NT routed pairs of one expert, the pairs
+ * gpairs[start ..]; rows past *gcount do nothing. Variants without an extra keep
  * their registers for the loads (the 4-row variants use all 128 that two blocks per SM leave them: one
  * more extra makes them spill). */
 template <int NT, int K, int K2, int FX, int RPW>
-__global__ void __launch_bounds__(GV_WARPS * 32, NT == 1 && K == K2 ? 2 : 1)
+__global__ void __launch_bounds__(GV_WARPS * 32, (NT == 1 && K == K2) || FX == 4 ? 2 : 1)
     gemv_k(const __grid_constant__ gv_set set, const cu_expert *table, const int32_t *ids, int which, int x_div, const float *x,
            const float *xu, int xmode, long long xs, int n, long long ys, long long yz, int chunk, const float *gz,
            const float *gw, int gdim, float geps, const float *ysc, const float *cd, const float *cw, int ck,
            const float *conv_w, int conv_k, float *conv_st, const float *rl, int rne, int rrenorm, int32_t *rids,
-           float *rw) {
+           float *rw, const int4 *gunits, const int *gpairs, const int *gcount) {
     constexpr int ROWS = GV_WARPS * RPW;
     extern __shared__ float4 smem4[];
     float *sx = (float *)smem4;
@@ -549,8 +582,17 @@ __global__ void __launch_bounds__(GV_WARPS * 32, NT == 1 && K == K2 ? 2 : 1)
     }
     cu_pdl_enter();
     cu_w tw = set.w[0];
-    x += (long long)(slot / x_div) * xs;
-    if (FX && xu) xu += (long long)(slot / x_div) * xs;
+    const int *gp = NULL; /* FX 4: the group's pairs */
+    if constexpr (FX == 4) {
+        if (slot >= *gcount) return;
+        int4 u = gunits[slot];
+        tw = table[u.x].w[which + blockIdx.z];
+        gp = gpairs + u.y;
+        n = u.z;
+    } else {
+        x += (long long)(slot / x_div) * xs;
+        if (FX && xu) xu += (long long)(slot / x_div) * xs;
+    }
     int cols = tw.cols, padw = pad(chunk), single = cols <= chunk;
     /* a routing launch stages its input (every expert's weight has the same cols) while warp 0 routes */
     const bool prestaged = FX == 3 && rl && single && n == 1 && xmode == XM_PLAIN;
@@ -567,12 +609,12 @@ __global__ void __launch_bounds__(GV_WARPS * 32, NT == 1 && K == K2 ? 2 : 1)
         }
         __syncthreads();
         tw = table[sel[slot % x_div]].w[which + blockIdx.z];
-    } else if (table) {
+    } else if (FX != 4 && table) {
         int id = ids[slot];
         if (id < 0) return; /* a pair another pass computes (see moe_pairs) */
         tw = table[id].w[which + blockIdx.z];
     }
-    long long yoff = (long long)slot * ys + (long long)blockIdx.z * yz;
+    long long yoff = (FX == 4 ? 0 : (long long)slot * ys) + (long long)blockIdx.z * yz;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     /* grid-stride over groups of ROWS rows: the grid is sized to the GPU, so there is no ragged
      * last wave, and with one chunk the input is staged once per block */
@@ -600,7 +642,10 @@ __global__ void __launch_bounds__(GV_WARPS * 32, NT == 1 && K == K2 ? 2 : 1)
             int cl = min(chunk, cols - c0);
             if (!single || (rb == (int)blockIdx.x && !prestaged)) {
                 __syncthreads();
-                stage(x, xu, FX ? xmode : XM_PLAIN, cols, c0, cl, n, sx, padw);
+                if constexpr (FX == 4)
+                    stage_pairs(x, xu, xmode, xs, x_div, gp, c0, cl, n, sx, padw);
+                else
+                    stage(x, xu, FX ? xmode : XM_PLAIN, cols, c0, cl, n, sx, padw);
                 __syncthreads();
                 if (FX == 2 && gz) {
                     stage_norm_gate(gz, gw, gdim, geps, cols, c0, cl, n, sx, padw);
@@ -641,7 +686,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, NT == 1 && K == K2 ? 2 : 1)
             for (int t = 0; t < NT; t++) {
                 if (t >= n) break;
                 float v = mine[t] + bv;
-                float *o = y + (long long)t * w.rows + r;
+                float *o = y + (FX == 4 ? (long long)gp[t] * ys : (long long)t * w.rows) + r;
                 if (FX && cd) {
                     float base = 0;
                     for (int q = 0; q < ck; q++) base += cw[t * ck + q] * cd[((long long)t * ck + q) * w.rows + r];
@@ -681,6 +726,8 @@ struct gv_call {
     const float *gz, *gw; /* gz: the gate of a gated RMSNorm over groups of gdim applied to x, or NULL */
     int gdim;
     float geps;
+    const int4 *gunits; /* grouped MoE launches (FX 4): the groups, their pairs and how many groups */
+    const int *gpairs, *gcount;
 };
 
 template <int NT, int K, int K2, int FX, int RPW> static void launch_k(cu_impl *c, const gv_call &g, const gv_set &set, int t0, int n) {
@@ -707,7 +754,7 @@ template <int NT, int K, int K2, int FX, int RPW> static void launch_k(cu_impl *
               g.ysc ? g.ysc + t0 : (const float *)NULL,
               g.cd ? g.cd + (long long)t0 * g.ck * set.w[0].rows : (const float *)NULL,
               g.cw ? g.cw + (long long)t0 * g.ck : (const float *)NULL, g.ck, g.conv_w, g.conv_k, g.conv_st, g.rl, g.rne,
-              g.rrenorm, g.rids, g.rw);
+              g.rrenorm, g.rids, g.rw, g.gunits, g.gpairs, g.gcount);
 }
 
 /* One kind, with the extras FX (see gemv_k). */
@@ -903,6 +950,56 @@ void cu_moe_gemv(cu_impl *c, const cu_w *gate, const cu_w *up, const cu_w *down,
     g2.x_stride = inter;
     g2.y_stride = hidden;
     gemv_run(c, g2, 1);
+}
+
+int cu_moe_group_size(int hidden) {
+    /* the gate/up launch stages a group's inputs once per block when they fit its shared memory */
+    return hidden <= chunk_for(8) ? 8 : 4;
+}
+
+template <int NT> static void grouped_run(cu_impl *c, const gv_call &g) {
+    gv_set set = g.set;
+    set.g0[0] = 0;
+    set.g0[1] = (int)CU_BLOCKS(set.w[0].rows, GV_WARPS * 2);
+    launch_kind<NT, 4>(c, g, set, 0, NT, kind_of(set.w[0]), 2);
+}
+
+void cu_moe_grouped(cu_impl *c, const cu_w *gate, const cu_w *up, const cu_w *down, const cu_expert *table,
+                    const int4 *units, const int *pairs, const int *count, int max_units, int gsize, int slots, int k,
+                    const float *x, int hidden, float *gu, float *d) {
+    (void)up;
+    int inter = gate->rows;
+    long long yz = (long long)slots * inter;
+    /* gate and up of every group in one launch, into gu[pair] and gu[slots * inter + pair] */
+    gv_call g1 = plain_call(gate, gu, x, NULL, XM_PLAIN);
+    g1.table = table;
+    g1.slots = max_units;
+    g1.nz = 2;
+    g1.x_div = k;
+    g1.x_stride = hidden;
+    g1.y_stride = inter;
+    g1.yz = yz;
+    g1.gunits = units;
+    g1.gpairs = pairs;
+    g1.gcount = count;
+    /* down of silu(gate) * up, into d[pair] */
+    gv_call g2 = plain_call(down, d, gu, gu + yz, XM_SWIGLU);
+    g2.table = table;
+    g2.which = 2;
+    g2.slots = max_units;
+    g2.x_stride = inter;
+    g2.y_stride = hidden;
+    g2.gunits = units;
+    g2.gpairs = pairs;
+    g2.gcount = count;
+    if (gsize == 8) {
+        grouped_run<8>(c, g1);
+        grouped_run<8>(c, g2);
+    } else {
+        grouped_run<4>(c, g1);
+        grouped_run<4>(c, g2);
+    }
+    cu_check_launch(c, "grouped expert kernels");
 }
 
 __global__ void dequant_split_k(cu_w w, __nv_bfloat16 *hi, __nv_bfloat16 *lo) {

@@ -1,7 +1,9 @@
 /* Mixture of experts on the GPU with the routing kept on the device: softmax top-k writes expert ids
  * and weights to device memory, and the expert matmuls look their weights up in a device-side table of
- * the layer's experts (indexed by those ids), so no step waits for the host. Each routed (token, slot)
- * pair is one grid row of the GEMV kernel: gate and up, SwiGLU, down, then the weighted combine. */
+ * the layer's experts (indexed by those ids), so no step waits for the host. For a few tokens each routed
+ * (token, slot) pair is one grid row of the GEMV kernel: gate and up, SwiGLU, down, then the weighted
+ * combine. Prompts group the pairs by expert first (on the device), and a grid row takes a group of up
+ * to 8 of one expert's pairs, reading its weights once for all of them. */
 #include <math.h>
 
 #include "backend/cuda/cuda_int.cuh"
@@ -49,6 +51,48 @@ static const cu_table *find_table(cu_impl *c, const sl_expert_table *t) {
     return NULL;
 }
 
+/* The routed pairs grouped by expert, in pair order within each expert, so that a group's results do
+ * not depend on timing: per expert (a warp each) the count, the pairs (a ballot over the ids) and groups
+ * of up to gsize of them. ids < 0 (pairs another pass computes) are left out. One block. */
+__global__ void moe_group_k(const int32_t *ids, int nk, int ne, int gsize, int *count, int4 *units, int *pairs) {
+    cu_pdl_enter();
+    extern __shared__ int gs[];
+    int *cnt = gs, *pbase = gs + ne, *ubase = gs + 2 * ne;
+    for (int e = threadIdx.x; e < ne; e += blockDim.x) cnt[e] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < nk; i += blockDim.x) {
+        int e = ids[i];
+        if (e >= 0 && e < ne) atomicAdd(&cnt[e], 1);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int p = 0, u = 0;
+        for (int e = 0; e < ne; e++) {
+            pbase[e] = p;
+            ubase[e] = u;
+            p += cnt[e];
+            u += (cnt[e] + gsize - 1) / gsize;
+        }
+        *count = u;
+    }
+    __syncthreads();
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    for (int e = warp; e < ne; e += nw) {
+        int c = cnt[e];
+        if (!c) continue;
+        int pos = pbase[e];
+        for (int i0 = 0; i0 < nk; i0 += 32) {
+            int i = i0 + lane;
+            bool m = i < nk && ids[i] == e;
+            unsigned b = __ballot_sync(0xffffffffu, m);
+            if (m) pairs[pos + __popc(b & ((1u << lane) - 1u))] = i;
+            pos += __popc(b);
+        }
+        for (int j = lane; j * gsize < c; j += 32)
+            units[ubase[e] + j] = make_int4(e, pbase[e] + j * gsize, min(gsize, c - j * gsize), 0);
+    }
+}
+
 /* The routed experts of n tokens: returns their outputs d[n * k][hidden] (in the MoE buffers), or NULL
  * when there is nothing to do or it failed (recorded). */
 static const float *experts(cu_impl *c, const sl_expert_table *t, const float *x, int n, int hidden, int32_t *ids,
@@ -67,6 +111,23 @@ static const float *experts(cu_impl *c, const sl_expert_table *t, const float *x
     float *g = c->moe_buf, *d = g + (size_t)2 * slots * inter;
     /* shapes and formats are per expert (read from the table); e0 only sizes the grids */
     cu_w gs = cu_w_of(&e0->gate), us = cu_w_of(&e0->up), ds = cu_w_of(&e0->down);
+    int ggml = gs.fmt == SL_WF_GGML || us.fmt == SL_WF_GGML || ds.fmt == SL_WF_GGML;
+    int E = t->n_experts;
+    if (c->moe_group_min > 0 && n >= c->moe_group_min && n >= 2 && !ggml && E <= 4096) {
+        /* a prompt: group the pairs by expert, so each expert's weights are read once per group of tokens */
+        int gsize = cu_moe_group_size(hidden);
+        int max_units = slots / gsize + (E < slots ? E : slots) + 1;
+        size_t gbytes = ((size_t)4 + (size_t)max_units * 4 + (size_t)slots) * sizeof(int);
+        if (cu_grow(c, (void **)&c->moe_grp, &c->moe_grp_len, gbytes, "MoE groups")) return NULL;
+        if (logits)
+            cu_launch(c, route_k, n, 32, (size_t)ne * sizeof(float), logits, n, ne, k, renorm, ids, weights);
+        int *count = c->moe_grp, *pairs = c->moe_grp + 4 + (size_t)max_units * 4;
+        int4 *units = (int4 *)(c->moe_grp + 4);
+        cu_launch(c, moe_group_k, 1, 1024, (size_t)E * 3 * sizeof(int), (const int32_t *)ids, slots, E, gsize, count,
+                  units, pairs);
+        cu_moe_grouped(c, &gs, &us, &ds, tab->d, units, pairs, count, max_units, gsize, slots, k, x, hidden, g, d);
+        return d;
+    }
     cu_moe_gemv(c, &gs, &us, &ds, tab->d, ids, slots, k, x, hidden, g, d, logits, ne, renorm, weights);
     return d;
 }
