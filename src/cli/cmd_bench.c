@@ -160,10 +160,11 @@ static void print_table(const sl_model *m, const bench_result *r) {
     if (m->store) {
         const sl_store_stats *d = &r->st_dec;
         char line[256];
-        printf("  %-22s%d slots of %s in %s memory, host cache %s, %s reads via %s\n", "streamed experts", d->n_slots,
+        printf("  %-22s%d slots of %s in %s memory, host cache %s, %s reads via %s%s\n", "streamed experts", d->n_slots,
                sl_human_bytes((double)d->slot_bytes, b1, sizeof b1),
                m->be->ops->place_weight ? m->be->ops->name : "host",
-               d->n_ram ? sl_human_count(d->n_ram, b2, sizeof b2) : "off", sl_io_mode_name(d->io), d->engine);
+               d->n_ram ? sl_human_count(d->n_ram, b2, sizeof b2) : "off", sl_io_mode_name(d->io), d->engine,
+               d->packed ? ", from the expert pack" : "");
         printf("  %-22s%s\n", "prefill experts", sl_store_stats_line(&r->st_pre, line, sizeof line));
         if (r->gen > 0) {
             printf("  %-22s%s\n", "decode experts", sl_store_stats_line(d, line, sizeof line));
@@ -232,6 +233,7 @@ static int print_json(const sl_model *m, const bench_result *r) {
         json_object_set_new(x, "host_cache_experts", json_integer(r->st_dec.n_ram));
         json_object_set_new(x, "io", json_string(sl_io_mode_name(r->st_dec.io)));
         json_object_set_new(x, "engine", json_string(r->st_dec.engine));
+        json_object_set_new(x, "packed", json_boolean(r->st_dec.packed));
         json_object_set_new(x, "tier_read_gb_s", json_real(r->tier_bw / 1e9));
         for (int i = 0; i < 2; i++) {
             const sl_store_stats *p = ph[i];

@@ -17,5 +17,6 @@ int cmd_show(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_template(int argc, char **argv);
+int cmd_pack(int argc, char **argv);
 
 #endif

@@ -13,6 +13,7 @@ static const sl_command commands[] = {
     {"tokenize", "print the token ids of a text", cmd_tokenize},
     {"template", "render a chat template on a conversation", cmd_template},
     {"bench", "prefill and decode speed, and decode weight bandwidth", cmd_bench},
+    {"pack", "copy each routed expert into one contiguous range, for streaming", cmd_pack},
     {NULL, NULL, NULL},
 };
 static const int n_commands = (int)(sizeof commands / sizeof commands[0]) - 1;

@@ -16,8 +16,9 @@ int cli_stream_flag(const char *cmd, const char *flag, const char *val, sl_model
     "                         serves with buffered reads); on the CPU backend, the expert cache itself\n"              \
     "                         (streaming on, default: compute on the mapped checkpoint)\n"                             \
     "  --io MODE              how experts are read: buffered (page cache), direct (O_DIRECT) or gds\n"                 \
-    "                         (GPUDirect Storage through libcufile; default: gds where the nvidia-fs\n"                \
-    "                         driver is loaded and no --ram cache is asked for, else buffered)\n"                      \
+    "                         (GPUDirect Storage through libcufile); default: gds where the nvidia-fs\n"               \
+    "                         driver is loaded and no --ram cache is asked for, else buffered while\n"                 \
+    "                         free RAM can cache the experts, direct beyond that\n"                                    \
     "  --no-prefetch          no reading ahead of the next layer's predicted experts\n"
 
 #endif

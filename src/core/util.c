@@ -172,3 +172,14 @@ double sl_now(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+
+double sl_mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 8e9;
+    char line[256];
+    double kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
+    fclose(f);
+    return kb > 0 ? kb * 1024 : 8e9;
+}

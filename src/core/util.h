@@ -31,4 +31,8 @@ int sl_parse_ids(const char *s, int32_t **ids, int *n, sl_err *e);
 
 double sl_now(void); /* monotonic seconds */
 
+/* Host memory available for new allocations and the page cache (MemAvailable), in bytes; 8 GB when
+ * it cannot be read. */
+double sl_mem_available(void);
+
 #endif

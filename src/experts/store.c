@@ -11,37 +11,15 @@
 
 #include "core/util.h"
 #include "experts/io.h"
+#include "experts/layout.h"
+#include "experts/pack.h"
 #include "models/fused.h"
 #include "models/model.h"
 
-#define ALIGN 4096u /* O_DIRECT: file offsets, lengths and buffers */
-#define DEV_ALIGN 256u
-#define NP 12 /* pieces of an expert: gate, up, down x data, scales, biases, bias */
-#define MAX_WIN NP
 #define IO_DEPTH 256
 #define REF_MAX 3 /* GCLOCK: a slot survives up to this many sweeps of the hand without a hit */
 
 enum { EMPTY = 0, LOADING, READY };
-
-typedef struct piece {
-    int file; /* index into the checkpoint's files; -1: copied from memory (mem) */
-    uint64_t off;
-    size_t len;
-    const uint8_t *mem;
-    size_t img, dev; /* offsets in the host image and in a backend slot */
-} piece;
-
-typedef struct window { /* one read: the 4 KiB-aligned span around adjacent pieces of one file */
-    int file;
-    uint64_t off, lo, hi; /* aligned start; the bytes the pieces need, [lo, hi) */
-    size_t len, img;      /* aligned length; offset in the host image */
-} window;
-
-typedef struct xinfo {
-    piece p[NP];
-    window w[MAX_WIN];
-    int n_win;
-} xinfo;
 
 typedef struct slot {
     int layer, expert, state;
@@ -80,7 +58,8 @@ struct sl_expert_store {
     hentry *host;
     int n_host, host_hand, ram_cache;
     /* files */
-    int n_files;
+    int n_files;     /* the checkpoint's, and the pack last when there is one */
+    char *pack_path; /* the expert pack the pieces point at, or NULL */
     int *fd_buf, *fd_direct;
     void **gfh; /* cuFile handles of the files (GPUDirect Storage) */
     int gds, gds_direct;
@@ -129,10 +108,6 @@ int sl_io_mode_parse(const char *s, sl_io_mode *out) {
     return 0;
 }
 
-static size_t up(size_t v, size_t a) {
-    return (v + a - 1) / a * a;
-}
-
 static int fail(sl_expert_store *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(sl_expert_store *st, const char *fmt, ...) {
     if (!st->failed) {
@@ -143,91 +118,6 @@ static int fail(sl_expert_store *st, const char *fmt, ...) {
         st->failed = 1;
     }
     return -1;
-}
-
-/* ---- where each expert lives ---- */
-
-static int file_of(const sl_st_set *set, const uint8_t *p, size_t len, uint64_t *off) {
-    for (int i = 0; i < set->n_files; i++)
-        if (set->maps[i] && p >= set->maps[i] && p + len <= set->maps[i] + set->map_sizes[i]) {
-            *off = (uint64_t)(p - set->maps[i]);
-            return i;
-        }
-    return -1;
-}
-
-static size_t sb_bytes(const sl_weight *w) {
-    return (size_t)w->rows * (size_t)(w->cols / w->group) * (w->sb_fmt == SL_WF_F32 ? 4 : 2);
-}
-
-static void set_piece(const sl_st_set *set, piece *p, const void *ptr, size_t len) {
-    memset(p, 0, sizeof *p);
-    p->file = -1;
-    if (!ptr || !len) return;
-    p->len = len;
-    p->file = file_of(set, ptr, len, &p->off);
-    if (p->file < 0) p->mem = ptr;
-}
-
-static int cmp_piece(const void *a, const void *b) {
-    const piece *x = *(piece *const *)a, *y = *(piece *const *)b;
-    if (x->file != y->file) return x->file < y->file ? -1 : 1;
-    return x->off < y->off ? -1 : x->off > y->off;
-}
-
-/* Pieces of one expert, the aligned reads that cover them, and both layouts. */
-static void describe(const sl_st_set *set, const sl_expert *ex, xinfo *xi, size_t *img_bytes, size_t *dev_bytes) {
-    const sl_weight *ws[3] = {&ex->gate, &ex->up, &ex->down};
-    memset(xi, 0, sizeof *xi);
-    for (int i = 0; i < 3; i++) {
-        const sl_weight *w = ws[i];
-        piece *p = &xi->p[4 * i];
-        set_piece(set, &p[0], w->data, (size_t)w->rows * w->row_bytes);
-        if (w->fmt == SL_WF_MLX) {
-            set_piece(set, &p[1], w->scales, sb_bytes(w));
-            set_piece(set, &p[2], w->biases, sb_bytes(w));
-        } else {
-            set_piece(set, &p[1], NULL, 0);
-            set_piece(set, &p[2], NULL, 0);
-        }
-        set_piece(set, &p[3], w->bias, w->bias ? (size_t)w->rows * 4 : 0);
-    }
-    piece *sorted[NP];
-    int n = 0;
-    for (int i = 0; i < NP; i++)
-        if (xi->p[i].len && xi->p[i].file >= 0) sorted[n++] = &xi->p[i];
-    qsort(sorted, (size_t)n, sizeof *sorted, cmp_piece);
-    size_t img = 0;
-    for (int i = 0; i < n; i++) {
-        piece *p = sorted[i];
-        uint64_t a0 = p->off / ALIGN * ALIGN, a1 = up(p->off + p->len, ALIGN);
-        window *w = xi->n_win ? &xi->w[xi->n_win - 1] : NULL;
-        if (w && w->file == p->file && a0 <= w->off + w->len) { /* adjacent: one read */
-            if (a1 > w->off + w->len) {
-                img += a1 - (w->off + w->len);
-                w->len = a1 - w->off;
-            }
-            if (p->off + p->len > w->hi) w->hi = p->off + p->len;
-        } else {
-            w = &xi->w[xi->n_win++];
-            *w = (window){.file = p->file, .off = a0, .lo = p->off, .hi = p->off + p->len, .len = a1 - a0, .img = img};
-            img += w->len;
-        }
-        p->img = w->img + (p->off - w->off);
-    }
-    for (int i = 0; i < NP; i++) /* copies held in memory go after the reads */
-        if (xi->p[i].len && xi->p[i].file < 0) {
-            xi->p[i].img = img;
-            img = up(img + xi->p[i].len, 64);
-        }
-    size_t dev = 0;
-    for (int i = 0; i < NP; i++)
-        if (xi->p[i].len) {
-            xi->p[i].dev = dev;
-            dev = up(dev + xi->p[i].len, DEV_ALIGN);
-        }
-    *img_bytes = up(img, ALIGN);
-    *dev_bytes = dev;
 }
 
 static const sl_expert *template_of(const sl_model *m, int l, int e) {
@@ -365,7 +255,7 @@ static void loaded(sl_expert_store *st, int si) {
 }
 
 static const char *path_of(sl_expert_store *st, int file) {
-    return st->m->st->paths[file];
+    return file < st->m->st->n_files ? st->m->st->paths[file] : st->pack_path;
 }
 
 /* Takes one finished read. */
@@ -622,10 +512,10 @@ int sl_store_create(sl_model *m, const sl_store_config *cfg, sl_expert_store **o
     st->ram_where = malloc(cells * sizeof *st->ram_where);
     st->layer_slots = calloc((size_t)st->n_layers, sizeof *st->layer_slots);
     st->n_files = m->st->n_files;
-    st->fd_buf = malloc((size_t)st->n_files * sizeof(int));
-    st->fd_direct = malloc((size_t)st->n_files * sizeof(int));
-    st->gfh = calloc((size_t)st->n_files, sizeof *st->gfh);
-    for (int i = 0; st->fd_buf && st->fd_direct && i < st->n_files; i++) st->fd_buf[i] = st->fd_direct[i] = -1;
+    st->fd_buf = malloc((size_t)(st->n_files + 1) * sizeof(int)); /* one more for a pack */
+    st->fd_direct = malloc((size_t)(st->n_files + 1) * sizeof(int));
+    st->gfh = calloc((size_t)st->n_files + 1, sizeof *st->gfh);
+    for (int i = 0; st->fd_buf && st->fd_direct && i <= st->n_files; i++) st->fd_buf[i] = st->fd_direct[i] = -1;
     st->mark = calloc((size_t)st->n_experts, sizeof *st->mark);
     st->pmark = calloc((size_t)st->n_experts, sizeof *st->pmark);
     st->miss_rate = malloc((size_t)st->n_layers * sizeof *st->miss_rate);
@@ -641,22 +531,51 @@ int sl_store_create(sl_model *m, const sl_store_config *cfg, sl_expert_store **o
     st->ready = st->todo + st->n_experts;
     for (size_t i = 0; i < cells; i++) st->where[i] = st->ram_where[i] = -1;
     for (int l = 0; l < st->n_layers; l++) st->miss_rate[l] = 1.0f;
-    if (choose_gds(st, cfg, e)) {
-        sl_store_free(st);
-        return -1;
-    }
-    st->cfg.io = st->gds ? SL_IO_GDS : st->cfg.io == SL_IO_AUTO ? SL_IO_BUFFERED : st->cfg.io;
     st->pred_layer = -1;
+    double expert_bytes = 0; /* read in all, windows included */
     for (int l = 0; l < st->n_layers; l++) {
         sl_layer *L = &m->layers[l];
         for (int x = 0; L->is_moe && x < L->experts.n_experts; x++) {
             size_t ib, db;
-            describe(m->st, template_of(m, l, x), &st->x[(size_t)l * (size_t)st->n_experts + (size_t)x], &ib, &db);
+            sl_xinfo_describe(m->st, template_of(m, l, x), &st->x[(size_t)l * (size_t)st->n_experts + (size_t)x], &ib,
+                              &db);
             if (ib > st->img_bytes) st->img_bytes = ib;
             if (db > st->dev_bytes) st->dev_bytes = db;
             L->experts.experts[x] = NULL; /* present only while in a slot */
         }
     }
+    /* an expert pack beside the checkpoint: each expert one read */
+    char *pk = sl_pack_path(m->st);
+    sl_err pe;
+    int packed = pk ? sl_pack_apply(pk, m->st, st->n_layers, st->n_experts, st->x, st->n_files, &pe) : 0;
+    if (packed < 0) fprintf(stderr, "sluice: %s; reading the experts from the checkpoint itself\n", pe.msg);
+    if (packed > 0) {
+        st->pack_path = pk;
+        pk = NULL;
+        st->n_files++;
+        st->img_bytes = st->dev_bytes = 0;
+        for (size_t i = 0; i < cells; i++) {
+            size_t ib, db;
+            if (!st->x[i].n_win) continue;
+            sl_xinfo_plan(&st->x[i], &ib, &db);
+            if (ib > st->img_bytes) st->img_bytes = ib;
+            if (db > st->dev_bytes) st->dev_bytes = db;
+        }
+    }
+    free(pk);
+    st->st.packed = packed > 0;
+    for (size_t i = 0; i < cells; i++)
+        for (int w = 0; w < st->x[i].n_win; w++) expert_bytes += (double)st->x[i].w[w].len;
+    if (choose_gds(st, cfg, e)) {
+        sl_store_free(st);
+        return -1;
+    }
+    /* auto: buffered reads while the page cache can hold the experts; beyond that every miss is a disk
+     * read that also evicts what the cache held, so O_DIRECT */
+    if (st->gds)
+        st->cfg.io = SL_IO_GDS;
+    else if (st->cfg.io == SL_IO_AUTO)
+        st->cfg.io = expert_bytes > 0.8 * sl_mem_available() ? SL_IO_DIRECT : SL_IO_BUFFERED;
     size_t slot_bytes = st->own_memory ? up(st->dev_bytes, DEV_ALIGN) : st->img_bytes;
     int64_t n_slots = cfg->n_slots > 0 ? cfg->n_slots : slot_bytes ? cfg->slot_bytes_budget / (int64_t)slot_bytes : 0;
     int64_t total = (int64_t)moe_layers * st->n_experts;
@@ -775,6 +694,7 @@ void sl_store_free(sl_expert_store *st) {
     free(st->fd_buf);
     free(st->fd_direct);
     free(st->gfh);
+    free(st->pack_path);
     free(st->x);
     free(st->where);
     free(st->ram_where);
@@ -810,6 +730,7 @@ void sl_store_stats_reset(sl_expert_store *st) {
     st->st.slot_bytes = keep.slot_bytes;
     st->st.engine = keep.engine;
     st->st.io = keep.io;
+    st->st.packed = keep.packed;
 }
 
 /* Per-visit buffers for n*k routed pairs. */

@@ -51,6 +51,7 @@ typedef struct sl_store_stats {
     size_t slot_bytes;       /* bytes of one slot */
     const char *engine;      /* "io_uring", "pread threads" or "cuFile (GPUDirect)" / "cuFile (compatibility mode)" */
     sl_io_mode io;
+    int packed; /* experts are read from an expert pack (sluice pack), one read each */
 } sl_store_stats;
 
 /* Describes every expert of m (whose weights still point into the checkpoint) and allocates the

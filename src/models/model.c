@@ -200,10 +200,10 @@ static int place_model(sl_model *m, const sl_model_opts *o, sl_err *e) {
     if (sl_store_create(m, &sc, &m->store, e)) return sl_wrap(e, "%s", m->path);
     sl_store_stats s;
     sl_store_stats_get(m->store, &s);
-    fprintf(stderr, "sluice: streaming experts: %d slots of %s in %s memory (%s), host cache %s, %s I/O via %s\n",
+    fprintf(stderr, "sluice: streaming experts: %d slots of %s in %s memory (%s), host cache %s, %s I/O via %s%s\n",
             s.n_slots, sl_human_bytes((double)s.slot_bytes, b1, sizeof b1), own ? op->name : "host",
             sl_human_bytes((double)s.slot_bytes * s.n_slots, b2, sizeof b2), s.n_ram ? "on" : "off",
-            sl_io_mode_name(s.io), s.engine);
+            sl_io_mode_name(s.io), s.engine, s.packed ? ", from the expert pack" : "");
     return 0;
 }
 

@@ -277,17 +277,6 @@ int sl_session_rewind(sl_session *s, int pos) {
     return 0;
 }
 
-static double mem_available(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 8e9;
-    char line[256];
-    double kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
-    fclose(f);
-    return kb > 0 ? kb * 1024 : 8e9;
-}
-
 int sl_session_default_ctx(const sl_model *m) {
     const sl_config *c = &m->cfg;
     int n_attn = 0;
@@ -295,7 +284,7 @@ int sl_session_default_ctx(const sl_model *m) {
     double per_tok = (double)n_attn * c->n_kv_heads * c->head_dim * 8.0;
     int ctx = c->max_pos;
     /* caches live in the backend's memory: a quarter of what is free there (host memory on the CPU) */
-    double budget = (m->be->ops->mem_free ? (double)m->be->ops->mem_free(m->be) : mem_available()) / 4;
+    double budget = (m->be->ops->mem_free ? (double)m->be->ops->mem_free(m->be) : sl_mem_available()) / 4;
     while (ctx > 2048 && per_tok * ctx > budget) ctx /= 2;
     return ctx < c->max_pos ? ctx : c->max_pos;
 }

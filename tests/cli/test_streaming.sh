@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The streaming flags from the command line: `sluice logits` with the experts of a MoE fixture in a
 # small host cache (--ram) writes the resident logits byte for byte, buffered and O_DIRECT; bad values
-# of --vram, --ram and --io are refused with one line naming the flag; bench reports the store.
+# of --vram, --ram and --io are refused with one line naming the flag; bench reports the store; `sluice
+# pack` writes an expert pack that streaming then reads, to the same logits.
 set -u
 BIN=${SLUICE_BIN:?SLUICE_BIN not set}
 FIX=${SLUICE_FIXTURES:?SLUICE_FIXTURES not set}
@@ -44,5 +45,15 @@ grep -q -- "--io gds reads experts straight into GPU memory, which the cpu backe
 for row in "streamed experts" "decode experts" "expert tier read"; do
     grep -q "$row" "$TMP/bench.out" || fail "bench --ram: no '$row' row"
 done
+mkdir -p "$TMP/pk" && cp "$M/config.json" "$M/model.safetensors" "$TMP/pk/"
+"$BIN" pack "$TMP/pk" >"$TMP/pack.out" 2>"$TMP/pack.err" || fail "pack: $(cat "$TMP/pack.err")"
+grep -q "packed 64 experts .* into $TMP/pk/experts.sluice-pack" "$TMP/pack.out" || fail "pack: $(cat "$TMP/pack.out")"
+"$BIN" logits "$TMP/pk" --ids $ids --decode-ids 9,99,499 --out "$TMP/pk.f32" --ram 500K 2>"$TMP/pk.err" ||
+    fail "logits through the pack: $(cat "$TMP/pk.err")"
+grep -q "from the expert pack" "$TMP/pk.err" || fail "the pack was not read: $(cat "$TMP/pk.err")"
+cmp -s "$TMP/ref.f32" "$TMP/pk.f32" || fail "logits through the pack differ from the resident model's"
+"$BIN" pack "$FIX/models/qwen3" >"$TMP/dense.out" 2>&1 && fail "pack of a dense model must fail"
+grep -q "has no routed experts to pack" "$TMP/dense.out" || fail "pack of a dense model: $(cat "$TMP/dense.out")"
+"$BIN" pack --help | grep -q "experts.sluice-pack" || fail "pack --help"
 [ $fails -eq 0 ] && echo "streaming CLI: all checks passed"
 exit $((fails > 0))

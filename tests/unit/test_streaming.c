@@ -3,7 +3,9 @@
  * resident model bit for bit — prefill (in passes, since a prompt needs more experts than fit) and
  * decode (with reads ahead), buffered and O_DIRECT, through io_uring and through the pread threads.
  * And a checkpoint whose expert file is cut short mid-run ends the request with an error naming the
- * file, then works again once the file is whole. Runs on the backend SLUICE_BACKEND names. */
+ * file, then works again once the file is whole. An expert pack (sluice pack) is read one read per
+ * expert to the same logits, and ignored once the checkpoint changes. Runs on the backend SLUICE_BACKEND
+ * names. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -12,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/util.h"
+#include "experts/pack.h"
 #include "experts/store.h"
 #include "formats/st_write.h"
 #include "runtime/session.h"
@@ -234,6 +237,106 @@ Test(streaming, truncated_expert_file) {
     free(shard);
     free(tmp);
     free(src);
+}
+
+/* Copies the files of a fixture (a directory, or a .gguf file) into dir; the model's path there. */
+static char *copy_fixture(const char *rel, const char *dir) {
+    char *src = tu_fixture(rel);
+    const char *names[] = {"config.json", "model.safetensors"};
+    char *out;
+    size_t len;
+    sl_err e = {{0}};
+    if (strstr(rel, ".gguf")) {
+        out = sl_path_join(dir, "model.gguf");
+        char *data = tu_slurp(src, &len);
+        cr_assert_eq(sl_write_file(out, data, len, &e), 0, "%s", e.msg);
+        free(data);
+    } else {
+        out = strdup(dir);
+        for (int i = 0; i < 2; i++) {
+            char *a = sl_path_join(src, names[i]), *b = sl_path_join(dir, names[i]);
+            char *data = tu_slurp(a, &len);
+            cr_assert_eq(sl_write_file(b, data, len, &e), 0, "%s", e.msg);
+            free(data);
+            free(a);
+            free(b);
+        }
+    }
+    free(src);
+    return out;
+}
+
+/* Packs a copy of the fixture; streamed through the pack it gives the resident logits with one read per
+ * expert; after the checkpoint changes the pack is left aside; a pack cut short fails naming it. */
+static void check_pack(const char *rel) {
+    char *tmp = tu_tmpdir();
+    char *path = copy_fixture(rel, tmp);
+    sl_err e = {{0}};
+    sl_model *m;
+    sl_model_opts ro = {.backend = "cpu"};
+    cr_assert_eq(sl_model_load(path, &ro, &m, &e), 0, "%s", e.msg);
+    char *pk = sl_pack_path(m->st);
+    int n = 0;
+    uint64_t bytes = 0;
+    cr_assert_eq(sl_pack_write(m, pk, NULL, NULL, &n, &bytes, &e), 0, "%s", e.msg);
+    cr_assert_gt(n, 0);
+    int slots = 2 * moe_layers(m) > m->cfg.top_k ? 2 * moe_layers(m) : m->cfg.top_k;
+    sl_model_free(m);
+    /* the reference and the streamed runs on the backend under test; the pack is written on the CPU */
+    int32_t p[] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8}, d[] = {9, 7, 9};
+    run ref, got;
+    sl_model_opts res = {0};
+    setenv("SLUICE_CUDA_GRAPHS", "0", 1);
+    cr_assert_eq(sl_model_load(path, &res, &m, &e), 0, "%s", e.msg);
+    unsetenv("SLUICE_CUDA_GRAPHS");
+    cr_assert_eq(forward_all(m, p, 12, d, 3, &ref, &e), 0, "%s", e.msg);
+    sl_model_free(m);
+    for (int stale = 0; stale < 2; stale++) {
+        sl_model_opts o = {.expert_slots = slots};
+        cr_assert_eq(sl_model_load(path, &o, &m, &e), 0, "%s", e.msg);
+        cr_assert_eq(forward_all(m, p, 12, d, 3, &got, &e), 0, "%s: %s", rel, e.msg);
+        sl_store_stats st;
+        sl_store_stats_get(m->store, &st);
+        cr_assert_eq(st.packed, !stale, "%s: the pack is %s", rel, stale ? "stale" : "current");
+        if (!stale)
+            cr_assert_eq(st.reads, st.misses + st.prefetched, "%s: one read per expert (%llu reads, %llu experts)", rel,
+                         (unsigned long long)st.reads, (unsigned long long)(st.misses + st.prefetched));
+        cr_assert(!memcmp(got.logits, ref.logits, ref.len * sizeof(float)), "%s: logits through the %s pack", rel,
+                  stale ? "stale" : "current");
+        free(got.logits);
+        sl_model_free(m);
+        /* a checkpoint file written again (same bytes, a new time) makes the pack stale */
+        char *f = strstr(rel, ".gguf") ? strdup(path) : sl_path_join(path, "model.safetensors");
+        size_t len;
+        char *data = tu_slurp(f, &len);
+        cr_assert_eq(sl_write_file(f, data, len, &e), 0, "%s", e.msg);
+        free(data);
+        free(f);
+    }
+    /* written again, then cut short while in use: the request fails naming the pack */
+    cr_assert_eq(sl_model_load(path, &ro, &m, &e), 0, "%s", e.msg);
+    cr_assert_eq(sl_pack_write(m, pk, NULL, NULL, &n, &bytes, &e), 0, "%s", e.msg);
+    sl_model_free(m);
+    sl_model_opts o = {.expert_slots = slots};
+    cr_assert_eq(sl_model_load(path, &o, &m, &e), 0, "%s", e.msg);
+    cr_assert_eq(truncate(pk, (off_t)(bytes / 2)), 0);
+    int rc = forward_all(m, p, 12, d, 3, &got, &e);
+    free(got.logits);
+    cr_assert_neq(rc, 0, "%s: reading experts from a pack cut short must fail", rel);
+    cr_assert(strstr(e.msg, pk) && strstr(e.msg, "truncated"), "%s: the error names the pack: %s", rel, e.msg);
+    sl_model_free(m);
+    free(ref.logits);
+    free(pk);
+    free(path);
+    free(tmp);
+}
+
+Test(streaming, pack_safetensors) {
+    check_pack("models/qwen3_5_moe_mlx4");
+}
+
+Test(streaming, pack_gguf) {
+    check_pack("gguf/qwen3_moe-Q4_K_M/model.gguf");
 }
 
 /* --io gds reads into GPU memory: a backend without it refuses, saying so. */

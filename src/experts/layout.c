@@ -1,0 +1,92 @@
+#include "experts/layout.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+
+static int file_of(const sl_st_set *set, const uint8_t *p, size_t len, uint64_t *off) {
+    for (int i = 0; i < set->n_files; i++)
+        if (set->maps[i] && p >= set->maps[i] && p + len <= set->maps[i] + set->map_sizes[i]) {
+            *off = (uint64_t)(p - set->maps[i]);
+            return i;
+        }
+    return -1;
+}
+
+static size_t sb_bytes(const sl_weight *w) {
+    return (size_t)w->rows * (size_t)(w->cols / w->group) * (w->sb_fmt == SL_WF_F32 ? 4 : 2);
+}
+
+static void set_piece(const sl_st_set *set, piece *p, const void *ptr, size_t len) {
+    memset(p, 0, sizeof *p);
+    p->file = -1;
+    if (!ptr || !len) return;
+    p->len = len;
+    p->file = file_of(set, ptr, len, &p->off);
+    if (p->file < 0) p->mem = ptr;
+}
+
+static int cmp_piece(const void *a, const void *b) {
+    const piece *x = *(piece *const *)a, *y = *(piece *const *)b;
+    if (x->file != y->file) return x->file < y->file ? -1 : 1;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+void sl_xinfo_describe(const sl_st_set *set, const sl_expert *ex, xinfo *xi, size_t *img_bytes, size_t *dev_bytes) {
+    const sl_weight *ws[3] = {&ex->gate, &ex->up, &ex->down};
+    memset(xi, 0, sizeof *xi);
+    for (int i = 0; i < 3; i++) {
+        const sl_weight *w = ws[i];
+        piece *p = &xi->p[4 * i];
+        set_piece(set, &p[0], w->data, (size_t)w->rows * w->row_bytes);
+        if (w->fmt == SL_WF_MLX) {
+            set_piece(set, &p[1], w->scales, sb_bytes(w));
+            set_piece(set, &p[2], w->biases, sb_bytes(w));
+        } else {
+            set_piece(set, &p[1], NULL, 0);
+            set_piece(set, &p[2], NULL, 0);
+        }
+        set_piece(set, &p[3], w->bias, w->bias ? (size_t)w->rows * 4 : 0);
+    }
+    sl_xinfo_plan(xi, img_bytes, dev_bytes);
+}
+
+void sl_xinfo_plan(xinfo *xi, size_t *img_bytes, size_t *dev_bytes) {
+    xi->n_win = 0;
+    piece *sorted[NP];
+    int n = 0;
+    for (int i = 0; i < NP; i++)
+        if (xi->p[i].len && xi->p[i].file >= 0) sorted[n++] = &xi->p[i];
+    qsort(sorted, (size_t)n, sizeof *sorted, cmp_piece);
+    size_t img = 0;
+    for (int i = 0; i < n; i++) {
+        piece *p = sorted[i];
+        uint64_t a0 = p->off / ALIGN * ALIGN, a1 = up(p->off + p->len, ALIGN);
+        window *w = xi->n_win ? &xi->w[xi->n_win - 1] : NULL;
+        if (w && w->file == p->file && a0 <= w->off + w->len) { /* adjacent: one read */
+            if (a1 > w->off + w->len) {
+                img += a1 - (w->off + w->len);
+                w->len = a1 - w->off;
+            }
+            if (p->off + p->len > w->hi) w->hi = p->off + p->len;
+        } else {
+            w = &xi->w[xi->n_win++];
+            *w = (window){.file = p->file, .off = a0, .lo = p->off, .hi = p->off + p->len, .len = a1 - a0, .img = img};
+            img += w->len;
+        }
+        p->img = w->img + (p->off - w->off);
+    }
+    for (int i = 0; i < NP; i++) /* copies held in memory go after the reads */
+        if (xi->p[i].len && xi->p[i].file < 0) {
+            xi->p[i].img = img;
+            img = up(img + xi->p[i].len, 64);
+        }
+    size_t dev = 0;
+    for (int i = 0; i < NP; i++)
+        if (xi->p[i].len) {
+            xi->p[i].dev = dev;
+            dev = up(dev + xi->p[i].len, DEV_ALIGN);
+        }
+    *img_bytes = up(img, ALIGN);
+    *dev_bytes = dev;
+}
