@@ -12,7 +12,8 @@
 #   4. the 35B shape with GPUDirect Storage (--io gds; cuFile's compatibility mode where the nvidia-fs
 #      module is not loaded), --vram 8G and 3G.
 # STEPS="1 2 3" picks the steps (4 runs when named). SLUICE_TEST_GDS=1 makes step 1 fail when libcufile
-# cannot be loaded, instead of leaving GPUDirect reads untested.
+# cannot be had, instead of leaving GPUDirect reads untested (cuFile also needs udev's record of the disk;
+# in a container without udev write one first, e.g. /run/udev/data/b254:0 with E:ID_FS_USAGE=filesystem).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:?usage: tools/stream-check.sh BUNDLE_DIR}

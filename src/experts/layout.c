@@ -3,7 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 static int file_of(const sl_st_set *set, const uint8_t *p, size_t len, uint64_t *off) {
     for (int i = 0; i < set->n_files; i++)
         if (set->maps[i] && p >= set->maps[i] && p + len <= set->maps[i] + set->map_sizes[i]) {

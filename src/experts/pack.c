@@ -213,8 +213,8 @@ int sl_pack_apply(const char *path, const sl_st_set *set, int n_layers, int n_ex
         sl_fail(e, "%s is not an expert pack of this version (rerun sluice pack)", path);
         goto done;
     }
-    if (h.n_layers != (uint32_t)n_layers || h.n_experts != (uint32_t)n_experts ||
-        h.n_files != (uint32_t)set->n_files || (uint64_t)pb.st_size < h.total) {
+    if (h.n_layers != (uint32_t)n_layers || h.n_experts != (uint32_t)n_experts || h.n_files != (uint32_t)set->n_files ||
+        (uint64_t)pb.st_size < h.total) {
         sl_fail(e, "%s was written for another checkpoint, or is incomplete (rerun sluice pack)", path);
         goto done;
     }
@@ -247,8 +247,8 @@ int sl_pack_apply(const char *path, const sl_st_set *set, int n_layers, int n_ex
             const piece *p = &x[c].p[i];
             const pk_piece *q = &cells[c].p[i];
             if (p->len != q->len || (p->len && (p->file != q->file || (p->file >= 0 && p->off != q->off)))) {
-                sl_fail(e, "%s does not match expert %zu of layer %zu (rerun sluice pack)", path,
-                        c % (size_t)n_experts, c / (size_t)n_experts);
+                sl_fail(e, "%s does not match expert %zu of layer %zu (rerun sluice pack)", path, c % (size_t)n_experts,
+                        c / (size_t)n_experts);
                 goto done;
             }
         }
