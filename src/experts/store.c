@@ -54,6 +54,7 @@ struct sl_expert_store {
     int n_slots, hand, floor;
     uint8_t *arena;
     int *layer_slots; /* slots each layer holds */
+    uint8_t *stale;   /* [layer]: its expert table changed since the backend last copied it */
     /* host tier / staging */
     hentry *host;
     int n_host, host_hand, ram_cache;
@@ -149,6 +150,7 @@ static void evict_slot(sl_expert_store *st, slot *s) {
     if (s->state == EMPTY) return;
     *wh(st, s->layer, s->expert) = -1;
     st->m->layers[s->layer].experts.experts[s->expert] = NULL;
+    st->stale[s->layer] = 1;
     st->layer_slots[s->layer]--;
     s->state = EMPTY;
     s->layer = s->expert = -1;
@@ -252,6 +254,7 @@ static void loaded(sl_expert_store *st, int si) {
     build_expert(template_of(st->m, s->layer, s->expert), xi, s->base, st->own_memory, &s->ex);
     s->state = READY;
     st->m->layers[s->layer].experts.experts[s->expert] = &s->ex;
+    st->stale[s->layer] = 1;
 }
 
 static const char *path_of(sl_expert_store *st, int file) {
@@ -262,7 +265,9 @@ static const char *path_of(sl_expert_store *st, int file) {
 static int reap(sl_expert_store *st) {
     uint64_t tag;
     int64_t res;
+    double t0 = sl_now(); /* any wait for a read, wherever the forward pass needs one, is a stall */
     if (sl_io_wait(st->io, &tag, &res)) return fail(st, "waiting for expert reads failed");
+    st->st.stall_s += sl_now() - t0;
     busy_end(st);
     int si = (int)(tag >> 8), wi = (int)(tag & 255);
     slot *s = &st->slots[si];
@@ -426,10 +431,8 @@ static int start_load(sl_expert_store *st, int si, int l, int e, int ahead) {
 
 /* Waits until slot si is read (or failed). */
 static int wait_slot(sl_expert_store *st, int si) {
-    double t0 = sl_now();
     while (st->slots[si].state == LOADING && st->slots[si].pending)
         if (reap(st)) return -1;
-    st->st.stall_s += sl_now() - t0;
     return 0;
 }
 
@@ -511,6 +514,7 @@ int sl_store_create(sl_model *m, const sl_store_config *cfg, sl_expert_store **o
     st->where = malloc(cells * sizeof *st->where);
     st->ram_where = malloc(cells * sizeof *st->ram_where);
     st->layer_slots = calloc((size_t)st->n_layers, sizeof *st->layer_slots);
+    st->stale = malloc((size_t)st->n_layers);
     st->n_files = m->st->n_files;
     st->fd_buf = malloc((size_t)(st->n_files + 1) * sizeof(int)); /* one more for a pack */
     st->fd_direct = malloc((size_t)(st->n_files + 1) * sizeof(int));
@@ -522,15 +526,18 @@ int sl_store_create(sl_model *m, const sl_store_config *cfg, sl_expert_store **o
     st->inflight = malloc((size_t)st->n_experts * sizeof(int));
     st->list = malloc((size_t)st->n_experts * sizeof(int) * 3);
     st->pred = malloc((size_t)(st->k_max + 1) * sizeof *st->pred);
-    if (!st->x || !st->where || !st->ram_where || !st->layer_slots || !st->fd_buf || !st->fd_direct || !st->gfh ||
-        !st->mark || !st->list || !st->pred || !st->pmark || !st->inflight || !st->miss_rate) {
+    if (!st->x || !st->where || !st->ram_where || !st->layer_slots || !st->stale || !st->fd_buf || !st->fd_direct ||
+        !st->gfh || !st->mark || !st->list || !st->pred || !st->pmark || !st->inflight || !st->miss_rate) {
         sl_store_free(st);
         return sl_fail(e, "out of memory describing the experts");
     }
     st->todo = st->list + st->n_experts;
     st->ready = st->todo + st->n_experts;
     for (size_t i = 0; i < cells; i++) st->where[i] = st->ram_where[i] = -1;
-    for (int l = 0; l < st->n_layers; l++) st->miss_rate[l] = 1.0f;
+    for (int l = 0; l < st->n_layers; l++) {
+        st->miss_rate[l] = 1.0f;
+        st->stale[l] = 1;
+    }
     st->pred_layer = -1;
     double expert_bytes = 0; /* read in all, windows included */
     for (int l = 0; l < st->n_layers; l++) {
@@ -699,6 +706,7 @@ void sl_store_free(sl_expert_store *st) {
     free(st->where);
     free(st->ram_where);
     free(st->layer_slots);
+    free(st->stale);
     free(st->slots);
     free(st->mark);
     free(st->pmark);
@@ -772,7 +780,11 @@ static int pass(sl_expert_store *st, int l, const sl_store_moe_args *a, int nk, 
     }
     if (!included) return 0;
     sl_err e;
-    if (be->ops->place_experts && be->ops->place_experts(be, &L->experts, &e)) return fail(st, "%s", e.msg);
+    /* rebuilding the backend's table compares every expert of the layer: only after slots changed */
+    if (be->ops->place_experts && st->stale[l]) {
+        if (be->ops->place_experts(be, &L->experts, &e)) return fail(st, "%s", e.msg);
+        st->stale[l] = 0;
+    }
     const int32_t *ids = a->ids; /* every pair in this pass: the routed ids as they are */
     if (included < nk) {
         if (st->own_memory) {
@@ -814,6 +826,7 @@ void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a) {
     const sl_config *c = &m->cfg;
     sl_layer *L = &m->layers[l];
     int n = a->n, k = c->top_k, E = L->experts.n_experts, H = c->hidden, nk = n * k;
+    double t_in = sl_now(), stall0 = st->st.stall_s, t_route = 0;
     if (st->failed || ensure(st, nk)) goto failed;
     st->visit++;
     if (l == st->first_moe) st->st.tokens += (uint64_t)n;
@@ -824,8 +837,11 @@ void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a) {
         op->matmul(be, &m->layers[nl].router, a->x, 1, st->plogits);
         op->route(be, st->plogits, 1, m->layers[nl].experts.n_experts, k, c->norm_topk_prob, st->pids, st->pweights);
     }
+    t_route = sl_now();
     op->download(be, st->hids, a->ids, (size_t)nk * sizeof(int32_t));
     if (predict) op->download(be, st->hpids, st->pids, (size_t)k * sizeof(int32_t));
+    t_route = sl_now() - t_route;
+    st->st.route_wait_s += t_route;
     copies_done(st); /* a download waits for everything queued before it */
     reap_finished(st);
     if (st->failed) goto failed;
@@ -920,6 +936,7 @@ void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a) {
             if (start_load(st, si, nl, x, 1)) goto failed;
         }
     }
+    st->st.host_s += sl_now() - t_in - t_route - (st->st.stall_s - stall0);
     return;
 failed:
     op->zero(be, a->out, (size_t)n * (size_t)H * sizeof(float));
@@ -990,6 +1007,9 @@ const char *sl_store_stats_line(const sl_store_stats *s, char *buf, size_t n) {
     if (s->read_busy_s > 0)
         k += snprintf(buf + k, n - (size_t)k, " at %.2f GB/s", (double)s->bytes_read / s->read_busy_s / 1e9);
     k += snprintf(buf + k, n - (size_t)k, ", stall %.2f ms/token", s->stall_s * 1e3 / tok);
+    if (s->host_s > 0)
+        k += snprintf(buf + k, n - (size_t)k, ", routing wait %.2f + host %.2f ms/token", s->route_wait_s * 1e3 / tok,
+                      s->host_s * 1e3 / tok);
     if (s->predicted)
         snprintf(buf + k, n - (size_t)k, ", prefetch %.0f%% right",
                  100.0 * (double)s->predicted_used / (double)s->predicted);

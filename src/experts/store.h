@@ -43,7 +43,10 @@ typedef struct sl_store_stats {
     uint64_t reads;          /* read requests */
     uint64_t bytes_copied;   /* host to backend memory */
     double read_busy_s;      /* wall time with reads in flight */
-    double stall_s;          /* time the forward pass waited for reads */
+    double stall_s;          /* time the forward pass waited for reads (to land, or for room to start) */
+    double route_wait_s;     /* time waiting for each layer's routing to reach the host */
+    double host_s;           /* the rest of the host's time in MoE layers: bookkeeping, launches, copies
+                              * issued, waits for copies to free a buffer (the GPU idles through much of it) */
     uint64_t predicted;      /* experts predicted for the next layer */
     uint64_t predicted_used; /* of those, experts that layer was routed to */
     uint64_t prefetched;     /* reads started ahead of need */

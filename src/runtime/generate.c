@@ -59,6 +59,8 @@ static sl_store_stats store_diff(const sl_store_stats *a, const sl_store_stats *
     SUB(bytes_copied);
     SUB(read_busy_s);
     SUB(stall_s);
+    SUB(route_wait_s);
+    SUB(host_s);
     SUB(predicted);
     SUB(predicted_used);
     SUB(prefetched);

@@ -364,6 +364,9 @@ void sv_engine_metrics(sv_engine *g, sv_buf *o) {
                x->read_busy_s);
         METRIC("expert_stall_seconds_total", "counter", "Time the forward pass waited for expert reads.", "%.6f",
                x->stall_s);
+        METRIC("expert_routing_wait_seconds_total", "counter", "Time waiting for each MoE layer's routing.", "%.6f",
+               x->route_wait_s);
+        METRIC("expert_host_seconds_total", "counter", "Host time in MoE layers besides the waits.", "%.6f", x->host_s);
         METRIC("expert_predicted_total", "counter", "Experts guessed for the next layer.", "%llu",
                (unsigned long long)x->predicted);
         METRIC("expert_predicted_used_total", "counter", "Guessed experts the next layer was routed to.", "%llu",
