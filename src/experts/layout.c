@@ -86,6 +86,24 @@ void sl_xinfo_plan(xinfo *xi, size_t *img_bytes, size_t *dev_bytes) {
             xi->p[i].dev = dev;
             dev = up(dev + xi->p[i].len, DEV_ALIGN);
         }
+    xi->one_copy = 0;
+    int all = 0;
+    for (int i = 0; i < NP; i++) all += xi->p[i].len != 0;
+    if (xi->n_win == 1 && n == all) {
+        const window *w = &xi->w[0];
+        size_t base = (size_t)(w->lo - w->off) / DEV_ALIGN * DEV_ALIGN;
+        int aligned = 1;
+        for (int i = 0; i < NP; i++)
+            if (xi->p[i].len && (xi->p[i].img - base) % DEV_ALIGN) aligned = 0;
+        if (aligned) {
+            for (int i = 0; i < NP; i++)
+                if (xi->p[i].len) xi->p[i].dev = xi->p[i].img - base;
+            xi->one_copy = 1;
+            xi->copy_off = base;
+            xi->copy_len = up((size_t)(w->hi - w->off) - base, DEV_ALIGN);
+            dev = xi->copy_len;
+        }
+    }
     *img_bytes = up(img, ALIGN);
     *dev_bytes = dev;
 }

@@ -34,6 +34,10 @@ typedef struct xinfo {
     piece p[NP];
     window w[MAX_WIN];
     int n_win;
+    /* one_copy: a slot holds the image's bytes [copy_off, copy_off + copy_len) as they are (one window
+     * whose pieces sit DEV_ALIGN-aligned in it, as a pack lays them out), so one copy fills it */
+    int one_copy;
+    size_t copy_off, copy_len;
 } xinfo;
 
 static inline size_t up(size_t v, size_t a) {

@@ -12,7 +12,7 @@
 #include "models/model.h"
 
 #define MAGIC "SLXPACK1"
-#define PIECE_ALIGN 64u
+#define PIECE_ALIGN DEV_ALIGN /* pieces land in a slot where they lie in the record: one copy */
 
 /* On disk, in this order: the head, one pk_file per checkpoint file, one pk_cell per (layer, expert);
  * then the records from data_off on. */

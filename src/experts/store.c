@@ -237,9 +237,12 @@ static void loaded(sl_expert_store *st, int si) {
     }
     if (s->host >= 0) {
         hentry *h = &st->host[s->host];
-        for (int i = 0; i < NP; i++)
-            if (xi->p[i].len)
-                st->be->ops->upload_async(st->be, s->base + xi->p[i].dev, h->img + xi->p[i].img, xi->p[i].len);
+        if (xi->one_copy)
+            st->be->ops->upload_async(st->be, s->base, h->img + xi->copy_off, xi->copy_len);
+        else
+            for (int i = 0; i < NP; i++)
+                if (xi->p[i].len)
+                    st->be->ops->upload_async(st->be, s->base + xi->p[i].dev, h->img + xi->p[i].img, xi->p[i].len);
         st->st.bytes_copied += st->dev_bytes;
         h->reading = 0;
         h->copying = 1;
