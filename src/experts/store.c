@@ -330,6 +330,23 @@ static void *file_gfh(sl_expert_store *st, int file) {
     return st->gfh[file];
 }
 
+/* Queues one read for slot si (through cuFile when fh is set, else from fd), waiting for room first. */
+static int queue_read(sl_expert_store *st, int si, int fd, void *fh, uint64_t off, size_t len, void *dst,
+                      uint64_t tag) {
+    while (fh ? sl_io_read_fh(st->io, fh, off, len, dst, tag) : sl_io_read(st->io, fd, off, len, dst, tag))
+        if (reap(st)) return -1; /* the queue is full */
+    busy_begin(st);
+    st->slots[si].pending++;
+    st->st.reads++;
+    return 0;
+}
+
+/* Sends the queued reads of slot si off; a slot with none left (or none at all) is loaded now. */
+static void reads_queued(sl_expert_store *st, int si) {
+    sl_io_submit(st->io);
+    if (!st->slots[si].pending) loaded(st, si);
+}
+
 /* GPUDirect reads of every piece straight into the slot; pieces held in memory are copied. The writes
  * are not ordered with the backend's queue, so a slot that queued work may still read waits for it. */
 static int start_load_gds(sl_expert_store *st, int si, const xinfo *xi) {
@@ -347,14 +364,10 @@ static int start_load_gds(sl_expert_store *st, int si, const xinfo *xi) {
             s->failed = 1;
             break;
         }
-        while (sl_io_read_fh(st->io, fh, p->off, p->len, s->base + p->dev, ((uint64_t)si << 8) | 128u | (uint64_t)i))
-            if (reap(st)) return -1;
-        busy_begin(st);
-        s->pending++;
-        st->st.reads++;
+        if (queue_read(st, si, -1, fh, p->off, p->len, s->base + p->dev, ((uint64_t)si << 8) | 128u | (uint64_t)i))
+            return -1;
     }
-    sl_io_submit(st->io);
-    if (!s->pending) loaded(st, si);
+    reads_queued(st, si);
     return 0;
 }
 
@@ -420,15 +433,10 @@ static int start_load(sl_expert_store *st, int si, int l, int e, int ahead) {
         }
         uint64_t off = direct ? w->off : w->lo;
         size_t len = direct ? w->len : (size_t)(w->hi - w->lo);
-        uint8_t *at = dst + w->img + (off - w->off);
-        while (sl_io_read(st->io, fd, off, len, at, ((uint64_t)si << 8) | (uint64_t)wi))
-            if (reap(st)) return -1; /* the queue is full */
-        busy_begin(st);
-        s->pending++;
-        st->st.reads++;
+        if (queue_read(st, si, fd, NULL, off, len, dst + w->img + (off - w->off), ((uint64_t)si << 8) | (uint64_t)wi))
+            return -1;
     }
-    sl_io_submit(st->io);
-    if (!s->pending) loaded(st, si);
+    reads_queued(st, si);
     return 0;
 }
 
@@ -731,6 +739,29 @@ int sl_store_check(sl_expert_store *st, sl_err *e) {
 
 void sl_store_stats_get(const sl_expert_store *st, sl_store_stats *out) {
     *out = st->st;
+}
+
+sl_store_stats sl_store_stats_since(const sl_store_stats *a, const sl_store_stats *b) {
+    sl_store_stats d = *b;
+#define SUB(f) d.f = b->f - a->f
+    SUB(tokens);
+    SUB(lookups);
+    SUB(hits_slot);
+    SUB(hits_ahead);
+    SUB(hits_ram);
+    SUB(misses);
+    SUB(bytes_read);
+    SUB(reads);
+    SUB(bytes_copied);
+    SUB(read_busy_s);
+    SUB(stall_s);
+    SUB(route_wait_s);
+    SUB(host_s);
+    SUB(predicted);
+    SUB(predicted_used);
+    SUB(prefetched);
+#undef SUB
+    return d;
 }
 
 void sl_store_stats_reset(sl_expert_store *st) {

@@ -90,6 +90,8 @@ double sl_store_probe_read(sl_expert_store *st, uint64_t bytes, sl_err *e);
  * for the stats of a phase that ran `tokens` tokens. */
 const char *sl_store_stats_line(const sl_store_stats *s, char *buf, size_t n);
 void sl_store_stats_get(const sl_expert_store *st, sl_store_stats *out);
+/* The counters of b since the earlier snapshot a; tier sizes, engine and I/O mode as of b. */
+sl_store_stats sl_store_stats_since(const sl_store_stats *a, const sl_store_stats *b);
 void sl_store_stats_reset(sl_expert_store *st);
 const char *sl_io_mode_name(sl_io_mode m);
 /* "buffered", "direct", "gds" (or "auto"); -1 for anything else. */

@@ -44,30 +44,6 @@ static int reuse_prefix(sl_session *s, const int32_t *prompt, int n) {
     return sl_session_restore(s, k);
 }
 
-/* The counters of b since a; tier sizes, engine and I/O mode as of b. */
-static sl_store_stats store_diff(const sl_store_stats *a, const sl_store_stats *b) {
-    sl_store_stats d = *b;
-#define SUB(f) d.f = b->f - a->f
-    SUB(tokens);
-    SUB(lookups);
-    SUB(hits_slot);
-    SUB(hits_ahead);
-    SUB(hits_ram);
-    SUB(misses);
-    SUB(bytes_read);
-    SUB(reads);
-    SUB(bytes_copied);
-    SUB(read_busy_s);
-    SUB(stall_s);
-    SUB(route_wait_s);
-    SUB(host_s);
-    SUB(predicted);
-    SUB(predicted_used);
-    SUB(prefetched);
-#undef SUB
-    return d;
-}
-
 int sl_generate(sl_session *s, const sl_tokenizer *tok, const int32_t *prompt, int n_prompt, const sl_gen_params *p,
                 sl_gen_emit_fn emit, void *ud, sl_gen_stats *st, sl_err *e) {
     memset(st, 0, sizeof *st);
@@ -107,7 +83,7 @@ int sl_generate(sl_session *s, const sl_tokenizer *tok, const int32_t *prompt, i
     st->prefill_s = sl_now() - t0;
     if (xs) {
         sl_store_stats_get(xs, &x1);
-        st->store_prefill = store_diff(&x0, &x1);
+        st->store_prefill = sl_store_stats_since(&x0, &x1);
         st->has_store = 1;
     }
     for (int i = 0; i < n_prompt; i++) sl_sampler_accept(smp, prompt[i]);
@@ -159,7 +135,7 @@ int sl_generate(sl_session *s, const sl_tokenizer *tok, const int32_t *prompt, i
     st->decode_s = sl_now() - t0;
     if (xs) {
         sl_store_stats_get(xs, &x2);
-        st->store_decode = store_diff(&x1, &x2);
+        st->store_decode = sl_store_stats_since(&x1, &x2);
     }
     if (sl_stop_stopped(stop)) st->stop_index = sl_stop_which(stop);
     /* the next turn of this conversation usually starts with everything fed so far */

@@ -355,9 +355,9 @@ int cu_moe_routes(int ne, int k);
  * most max_units), so an expert's rows are read once per group; outputs land where cu_moe_gemv puts them.
  * Not for GGML experts. cu_moe_group_size is the group size for a hidden size. */
 int cu_moe_group_size(int hidden);
-void cu_moe_grouped(cu_impl *c, const cu_w *gate, const cu_w *up, const cu_w *down, const cu_expert *table,
-                    const int4 *units, const int *pairs, const int *count, int max_units, int gsize, int slots, int k,
-                    const float *x, int hidden, float *gu, float *d);
+void cu_moe_grouped(cu_impl *c, const cu_w *gate, const cu_w *down, const cu_expert *table, const int4 *units,
+                    const int *pairs, const int *count, int max_units, int gsize, int slots, int k, const float *x,
+                    int hidden, float *gu, float *d);
 
 /* GGML block-quantised weights (cuda_ggml.cu); every type decodes by the CPU reference formulas */
 /* GPUDirect Storage (cuda_gds.cu), the backend's gds_* ops; cu_gds_close unloads it. */

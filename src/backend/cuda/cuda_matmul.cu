@@ -909,6 +909,28 @@ int cu_moe_routes(int ne, int k) {
     return ne <= 32 * CU_ROUTE_REG && k <= 32;
 }
 
+/* The two launches of routed experts over `rows` grid rows for `pairs` routed pairs: gate and up together
+ * (grid z) into gu[pair] and gu[pairs * inter + pair], then down of silu(gate) * up into d[pair]. */
+static void moe_calls(const cu_w *gate, const cu_w *down, const cu_expert *table, int rows, int pairs, int k,
+                      const float *x, int hidden, float *gu, float *d, gv_call *g1, gv_call *g2) {
+    int inter = gate->rows;
+    long long yz = (long long)pairs * inter;
+    *g1 = plain_call(gate, gu, x, NULL, XM_PLAIN);
+    g1->table = table;
+    g1->slots = rows;
+    g1->nz = 2;
+    g1->x_div = k;
+    g1->x_stride = hidden;
+    g1->y_stride = inter;
+    g1->yz = yz;
+    *g2 = plain_call(down, d, gu, gu + yz, XM_SWIGLU);
+    g2->table = table;
+    g2->which = 2;
+    g2->slots = rows;
+    g2->x_stride = inter;
+    g2->y_stride = hidden;
+}
+
 void cu_moe_gemv(cu_impl *c, const cu_w *gate, const cu_w *up, const cu_w *down, const cu_expert *table, int32_t *ids,
                  int slots, int k, const float *x, int hidden, float *gu, float *d, const float *logits, int ne,
                  int renorm, float *weights) {
@@ -919,36 +941,23 @@ void cu_moe_gemv(cu_impl *c, const cu_w *gate, const cu_w *up, const cu_w *down,
         cu_fail(c, "moe: GGML experts take their ids from a separate routing kernel");
         return;
     }
+    gv_call g1, g2;
+    moe_calls(gate, down, table, slots, slots, k, x, hidden, gu, d, &g1, &g2);
     if (ggml && (gate->fmt != up->fmt || gate->gtype != up->gtype)) {
         /* GGML kernels are specialised per type, so gate and up of different types take one launch each */
         for (int z = 0; z < 2; z++)
             cu_gemv_launch(c, z ? up : gate, table, ids, z, slots, k, x, hidden, 1, gu + z * yz, inter);
     } else {
-        /* gate and up of every routed slot in one launch, into gu[0] and gu[slots * inter] */
-        gv_call g1 = plain_call(gate, gu, x, NULL, XM_PLAIN);
-        g1.table = table;
+        /* gate and up of every routed slot in one launch, routing first when logits are given */
         g1.ids = ids;
         g1.rl = logits;
         g1.rne = ne;
         g1.rrenorm = renorm;
         g1.rids = ids;
         g1.rw = weights;
-        g1.slots = slots;
-        g1.nz = 2;
-        g1.x_div = k;
-        g1.x_stride = hidden;
-        g1.y_stride = inter;
-        g1.yz = yz;
         gemv_run(c, g1, 1);
     }
-    /* down of silu(gate) * up */
-    gv_call g2 = plain_call(down, d, gu, gu + (long long)slots * inter, XM_SWIGLU);
-    g2.table = table;
     g2.ids = ids;
-    g2.which = 2;
-    g2.slots = slots;
-    g2.x_stride = inter;
-    g2.y_stride = hidden;
     gemv_run(c, g2, 1);
 }
 
@@ -964,31 +973,14 @@ template <int NT> static void grouped_run(cu_impl *c, const gv_call &g) {
     launch_kind<NT, 4>(c, g, set, 0, NT, kind_of(set.w[0]), 2);
 }
 
-void cu_moe_grouped(cu_impl *c, const cu_w *gate, const cu_w *up, const cu_w *down, const cu_expert *table,
-                    const int4 *units, const int *pairs, const int *count, int max_units, int gsize, int slots, int k,
-                    const float *x, int hidden, float *gu, float *d) {
-    (void)up;
-    int inter = gate->rows;
-    long long yz = (long long)slots * inter;
-    /* gate and up of every group in one launch, into gu[pair] and gu[slots * inter + pair] */
-    gv_call g1 = plain_call(gate, gu, x, NULL, XM_PLAIN);
-    g1.table = table;
-    g1.slots = max_units;
-    g1.nz = 2;
-    g1.x_div = k;
-    g1.x_stride = hidden;
-    g1.y_stride = inter;
-    g1.yz = yz;
+void cu_moe_grouped(cu_impl *c, const cu_w *gate, const cu_w *down, const cu_expert *table, const int4 *units,
+                    const int *pairs, const int *count, int max_units, int gsize, int slots, int k, const float *x,
+                    int hidden, float *gu, float *d) {
+    gv_call g1, g2; /* a grid row per group of pairs */
+    moe_calls(gate, down, table, max_units, slots, k, x, hidden, gu, d, &g1, &g2);
     g1.gunits = units;
     g1.gpairs = pairs;
     g1.gcount = count;
-    /* down of silu(gate) * up, into d[pair] */
-    gv_call g2 = plain_call(down, d, gu, gu + yz, XM_SWIGLU);
-    g2.table = table;
-    g2.which = 2;
-    g2.slots = max_units;
-    g2.x_stride = inter;
-    g2.y_stride = hidden;
     g2.gunits = units;
     g2.gpairs = pairs;
     g2.gcount = count;

@@ -125,7 +125,7 @@ static const float *experts(cu_impl *c, const sl_expert_table *t, const float *x
         int4 *units = (int4 *)(c->moe_grp + 4);
         cu_launch(c, moe_group_k, 1, 1024, (size_t)E * 3 * sizeof(int), (const int32_t *)ids, slots, E, gsize, count,
                   units, pairs);
-        cu_moe_grouped(c, &gs, &us, &ds, tab->d, units, pairs, count, max_units, gsize, slots, k, x, hidden, g, d);
+        cu_moe_grouped(c, &gs, &ds, tab->d, units, pairs, count, max_units, gsize, slots, k, x, hidden, g, d);
         return d;
     }
     cu_moe_gemv(c, &gs, &us, &ds, tab->d, ids, slots, k, x, hidden, g, d, logits, ne, renorm, weights);
