@@ -2,8 +2,9 @@
  * forward pass runs on the CPU reference and on a GPU twin. Activation pointers come from the backend's
  * own alloc() (host memory on the CPU, device memory on a GPU); models never dereference them.
  *
- * Layout conventions: activations are float32 row-major [n tokens][width]. KV caches are
- * [max_ctx][n_kv * head_dim] per layer. */
+ * Layout conventions: activations are float32 row-major [n tokens][width]. A batch holds tokens of one or
+ * more sequences (sl_batch_map says where each belongs). KV caches are pools of pages: page_size rows of
+ * [n_kv * head_dim] floats each, per layer; a sequence's page table lists its pages in position order. */
 #ifndef SLUICE_BACKEND_BACKEND_H
 #define SLUICE_BACKEND_BACKEND_H
 
@@ -34,6 +35,28 @@ typedef struct sl_deltanet_dims {
 
 typedef struct sl_backend sl_backend;
 
+/* Where the tokens of a batch belong. The tokens of one sequence are consecutive in the batch and at
+ * consecutive positions. pos, seq and pages are in backend memory and the kernels read them there, so a
+ * recorded step replays for any positions, and for any page tables of the sequences it was recorded
+ * with. Token i's key and value live in cache row pages[seq[i] * max_pages + pos[i] / page_size] *
+ * page_size + pos[i] % page_size. The host copies give launch shapes. */
+typedef struct sl_batch_map {
+    int n;
+    const int32_t *pos, *seq; /* [n]: position in its sequence, sequence slot */
+    const int32_t *pages;     /* [slots * max_pages] page tables */
+    int page_size, max_pages;
+    const int32_t *h_pos, *h_seq; /* host copies of pos and seq */
+    int span;                     /* the largest position + 1 */
+} sl_batch_map;
+
+/* Cache row of position p of slot s under map m (host-side page tables, as the CPU backend keeps them). */
+static inline int64_t sl_bm_row(const sl_batch_map *m, const int32_t *pages, int s, int p) {
+    return (int64_t)pages[(int64_t)s * m->max_pages + p / m->page_size] * m->page_size + p % m->page_size;
+}
+
+/* Most tokens of a recorded step. */
+#define SL_STEP_MAX 256
+
 /* Most weights one matmul_multi call takes. */
 #define SL_MATMUL_MULTI 4
 
@@ -61,16 +84,16 @@ typedef struct sl_backend_ops {
     /* y = x / rms(x) * w over rows of `dim` (w NULL: no weight); x may equal y */
     void (*rmsnorm)(sl_backend *b, const float *x, const float *w, int rows, int dim, float eps, float *y);
     /* rotary embedding, neox (rotate-half) pairing over the first rot_dim dims of each head, in place:
-     * x[n][stride], heads at x + h*head_dim; token i sits at position pos0 + i */
-    void (*rope)(sl_backend *b, float *x, int n, int stride, int n_heads, int head_dim, int rot_dim, int pos0,
+     * x[bm->n][stride], heads at x + h*head_dim; token i sits at position bm->pos[i] */
+    void (*rope)(sl_backend *b, float *x, int stride, int n_heads, int head_dim, int rot_dim, const sl_batch_map *bm,
                  const float *inv_freq, float attn_factor);
     /* dst[i][0:width] = src[i][0:width] with row strides */
     void (*copy_rows)(sl_backend *b, float *dst, int dst_stride, const float *src, int src_stride, int n, int width);
-    /* causal GQA attention of n new queries at positions pos0.. over cache rows [0, pos0 + n); the new
-     * keys/values must already be in the caches. window > 0 limits each query to the last `window`
-     * positions (itself included). out[n][n_heads * head_dim]. */
-    void (*attention)(sl_backend *b, const float *q, const float *kc, const float *vc, int n, int pos0, int n_heads,
-                      int n_kv, int head_dim, int window, float scale, float *out);
+    /* causal GQA attention of the batch's queries, each over positions [0, pos] of its own sequence's
+     * cache pages; the new keys/values must already be in the caches. window > 0 limits each query to the
+     * last `window` positions (itself included). out[n][n_heads * head_dim]. */
+    void (*attention)(sl_backend *b, const float *q, const float *kc, const float *vc, const sl_batch_map *bm,
+                      int n_heads, int n_kv, int head_dim, int window, float scale, float *out);
     void (*add)(sl_backend *b, float *y, const float *x, size_t len);                      /* y += x */
     void (*swiglu)(sl_backend *b, const float *g, const float *u, size_t len, float *out); /* silu(g)*u */
     void (*mul_sigmoid)(sl_backend *b, float *x, const float *g, size_t len);              /* x *= sigmoid(g) */
@@ -101,8 +124,8 @@ typedef struct sl_backend_ops {
                      const float *A_log, const float *dt_bias, float *state, int n, float *out);
     /* y = rmsnorm(x) * w * silu(z) over rows of dim (in place on x) */
     void (*gated_rmsnorm)(sl_backend *b, float *x, const float *z, const float *w, int rows, int dim, float eps);
-    /* cache[pos + i][0:width] = x[i][0:width] for i < n: the KV-cache write of n new tokens */
-    void (*kv_store)(sl_backend *b, float *cache, int pos, const float *x, int n, int width);
+    /* the cache row of token i (see sl_batch_map) = x[i][0:width]: the KV-cache write of a batch */
+    void (*kv_store)(sl_backend *b, float *cache, const sl_batch_map *bm, const float *x, int width);
 
     /* Optional ops: NULL where the backend has no use for them. */
 
@@ -140,13 +163,13 @@ typedef struct sl_backend_ops {
      * output norm and projection); x may be overwritten */
     void (*gated_rmsnorm_matmul)(sl_backend *b, const sl_weight *w, float *x, const float *z, const float *nw, int dim,
                                  float eps, int n, float *y);
-    /* The attention inputs of n new tokens at positions pos0..: q [n][n_heads * head_dim] and
-     * k [n][n_kv * head_dim] get the per-head RMSNorm by q_norm / k_norm (NULL: none), then the rotary
-     * embedding (as rope), in place; then k and v are stored in the caches at pos0 (as kv_store). With qg
+    /* The attention inputs of a batch: q [n][n_heads * head_dim] and k [n][n_kv * head_dim] get the
+     * per-head RMSNorm by q_norm / k_norm (NULL: none), then the rotary embedding (as rope), in place; then
+     * k and v are stored in the caches (as kv_store). With qg
      * (a gated q projection: rows of [query | gate] per head, [n][n_heads * 2 * head_dim]) the queries are
      * taken from qg into q first and the gates copied to gate [n][n_heads * head_dim]. */
-    void (*qk_rope_store)(sl_backend *b, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int head_dim,
-                          const float *q_norm, const float *k_norm, float eps, int rot_dim, int pos0,
+    void (*qk_rope_store)(sl_backend *b, float *q, float *k, const float *v, const sl_batch_map *bm, int n_heads,
+                          int n_kv, int head_dim, const float *q_norm, const float *k_norm, float eps, int rot_dim,
                           const float *inv_freq, float attn_factor, float *kc, float *vc, const float *qg, float *gate);
 
     /* Resident weights for backends with their own memory: copy a weight (data, scales, biases and bias)
@@ -180,13 +203,14 @@ typedef struct sl_backend_ops {
     void *(*gds_file)(sl_backend *b, int fd, sl_err *e);
     void (*gds_file_close)(sl_backend *b, void *fh);
     int64_t (*gds_read)(sl_backend *b, void *fh, void *dst, size_t len, uint64_t off);
-    /* Recorded one-token steps. step_begin(b, &rec, pos, id) returns 1 when *rec holds a recording and
-     * was replayed for position pos and token id (the caller issues no ops), 0 when it started
+    /* Recorded decode steps of n <= SL_STEP_MAX tokens. step_begin(b, &rec, n, ids) returns 1 when *rec
+     * holds a recording and was replayed for tokens ids (the caller issues no ops), 0 when it started
      * recording the ops that follow until step_end(b, &rec), which runs them and keeps the recording in
-     * *rec, and -1 when the caller should just issue the ops. In a recorded step the position
-     * arguments (rope and attention pos0, kv_store pos) and embed's token are read at replay time, so
-     * one recording serves every position. step_free releases a recording. */
-    int (*step_begin)(sl_backend *b, void **rec, int pos, int32_t id);
+     * *rec, and -1 when the caller should just issue the ops. In a recorded step embed's tokens are read
+     * at replay time, and positions always come from the batch map's backend memory, so one recording
+     * serves every position (its caller re-records when other state, such as which recurrent state each
+     * token uses, changes). step_free releases a recording. */
+    int (*step_begin)(sl_backend *b, void **rec, int n, const int32_t *ids);
     void (*step_end)(sl_backend *b, void **rec);
     void (*step_free)(sl_backend *b, void *rec);
 

@@ -63,9 +63,9 @@ void blk_attention(sl_model *m, sl_session *s, int l, const float *xn, int n, fl
     float *y[3] = {L->q_gated ? x->qraw : x->q, x->k, x->v};
     sl_matmul_multi(be, 3, w, xn, n, y);
     /* gated q_proj rows are [query | gate] per head; the queries and gates are split out on the way */
-    sl_qk_rope_store(be, x->q, x->k, x->v, n, nh, nkv, hd, L->q_norm, L->q_norm ? L->k_norm : NULL, eps, m->rot_dim,
-                     s->pos, m->inv_freq, m->attn_factor, s->kc[l], s->vc[l], L->q_gated ? x->qraw : NULL, x->gate);
-    op->attention(be, x->q, s->kc[l], s->vc[l], n, s->pos, nh, nkv, hd, c->sliding_window, 1.0f / sqrtf((float)hd),
+    sl_qk_rope_store(be, x->q, x->k, x->v, &s->bm, nh, nkv, hd, L->q_norm, L->q_norm ? L->k_norm : NULL, eps,
+                     m->rot_dim, m->inv_freq, m->attn_factor, s->kc[l], s->vc[l], L->q_gated ? x->qraw : NULL, x->gate);
+    op->attention(be, x->q, s->kc[l], s->vc[l], &s->bm, nh, nkv, hd, c->sliding_window, 1.0f / sqrtf((float)hd),
                   x->att);
     if (L->q_gated)
         sl_sigmoid_matmul(be, &L->wo, x->att, x->gate, n, out);

@@ -47,13 +47,14 @@ void sl_sigmoid_matmul(sl_backend *b, const sl_weight *w, float *x, const float 
     op->matmul(b, w, x, n, y);
 }
 
-void sl_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int head_dim,
-                      const float *q_norm, const float *k_norm, float eps, int rot_dim, int pos0, const float *inv_freq,
-                      float attn_factor, float *kc, float *vc, const float *qg, float *gate) {
+void sl_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, const sl_batch_map *bm, int n_heads,
+                      int n_kv, int head_dim, const float *q_norm, const float *k_norm, float eps, int rot_dim,
+                      const float *inv_freq, float attn_factor, float *kc, float *vc, const float *qg, float *gate) {
     const sl_backend_ops *op = b->ops;
+    int n = bm->n;
     if (op->qk_rope_store) {
-        op->qk_rope_store(b, q, k, v, n, n_heads, n_kv, head_dim, q_norm, k_norm, eps, rot_dim, pos0, inv_freq,
-                          attn_factor, kc, vc, qg, gate);
+        op->qk_rope_store(b, q, k, v, bm, n_heads, n_kv, head_dim, q_norm, k_norm, eps, rot_dim, inv_freq, attn_factor,
+                          kc, vc, qg, gate);
         return;
     }
     if (qg) { /* as rows of head_dim, qg is [n * n_heads][2 * head_dim] */
@@ -63,10 +64,10 @@ void sl_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, int n, 
     int qw = n_heads * head_dim, kw = n_kv * head_dim;
     if (q_norm) op->rmsnorm(b, q, q_norm, n * n_heads, head_dim, eps, q);
     if (k_norm) op->rmsnorm(b, k, k_norm, n * n_kv, head_dim, eps, k);
-    op->rope(b, q, n, qw, n_heads, head_dim, rot_dim, pos0, inv_freq, attn_factor);
-    op->rope(b, k, n, kw, n_kv, head_dim, rot_dim, pos0, inv_freq, attn_factor);
-    op->kv_store(b, kc, pos0, k, n, kw);
-    op->kv_store(b, vc, pos0, v, n, kw);
+    op->rope(b, q, qw, n_heads, head_dim, rot_dim, bm, inv_freq, attn_factor);
+    op->rope(b, k, kw, n_kv, head_dim, rot_dim, bm, inv_freq, attn_factor);
+    op->kv_store(b, kc, bm, k, kw);
+    op->kv_store(b, vc, bm, v, kw);
 }
 
 void sl_gated_rmsnorm_matmul(sl_backend *b, const sl_weight *w, float *x, const float *z, const float *nw, int dim,

@@ -76,9 +76,26 @@ static void linear_attn(sl_model *m, sl_session *s, int l, const float *xn, int 
     sl_deltanet_dims d = {c->lin_n_k_heads,  c->lin_n_v_heads, c->lin_k_head_dim,
                           c->lin_v_head_dim, c->conv_kernel,   c->lin_v_tiled};
     const sl_weight *w[4] = {&L->in_qkv, &L->in_z, &L->in_a, &L->in_b};
-    float *y[4] = {x->conv, x->z, x->a, x->b};
-    sl_matmul_multi_conv(be, 4, w, xn, n, y, L->conv_w, d.conv_kernel, s->conv[l], x->qkv);
-    op->deltanet(be, &d, x->conv, x->a, x->b, L->A_log, L->dt_bias, s->ssm[l], n, x->lin);
+    size_t cd = (size_t)sl_config_conv_dim(c), nv = (size_t)d.n_v_heads, lv = nv * (size_t)d.v_dim;
+    if (s->n_runs == 1) { /* one sequence: the conv rides on the input projections */
+        int q = s->runs[0].seq;
+        float *y[4] = {x->conv, x->z, x->a, x->b};
+        sl_matmul_multi_conv(be, 4, w, xn, n, y, L->conv_w, d.conv_kernel, s->conv[l] + (size_t)q * s->conv_stride,
+                             x->qkv);
+        op->deltanet(be, &d, x->conv, x->a, x->b, L->A_log, L->dt_bias, s->ssm[l] + (size_t)q * s->ssm_stride, n,
+                     x->lin);
+    } else { /* each sequence's tokens through its own conv and recurrent state */
+        float *y[4] = {x->qkv, x->z, x->a, x->b};
+        sl_matmul_multi(be, 4, w, xn, n, y);
+        for (int r = 0; r < s->n_runs; r++) {
+            const sl_run *ru = &s->runs[r];
+            size_t t = (size_t)ru->start;
+            op->conv1d_silu(be, x->qkv + t * cd, ru->len, (int)cd, L->conv_w, d.conv_kernel,
+                            s->conv[l] + (size_t)ru->seq * s->conv_stride, x->conv + t * cd);
+            op->deltanet(be, &d, x->conv + t * cd, x->a + t * nv, x->b + t * nv, L->A_log, L->dt_bias,
+                         s->ssm[l] + (size_t)ru->seq * s->ssm_stride, ru->len, x->lin + t * lv);
+        }
+    }
     sl_gated_rmsnorm_matmul(be, &L->out_proj, x->lin, x->z, L->lin_norm, d.v_dim, (float)c->rms_eps, n, out);
 }
 

@@ -38,8 +38,9 @@ static int is_eos(const sl_tokenizer *tok, int32_t id) {
  * prompt is cached (its last token must run again to give logits), or less when the recurrent state can
  * only resume from a snapshot. */
 static int reuse_prefix(sl_session *s, const int32_t *prompt, int n) {
-    int k = 0;
-    while (k < s->pos && k < n && s->hist[k] == prompt[k]) k++;
+    int k = 0, pos = sl_session_pos(s);
+    const int32_t *hist = sl_session_hist(s);
+    while (k < pos && k < n && hist[k] == prompt[k]) k++;
     if (k == n) k--;
     return sl_session_restore(s, k);
 }
@@ -121,7 +122,7 @@ int sl_generate(sl_session *s, const sl_tokenizer *tok, const int32_t *prompt, i
             st->finish_reason = "stop";
             break;
         }
-        if ((p->max_tokens > 0 && st->generated_tokens >= p->max_tokens) || s->pos >= s->max_ctx) break;
+        if ((p->max_tokens > 0 && st->generated_tokens >= p->max_tokens) || sl_session_pos(s) >= s->max_ctx) break;
         if (greedy ? sl_session_forward_argmax(s, &id, 1, &next, e) : sl_session_forward(s, &id, 1, logits, 0, e))
             goto done;
     }

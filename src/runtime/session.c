@@ -8,10 +8,18 @@
 #include "experts/store.h"
 
 #define MAX_BATCH 256
-/* output rows computed at a time: keeps the logits scratch small for large vocabularies */
+/* output rows computed at a time when they go straight to the host: keeps the logits scratch small for
+ * large vocabularies */
 #define LOGIT_ROWS 16
 
 static void *balloc(sl_session *s, size_t bytes) {
+    if (s->n_bufs == s->cap_bufs) {
+        int cap = s->cap_bufs ? 2 * s->cap_bufs : 64;
+        void **nb = realloc(s->bufs, (size_t)cap * sizeof *nb);
+        if (!nb) return NULL;
+        s->bufs = nb;
+        s->cap_bufs = cap;
+    }
     void *p = s->m->be->ops->alloc(s->m->be, bytes);
     if (p) s->bufs[s->n_bufs++] = p;
     return p;
@@ -21,101 +29,271 @@ static int imax(int a, int b) {
     return a > b ? a : b;
 }
 
-int sl_session_create(sl_model *m, int max_ctx, sl_session **out, sl_err *e) {
-    const sl_config *c = &m->cfg;
-    size_t kv = (size_t)c->n_kv_heads * (size_t)c->head_dim;
-    if (max_ctx <= 0) max_ctx = c->max_pos;
-    sl_session *s = calloc(1, sizeof *s);
-    if (!s) return sl_fail(e, "out of memory");
-    s->m = m;
-    s->max_ctx = max_ctx;
-    s->max_batch = MAX_BATCH;
-    s->logit_row = -1;
-    int L = c->n_layers;
-    s->kc = calloc((size_t)L, sizeof *s->kc);
-    s->vc = calloc((size_t)L, sizeof *s->vc);
-    s->conv = calloc((size_t)L, sizeof *s->conv);
-    s->ssm = calloc((size_t)L, sizeof *s->ssm);
-    s->bufs = calloc((size_t)((4 + 2 * SL_MAX_SNAPSHOTS) * L + 32), sizeof *s->bufs);
-    s->hist = calloc((size_t)max_ctx, sizeof *s->hist);
-    if (!s->hist || !s->kc || !s->vc || !s->conv || !s->ssm || !s->bufs) goto oom;
+static size_t kv_width(const sl_config *c) {
+    return (size_t)c->n_kv_heads * (size_t)c->head_dim;
+}
 
-    for (int i = 0; i < SL_MAX_SNAPSHOTS; i++) s->snaps[i].pos = -1;
+size_t sl_session_kv_bytes_per_token(const sl_model *m) {
+    int n_attn = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++) n_attn += m->layers[l].kind == SL_LAYER_ATTENTION;
+    return (size_t)n_attn * kv_width(&m->cfg) * 2 * sizeof(float);
+}
+
+static int alloc_scratch(sl_session *s) {
+    const sl_config *c = &s->m->cfg;
+    size_t kv = kv_width(c);
     int conv_dim = sl_config_conv_dim(c);
     int lin_v = c->lin_n_v_heads * c->lin_v_head_dim;
-    for (int l = 0; l < L; l++) {
-        if (m->layers[l].kind == SL_LAYER_ATTENTION) {
-            if (!(s->kc[l] = balloc(s, (size_t)max_ctx * kv * 4)) || !(s->vc[l] = balloc(s, (size_t)max_ctx * kv * 4)))
-                goto oom;
-        } else {
-            s->recurrent = 1;
-            size_t st = sl_config_ssm_floats(c);
-            if (!(s->conv[l] = balloc(s, (size_t)(c->conv_kernel - 1) * (size_t)conv_dim * 4 + 4)) ||
-                !(s->ssm[l] = balloc(s, st * 4)))
-                goto oom;
-        }
-    }
     size_t B = (size_t)s->max_batch, H = (size_t)c->hidden;
     size_t qw = (size_t)c->n_heads * (size_t)c->head_dim;
     int ff = imax(imax(c->intermediate, c->shared_intermediate), c->moe_intermediate);
     int E = imax(c->n_experts, 1), K = imax(c->top_k, 1);
     sl_scratch *x = &s->s;
-    if (!(x->x = balloc(s, B * H * 4)) || !(x->xn = balloc(s, B * H * 4)) || !(x->qraw = balloc(s, B * qw * 2 * 4)) ||
-        !(x->q = balloc(s, B * qw * 4)) || !(x->gate = balloc(s, B * qw * 4)) || !(x->k = balloc(s, B * kv * 4)) ||
-        !(x->v = balloc(s, B * kv * 4)) || !(x->att = balloc(s, B * (size_t)imax((int)qw, lin_v) * 4)) ||
-        !(x->qkv = balloc(s, B * (size_t)imax(conv_dim, 1) * 4)) ||
-        !(x->conv = balloc(s, B * (size_t)imax(conv_dim, 1) * 4)) ||
-        !(x->z = balloc(s, B * (size_t)imax(lin_v, 1) * 4)) ||
-        !(x->a = balloc(s, B * (size_t)imax(c->lin_n_v_heads, 1) * 4)) ||
-        !(x->b = balloc(s, B * (size_t)imax(c->lin_n_v_heads, 1) * 4)) ||
-        !(x->lin = balloc(s, B * (size_t)imax(lin_v, 1) * 4)) || !(x->ff_g = balloc(s, B * (size_t)ff * 4)) ||
-        !(x->ff_u = balloc(s, B * (size_t)ff * 4)) || !(x->ff_o = balloc(s, B * H * 4)) ||
-        !(x->router = balloc(s, B * (size_t)E * 4)) || !(x->moe_w = balloc(s, B * (size_t)K * 4)) ||
-        !(x->moe_ids = balloc(s, B * (size_t)K * 4)) || !(x->moe_out = balloc(s, B * H * 4)) ||
-        !(x->sh_gate = balloc(s, B * 4)) || !(x->logits = balloc(s, (size_t)LOGIT_ROWS * (size_t)c->vocab_size * 4)))
+    return !(x->x = balloc(s, B * H * 4)) || !(x->xn = balloc(s, B * H * 4)) ||
+           !(x->qraw = balloc(s, B * qw * 2 * 4)) || !(x->q = balloc(s, B * qw * 4)) ||
+           !(x->gate = balloc(s, B * qw * 4)) || !(x->k = balloc(s, B * kv * 4)) || !(x->v = balloc(s, B * kv * 4)) ||
+           !(x->att = balloc(s, B * (size_t)imax((int)qw, lin_v) * 4)) ||
+           !(x->qkv = balloc(s, B * (size_t)imax(conv_dim, 1) * 4)) ||
+           !(x->conv = balloc(s, B * (size_t)imax(conv_dim, 1) * 4)) ||
+           !(x->z = balloc(s, B * (size_t)imax(lin_v, 1) * 4)) ||
+           !(x->a = balloc(s, B * (size_t)imax(c->lin_n_v_heads, 1) * 4)) ||
+           !(x->b = balloc(s, B * (size_t)imax(c->lin_n_v_heads, 1) * 4)) ||
+           !(x->lin = balloc(s, B * (size_t)imax(lin_v, 1) * 4)) || !(x->ff_g = balloc(s, B * (size_t)ff * 4)) ||
+           !(x->ff_u = balloc(s, B * (size_t)ff * 4)) || !(x->ff_o = balloc(s, B * H * 4)) ||
+           !(x->router = balloc(s, B * (size_t)E * 4)) || !(x->moe_w = balloc(s, B * (size_t)K * 4)) ||
+           !(x->moe_ids = balloc(s, B * (size_t)K * 4)) || !(x->moe_out = balloc(s, B * H * 4)) ||
+           !(x->sh_gate = balloc(s, B * 4)) ||
+           !(x->logits = balloc(s, (size_t)s->logit_cap * (size_t)c->vocab_size * 4));
+}
+
+int sl_session_create_opts(sl_model *m, const sl_session_opts *o, sl_session **out, sl_err *e) {
+    const sl_config *c = &m->cfg;
+    size_t kv = kv_width(c);
+    int max_ctx = o->max_ctx > 0 ? o->max_ctx : c->max_pos;
+    int n_seqs = o->n_seqs > 0 ? o->n_seqs : 1;
+    sl_session *s = calloc(1, sizeof *s);
+    if (!s) return sl_fail(e, "out of memory");
+    s->m = m;
+    s->max_ctx = max_ctx;
+    s->n_seqs = n_seqs;
+    s->max_batch = o->max_batch > 0 ? (o->max_batch < MAX_BATCH ? o->max_batch : MAX_BATCH) : MAX_BATCH;
+    s->logit_row = -1;
+    s->logit_cap = imax(LOGIT_ROWS, imax(n_seqs, s->max_batch < 64 ? s->max_batch : 64));
+    s->max_pages = (max_ctx + SL_KV_PAGE - 1) / SL_KV_PAGE;
+    int64_t want = o->kv_tokens > 0 ? o->kv_tokens : (int64_t)n_seqs * max_ctx;
+    int64_t pages = (want + SL_KV_PAGE - 1) / SL_KV_PAGE;
+    if (pages < s->max_pages) pages = s->max_pages; /* one sequence can always reach its whole context */
+    if (pages > INT32_MAX / SL_KV_PAGE) pages = INT32_MAX / SL_KV_PAGE;
+    s->n_pages = (int)pages;
+    int L = c->n_layers;
+    s->kc = calloc((size_t)L, sizeof *s->kc);
+    s->vc = calloc((size_t)L, sizeof *s->vc);
+    s->conv = calloc((size_t)L, sizeof *s->conv);
+    s->ssm = calloc((size_t)L, sizeof *s->ssm);
+    s->seqs = calloc((size_t)n_seqs, sizeof *s->seqs);
+    s->pt = calloc((size_t)n_seqs * (size_t)s->max_pages, sizeof *s->pt);
+    s->pt_dirty = calloc((size_t)n_seqs, 1);
+    s->page_ref = calloc((size_t)s->n_pages, sizeof *s->page_ref);
+    s->free_pages = malloc((size_t)s->n_pages * sizeof *s->free_pages);
+    s->h_pos = calloc((size_t)s->max_batch, sizeof *s->h_pos);
+    s->h_seq = calloc((size_t)s->max_batch, sizeof *s->h_seq);
+    s->runs = calloc((size_t)s->max_batch, sizeof *s->runs);
+    if (!s->kc || !s->vc || !s->conv || !s->ssm || !s->seqs || !s->pt || !s->pt_dirty || !s->page_ref ||
+        !s->free_pages || !s->h_pos || !s->h_seq || !s->runs)
         goto oom;
+    for (int i = 0; i < s->n_pages; i++) s->free_pages[i] = s->n_pages - 1 - i; /* page 0 is taken first */
+    s->n_free = s->n_pages;
+    for (int q = 0; q < n_seqs; q++) {
+        sl_seq *sq = &s->seqs[q];
+        if (!(sq->hist = calloc((size_t)max_ctx, sizeof *sq->hist))) goto oom;
+        for (int i = 0; i < SL_MAX_SNAPSHOTS; i++) sq->snaps[i].pos = -1;
+        sq->idle = 1;
+    }
+    s->conv_stride = (size_t)(c->conv_kernel - 1 > 0 ? c->conv_kernel - 1 : 0) * (size_t)sl_config_conv_dim(c);
+    s->ssm_stride = sl_config_ssm_floats(c);
+    size_t pool = (size_t)s->n_pages * SL_KV_PAGE * kv * 4;
+    for (int l = 0; l < L; l++) {
+        if (m->layers[l].kind == SL_LAYER_ATTENTION) {
+            if (!(s->kc[l] = balloc(s, pool)) || !(s->vc[l] = balloc(s, pool))) goto oom;
+        } else {
+            s->recurrent = 1;
+            if (!(s->conv[l] = balloc(s, s->conv_stride * (size_t)n_seqs * 4 + 4)) ||
+                !(s->ssm[l] = balloc(s, s->ssm_stride * (size_t)n_seqs * 4)))
+                goto oom;
+        }
+    }
+    if (!(s->pt_dev = balloc(s, (size_t)n_seqs * (size_t)s->max_pages * sizeof *s->pt_dev)) ||
+        !(s->bm_pos = balloc(s, (size_t)s->max_batch * sizeof *s->bm_pos)) ||
+        !(s->bm_seq = balloc(s, (size_t)s->max_batch * sizeof *s->bm_seq)) || alloc_scratch(s))
+        goto oom;
+    s->bm.pos = s->bm_pos;
+    s->bm.seq = s->bm_seq;
+    s->bm.pages = s->pt_dev;
+    s->bm.page_size = SL_KV_PAGE;
+    s->bm.max_pages = s->max_pages;
+    s->bm.h_pos = s->h_pos;
+    s->bm.h_seq = s->h_seq;
+    s->seqs[0].idle = n_seqs == 1 ? 0 : 1;
     *out = s;
     return 0;
 oom:
     sl_session_free(s);
     {
         char buf[32];
-        return sl_fail(e, "out of memory creating a session with a %d-token context (KV cache %s per attention layer)",
-                       max_ctx, sl_human_bytes((double)max_ctx * (double)kv * 8, buf, sizeof buf));
+        return sl_fail(e,
+                       "out of memory creating a session of %d sequence(s) with a %d-token context (KV cache %s "
+                       "for %lld positions)",
+                       n_seqs, max_ctx,
+                       sl_human_bytes((double)pages * SL_KV_PAGE * (double)sl_session_kv_bytes_per_token(m), buf,
+                                      sizeof buf),
+                       (long long)pages * SL_KV_PAGE);
     }
+}
+
+int sl_session_create(sl_model *m, int max_ctx, sl_session **out, sl_err *e) {
+    sl_session_opts o = {.max_ctx = max_ctx, .n_seqs = 1};
+    return sl_session_create_opts(m, &o, out, e);
 }
 
 void sl_session_free(sl_session *s) {
     if (!s) return;
-    if (s->step) s->m->be->ops->step_free(s->m->be, s->step);
+    for (int i = 0; i < SL_STEP_RECS; i++) {
+        if (s->recs[i].rec) s->m->be->ops->step_free(s->m->be, s->recs[i].rec);
+        free(s->recs[i].seqs);
+    }
     for (int i = 0; i < s->n_bufs; i++) s->m->be->ops->free(s->m->be, s->bufs[i]);
     free(s->bufs);
-    free(s->hist);
+    if (s->seqs) {
+        for (int q = 0; q < s->n_seqs; q++) {
+            free(s->seqs[q].hist);
+            for (int i = 0; i < SL_MAX_SNAPSHOTS; i++) {
+                free(s->seqs[q].snaps[i].conv);
+                free(s->seqs[q].snaps[i].ssm);
+            }
+        }
+    }
+    free(s->seqs);
     free(s->kc);
     free(s->vc);
     free(s->conv);
     free(s->ssm);
-    for (int i = 0; i < SL_MAX_SNAPSHOTS; i++) {
-        free(s->snaps[i].conv);
-        free(s->snaps[i].ssm);
-    }
+    free(s->pt);
+    free(s->pt_dirty);
+    free(s->page_ref);
+    free(s->free_pages);
+    free(s->h_pos);
+    free(s->h_seq);
+    free(s->runs);
     free(s);
 }
 
-void sl_session_reset(sl_session *s) {
-    const sl_config *c = &s->m->cfg;
-    sl_backend *be = s->m->be;
-    int conv_dim = sl_config_conv_dim(c);
-    for (int l = 0; l < c->n_layers; l++) {
-        if (s->conv[l]) be->ops->zero(be, s->conv[l], (size_t)(c->conv_kernel - 1) * (size_t)conv_dim * 4);
-        if (s->ssm[l]) be->ops->zero(be, s->ssm[l], sl_config_ssm_floats(c) * 4);
-    }
-    s->pos = 0;
-    for (int i = 0; i < SL_MAX_SNAPSHOTS; i++) s->snaps[i].pos = -1;
+/* --- pages ------------------------------------------------------------------------------------------ */
+
+static int32_t *table(sl_session *s, int q) {
+    return s->pt + (size_t)q * (size_t)s->max_pages;
 }
 
-static size_t conv_floats(const sl_config *c) {
-    return (size_t)(c->conv_kernel - 1) * (size_t)sl_config_conv_dim(c);
+static void page_put(sl_session *s, int32_t pg) {
+    if (--s->page_ref[pg] == 0) s->free_pages[s->n_free++] = pg;
+}
+
+/* Drops sequence q's pages from index `from` on. */
+static void release_pages(sl_session *s, int q, int from) {
+    sl_seq *sq = &s->seqs[q];
+    int32_t *t = table(s, q);
+    for (int i = from; i < sq->n_pages; i++) page_put(s, t[i]);
+    if (from < sq->n_pages) {
+        sq->n_pages = from;
+        s->pt_dirty[q] = 1;
+    }
+}
+
+void sl_session_pages(const sl_session *s, int *free_pages, int *total) {
+    *free_pages = s->n_free;
+    *total = s->n_pages;
+}
+
+/* A free page, taking one back from the least recently used idle sequence (not one of busy[]) when none
+ * is free. -1 when every page is held by sequences in use. */
+static int32_t page_get(sl_session *s, const uint8_t *busy) {
+    while (s->n_free == 0) {
+        int best = -1;
+        for (int q = 0; q < s->n_seqs; q++) {
+            sl_seq *sq = &s->seqs[q];
+            if (!sq->idle || busy[q] || sq->n_pages == 0) continue;
+            if (best < 0 || sq->used < s->seqs[best].used) best = q;
+        }
+        if (best < 0) return -1;
+        sl_session_seq_reset(s, best);
+    }
+    int32_t pg = s->free_pages[--s->n_free];
+    s->page_ref[pg] = 1;
+    return pg;
+}
+
+/* Copies page src into page dst in every attention layer's pool. */
+static void page_copy(sl_session *s, int32_t dst, int32_t src) {
+    sl_backend *be = s->m->be;
+    size_t w = (size_t)SL_KV_PAGE * kv_width(&s->m->cfg);
+    for (int l = 0; l < s->m->cfg.n_layers; l++) {
+        if (!s->kc[l]) continue;
+        be->ops->copy_rows(be, s->kc[l] + (size_t)dst * w, (int)w, s->kc[l] + (size_t)src * w, (int)w, 1, (int)w);
+        be->ops->copy_rows(be, s->vc[l] + (size_t)dst * w, (int)w, s->vc[l] + (size_t)src * w, (int)w, 1, (int)w);
+    }
+}
+
+/* Makes positions [pos, end) of sequence q writable: its own pages, allocated as needed, and a page it
+ * shares copied first. */
+static int reserve(sl_session *s, int q, int pos, int end, const uint8_t *busy, sl_err *e) {
+    sl_seq *sq = &s->seqs[q];
+    int32_t *t = table(s, q);
+    int first = pos / SL_KV_PAGE, last = (end - 1) / SL_KV_PAGE;
+    for (int i = first; i <= last && i < sq->n_pages; i++) {
+        if (s->page_ref[t[i]] == 1) continue;
+        int32_t pg = page_get(s, busy);
+        if (pg < 0) goto full;
+        page_copy(s, pg, t[i]);
+        page_put(s, t[i]);
+        t[i] = pg;
+        s->pt_dirty[q] = 1;
+    }
+    while (sq->n_pages <= last) {
+        int32_t pg = page_get(s, busy);
+        if (pg < 0) goto full;
+        t[sq->n_pages++] = pg;
+        s->pt_dirty[q] = 1;
+    }
+    return 0;
+full:
+    return sl_fail(e,
+                   "the KV cache is full: %d pages of %d positions are all held by sequences in use (raise the "
+                   "KV cache size or run fewer sequences at once)",
+                   s->n_pages, SL_KV_PAGE);
+}
+
+/* --- sequences -------------------------------------------------------------------------------------- */
+
+static size_t conv_floats(const sl_session *s) {
+    return s->conv_stride;
+}
+
+void sl_session_seq_reset(sl_session *s, int q) {
+    const sl_config *c = &s->m->cfg;
+    sl_backend *be = s->m->be;
+    sl_seq *sq = &s->seqs[q];
+    for (int l = 0; l < c->n_layers; l++) {
+        if (s->conv[l] && s->conv_stride)
+            be->ops->zero(be, s->conv[l] + (size_t)q * s->conv_stride, s->conv_stride * 4);
+        if (s->ssm[l]) be->ops->zero(be, s->ssm[l] + (size_t)q * s->ssm_stride, s->ssm_stride * 4);
+    }
+    release_pages(s, q, 0);
+    sq->pos = 0;
+    for (int i = 0; i < SL_MAX_SNAPSHOTS; i++) sq->snaps[i].pos = -1;
+}
+
+void sl_session_seq_set_idle(sl_session *s, int q, int idle) {
+    s->seqs[q].idle = idle;
+    s->seqs[q].used = ++s->clock;
 }
 
 /* Copies one state buffer with the backend's own row copy, so snapshots stay in backend memory. */
@@ -129,128 +307,322 @@ static void copy_state(sl_backend *be, float *dst, const float *src, size_t n) {
     }
 }
 
-int sl_session_snapshot(sl_session *s, sl_err *e) {
+static float *conv_of(sl_session *s, int l, int q) {
+    return s->conv[l] + (size_t)q * s->conv_stride;
+}
+
+static float *ssm_of(sl_session *s, int l, int q) {
+    return s->ssm[l] + (size_t)q * s->ssm_stride;
+}
+
+int sl_session_seq_snapshot(sl_session *s, int q, sl_err *e) {
     if (!s->recurrent) return 0;
     const sl_config *c = &s->m->cfg;
     sl_backend *be = s->m->be;
+    sl_seq *sq = &s->seqs[q];
     int L = c->n_layers, slot = -1;
     for (int i = 0; i < SL_MAX_SNAPSHOTS && slot < 0; i++)
-        if (s->snaps[i].pos == s->pos) slot = i; /* already saved here: refresh */
+        if (sq->snaps[i].pos == sq->pos) slot = i; /* already saved here: refresh */
     for (int i = 0; i < SL_MAX_SNAPSHOTS && slot < 0; i++)
-        if (s->snaps[i].pos < 0) slot = i;
+        if (sq->snaps[i].pos < 0) slot = i;
     if (slot < 0) {
         slot = 0;
         for (int i = 1; i < SL_MAX_SNAPSHOTS; i++)
-            if (s->snaps[i].used < s->snaps[slot].used) slot = i;
+            if (sq->snaps[i].used < sq->snaps[slot].used) slot = i;
     }
-    sl_snapshot *sn = &s->snaps[slot];
+    sl_snapshot *sn = &sq->snaps[slot];
     if (!sn->conv) {
         sn->conv = calloc((size_t)L, sizeof *sn->conv);
         sn->ssm = calloc((size_t)L, sizeof *sn->ssm);
         if (!sn->conv || !sn->ssm) return sl_fail(e, "out of memory for a state snapshot");
         for (int l = 0; l < L; l++) {
             if (!s->conv[l]) continue;
-            if (!(sn->conv[l] = balloc(s, conv_floats(c) * 4 + 4)) ||
-                !(sn->ssm[l] = balloc(s, sl_config_ssm_floats(c) * 4)))
+            if (!(sn->conv[l] = balloc(s, conv_floats(s) * 4 + 4)) || !(sn->ssm[l] = balloc(s, s->ssm_stride * 4)))
                 return sl_fail(e, "out of backend memory for a state snapshot of layer %d", l);
         }
     }
     for (int l = 0; l < L; l++) {
         if (!s->conv[l]) continue;
-        copy_state(be, sn->conv[l], s->conv[l], conv_floats(c));
-        copy_state(be, sn->ssm[l], s->ssm[l], sl_config_ssm_floats(c));
+        copy_state(be, sn->conv[l], conv_of(s, l, q), conv_floats(s));
+        copy_state(be, sn->ssm[l], ssm_of(s, l, q), s->ssm_stride);
     }
-    sn->pos = s->pos;
-    sn->used = ++s->snap_clock;
+    sn->pos = sq->pos;
+    sn->used = ++sq->snap_clock;
     return be->ops->check(be, e);
 }
 
-int sl_session_restore(sl_session *s, int pos) {
+/* Moves sequence q back to position pos, dropping the pages past it. */
+static void seq_truncate(sl_session *s, int q, int pos) {
+    s->seqs[q].pos = pos;
+    release_pages(s, q, (pos + SL_KV_PAGE - 1) / SL_KV_PAGE);
+}
+
+int sl_session_seq_restore(sl_session *s, int q, int pos) {
+    sl_seq *sq = &s->seqs[q];
     if (pos < 0) pos = 0;
-    if (pos >= s->pos) return s->pos;
+    if (pos >= sq->pos) return sq->pos;
     if (!s->recurrent) {
-        s->pos = pos;
+        seq_truncate(s, q, pos);
         return pos;
     }
     int best = -1;
     for (int i = 0; i < SL_MAX_SNAPSHOTS; i++)
-        if (s->snaps[i].pos >= 0 && s->snaps[i].pos <= pos && (best < 0 || s->snaps[i].pos > s->snaps[best].pos))
+        if (sq->snaps[i].pos >= 0 && sq->snaps[i].pos <= pos && (best < 0 || sq->snaps[i].pos > sq->snaps[best].pos))
             best = i;
     if (best < 0) {
-        sl_session_reset(s);
+        sl_session_seq_reset(s, q);
         return 0;
     }
     const sl_config *c = &s->m->cfg;
     sl_backend *be = s->m->be;
-    sl_snapshot *sn = &s->snaps[best];
+    sl_snapshot *sn = &sq->snaps[best];
     for (int l = 0; l < c->n_layers; l++) {
         if (!s->conv[l]) continue;
-        copy_state(be, s->conv[l], sn->conv[l], conv_floats(c));
-        copy_state(be, s->ssm[l], sn->ssm[l], sl_config_ssm_floats(c));
+        copy_state(be, conv_of(s, l, q), sn->conv[l], conv_floats(s));
+        copy_state(be, ssm_of(s, l, q), sn->ssm[l], s->ssm_stride);
     }
-    s->pos = sn->pos;
-    sn->used = ++s->snap_clock;
+    seq_truncate(s, q, sn->pos);
+    sn->used = ++sq->snap_clock;
     /* later tokens overwrite hist from here, so snapshots past this point no longer describe it */
     for (int i = 0; i < SL_MAX_SNAPSHOTS; i++)
-        if (s->snaps[i].pos > s->pos) s->snaps[i].pos = -1;
-    return s->pos;
+        if (sq->snaps[i].pos > sq->pos) sq->snaps[i].pos = -1;
+    return sq->pos;
 }
 
-/* sl_session_forward, or with next set sl_session_forward_argmax (logits NULL, all_logits 0). */
-static int forward(sl_session *s, const int32_t *ids, int n, float *logits, int all_logits, int32_t *next, sl_err *e) {
+int sl_session_seq_share(sl_session *s, int dst, int src, int k) {
+    if (dst == src) return 0;
+    sl_session_seq_reset(s, dst);
+    if (s->recurrent) return 0;
+    sl_seq *a = &s->seqs[dst], *b = &s->seqs[src];
+    if (k > b->pos) k = b->pos;
+    int np = k / SL_KV_PAGE;
+    int32_t *td = table(s, dst), *ts = table(s, src);
+    for (int i = 0; i < np; i++) {
+        td[i] = ts[i];
+        s->page_ref[ts[i]]++;
+    }
+    a->n_pages = np;
+    a->pos = np * SL_KV_PAGE;
+    memcpy(a->hist, b->hist, (size_t)a->pos * sizeof *a->hist);
+    s->pt_dirty[dst] = 1;
+    return a->pos;
+}
+
+/* --- the forward pass ------------------------------------------------------------------------------- */
+
+/* Checks a batch, makes room for it in the KV pool and fills the batch map and runs. */
+static int prepare(sl_session *s, const sl_batch *b, sl_err *e) {
+    const sl_config *c = &s->m->cfg;
+    sl_backend *be = s->m->be;
+    if (b->n < 1 || b->n > s->max_batch)
+        return sl_fail(e, "a batch holds 1 to %d tokens, got %d", s->max_batch, b->n);
+    uint8_t *busy = calloc((size_t)s->n_seqs, 1);
+    if (!busy) return sl_fail(e, "out of memory");
+    int rc = -1;
+    s->n_runs = 0;
+    for (int i = 0; i < b->n; i++) {
+        int q = b->seq[i];
+        if (q < 0 || q >= s->n_seqs) {
+            sl_fail(e, "batch token %d names sequence %d, outside [0, %d)", i, q, s->n_seqs);
+            goto done;
+        }
+        if (b->ids[i] < 0 || b->ids[i] >= c->vocab_size) {
+            sl_fail(e, "token id %d at position %d is outside the vocabulary [0, %d)", b->ids[i], i, c->vocab_size);
+            goto done;
+        }
+        if (i == 0 || b->seq[i - 1] != q) {
+            if (busy[q]) {
+                sl_fail(e, "batch token %d: the tokens of sequence %d are not consecutive", i, q);
+                goto done;
+            }
+            busy[q] = 1;
+            s->runs[s->n_runs++] = (sl_run){.start = i, .len = 0, .seq = q};
+        }
+        s->runs[s->n_runs - 1].len++;
+    }
+    int span = 0;
+    for (int r = 0; r < s->n_runs; r++) {
+        sl_run *ru = &s->runs[r];
+        sl_seq *sq = &s->seqs[ru->seq];
+        if (sq->pos + ru->len > s->max_ctx) {
+            sl_fail(e, "context overflow: %d tokens in the session + %d new exceed the context of %d", sq->pos, ru->len,
+                    s->max_ctx);
+            goto done;
+        }
+        if (reserve(s, ru->seq, sq->pos, sq->pos + ru->len, busy, e)) goto done;
+        for (int j = 0; j < ru->len; j++) {
+            s->h_pos[ru->start + j] = sq->pos + j;
+            s->h_seq[ru->start + j] = ru->seq;
+        }
+        span = imax(span, sq->pos + ru->len);
+        sq->used = ++s->clock;
+    }
+    for (int q = 0; q < s->n_seqs; q++) {
+        if (!s->pt_dirty[q]) continue;
+        size_t off = (size_t)q * (size_t)s->max_pages;
+        be->ops->upload(be, s->pt_dev + off, s->pt + off, (size_t)s->seqs[q].n_pages * sizeof *s->pt);
+        s->pt_dirty[q] = 0;
+    }
+    be->ops->upload(be, s->bm_pos, s->h_pos, (size_t)b->n * sizeof *s->h_pos);
+    be->ops->upload(be, s->bm_seq, s->h_seq, (size_t)b->n * sizeof *s->h_seq);
+    s->bm.n = b->n;
+    s->bm.span = span;
+    rc = 0;
+done:
+    free(busy);
+    return rc;
+}
+
+/* The recording for a decode batch of these sequences: the same slots in the same order (hybrid models
+ * bake each sequence's recurrent state into the recording), or just the same count (attention-only
+ * models read everything per token from the batch map). Returns the entry to use, recycling the least
+ * recently used one when there is no match (its recording freed, *fresh set). */
+static sl_step_rec *step_slot(sl_session *s, const sl_batch *b, int *fresh) {
+    sl_step_rec *lru = NULL;
+    for (int i = 0; i < SL_STEP_RECS; i++) {
+        sl_step_rec *r = &s->recs[i];
+        if (r->rec && r->n == b->n && (!s->recurrent || !memcmp(r->seqs, b->seq, (size_t)b->n * sizeof *b->seq))) {
+            r->used = ++s->clock;
+            *fresh = 0;
+            return r;
+        }
+        /* an empty entry first, else the least recently used */
+        if (!lru || (lru->rec && (!r->rec || r->used < lru->used))) lru = r;
+    }
+    if (lru->rec) s->m->be->ops->step_free(s->m->be, lru->rec);
+    lru->rec = NULL;
+    int32_t *ns = realloc(lru->seqs, (size_t)b->n * sizeof *ns);
+    if (!ns) return NULL;
+    lru->seqs = ns;
+    memcpy(ns, b->seq, (size_t)b->n * sizeof *ns);
+    lru->n = b->n;
+    lru->used = ++s->clock;
+    *fresh = 1;
+    return lru;
+}
+
+/* The batch's layers and, for the rows in want (host, n_want of them, ascending), the logits: into
+ * s.logits rows 0.. when host is NULL (n_want <= logit_cap), else chunk by chunk into host [n_want][V]. */
+static int run(sl_session *s, const sl_batch *b, const int *want, int n_want, float *host, sl_err *e) {
     sl_model *m = s->m;
     sl_backend *be = m->be;
     const sl_config *c = &m->cfg;
-    if (s->pos + n > s->max_ctx)
-        return sl_fail(e, "context overflow: %d tokens in the session + %d new exceed the context of %d", s->pos, n,
-                       s->max_ctx);
-    for (int i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= c->vocab_size)
-            return sl_fail(e, "token id %d at position %d is outside the vocabulary [0, %d)", ids[i], i, c->vocab_size);
     size_t V = (size_t)c->vocab_size, H = (size_t)c->hidden;
-    for (int off = 0; off < n; off += s->max_batch) {
-        int nb = n - off < s->max_batch ? n - off : s->max_batch;
-        /* one-token steps are recorded once and replayed where the backend can; a recorded step always
-         * ends with the logits in s->s.logits */
-        /* streamed experts change between steps, and the host acts on each layer's routing: no recording */
-        int step =
-            nb == 1 && be->ops->step_begin && !m->store ? be->ops->step_begin(be, &s->step, s->pos, ids[off]) : -1;
-        if (step != 1) {
-            be->ops->embed(be, &m->embed, ids + off, nb, s->s.x);
-            if (m->family->layers(m, s, s->s.x, nb, e)) {
-                if (step == 0) be->ops->step_end(be, &s->step); /* closes the recording */
-                return -1;
+    if (prepare(s, b, e)) return -1; /* nothing ran */
+    int decode = s->n_runs == b->n;
+    /* decode batches are recorded once and replayed where the backend can; streamed experts change
+     * between steps, and the host acts on each layer's routing: no recording then */
+    sl_step_rec *sr = NULL;
+    int step = -1;
+    if (decode && n_want == b->n && b->n <= SL_STEP_MAX && n_want <= s->logit_cap && be->ops->step_begin &&
+        !m->store) {
+        int fresh = 0;
+        if ((sr = step_slot(s, b, &fresh))) step = be->ops->step_begin(be, &sr->rec, b->n, b->ids);
+    }
+    if (step != 1) {
+        be->ops->embed(be, &m->embed, b->ids, b->n, s->s.x);
+        if (m->family->layers(m, s, s->s.x, b->n, e)) {
+            if (step == 0) be->ops->step_end(be, &sr->rec); /* closes the recording */
+            goto fail;
+        }
+        if (m->store && sl_store_check(m->store, e)) {
+            be->ops->check(be, &(sl_err){0});
+            goto fail;
+        }
+        /* final norm of the wanted rows, packed, then the output head */
+        for (int i = 0; i < n_want;) {
+            int j = i + 1;
+            while (j < n_want && want[j] == want[j - 1] + 1) j++;
+            be->ops->rmsnorm(be, s->s.x + (size_t)want[i] * H, m->final_norm, j - i, (int)H, (float)c->rms_eps,
+                             s->s.xn + (size_t)i * H);
+            i = j;
+        }
+        if (!host || step == 0) {
+            for (int r = 0; r < n_want; r += LOGIT_ROWS) {
+                int rows = n_want - r < LOGIT_ROWS ? n_want - r : LOGIT_ROWS;
+                be->ops->matmul(be, &m->lm_head, s->s.xn + (size_t)r * H, rows, s->s.logits + (size_t)r * V);
             }
-            if (m->store && sl_store_check(m->store, e)) {
-                be->ops->check(be, &(sl_err){0});
-                /* the caches and recurrent state took part of this chunk: start over next time */
-                sl_session_reset(s);
-                return -1;
+        } else {
+            for (int r = 0; r < n_want; r += LOGIT_ROWS) {
+                int rows = n_want - r < LOGIT_ROWS ? n_want - r : LOGIT_ROWS;
+                be->ops->matmul(be, &m->lm_head, s->s.xn + (size_t)r * H, rows, s->s.logits);
+                be->ops->download(be, host + (size_t)r * V, s->s.logits, (size_t)rows * V * 4);
             }
         }
-        int last_chunk = off + nb == n, last_row = 0;
-        if (step == 0 || (step < 0 && (logits || next) && (all_logits || last_chunk))) {
-            int first = all_logits ? 0 : nb - 1;
-            be->ops->rmsnorm(be, s->s.x + (size_t)first * H, m->final_norm, nb - first, (int)H, (float)c->rms_eps,
-                             s->s.xn);
-            for (int r = first; r < nb; r += LOGIT_ROWS) {
-                int rows = nb - r < LOGIT_ROWS ? nb - r : LOGIT_ROWS;
-                be->ops->matmul(be, &m->lm_head, s->s.xn + (size_t)(r - first) * H, rows, s->s.logits);
-                float *dst = all_logits ? logits + (size_t)(off + r) * V : logits;
-                if (step < 0 && logits) be->ops->download(be, dst, s->s.logits, (size_t)rows * V * 4);
-                last_row = rows - 1;
-            }
-        }
-        if (step == 0) be->ops->step_end(be, &s->step);
-        if (step >= 0 && logits)
-            be->ops->download(be, all_logits ? logits + (size_t)off * V : logits, s->s.logits, V * 4);
-        s->logit_row = step >= 0 || ((logits || next) && (all_logits || last_chunk)) ? last_row : -1;
-        if (next && last_chunk) *next = be->ops->argmax(be, s->s.logits + (size_t)last_row * V, (int)V);
-        memcpy(s->hist + s->pos, ids + off, (size_t)nb * sizeof *ids);
-        s->pos += nb;
-        if (be->ops->check(be, e)) return -1;
+    }
+    if (step == 0) be->ops->step_end(be, &sr->rec);
+    if (step >= 0 && host) be->ops->download(be, host, s->s.logits, (size_t)n_want * V * 4);
+    if (be->ops->check(be, e)) goto fail;
+    for (int r = 0; r < s->n_runs; r++) {
+        sl_seq *sq = &s->seqs[s->runs[r].seq];
+        memcpy(sq->hist + sq->pos, b->ids + s->runs[r].start, (size_t)s->runs[r].len * sizeof *b->ids);
+        sq->pos += s->runs[r].len;
     }
     return 0;
+fail:
+    /* the caches and recurrent state of these sequences took part of this batch: they start over */
+    for (int r = 0; r < s->n_runs; r++) sl_session_seq_reset(s, s->runs[r].seq);
+    return -1;
+}
+
+int sl_session_decode(sl_session *s, const sl_batch *b, sl_err *e) {
+    int *want = malloc((size_t)(b->n > 0 ? b->n : 1) * sizeof *want), n_want = 0;
+    if (!want) return sl_fail(e, "out of memory");
+    for (int i = 0; i < b->n && b->want; i++)
+        if (b->want[i]) want[n_want++] = i;
+    int rc = 0;
+    if (n_want > s->logit_cap)
+        rc = sl_fail(e, "a batch asks for %d rows of logits; the session holds %d", n_want, s->logit_cap);
+    if (!rc) rc = run(s, b, want, n_want, NULL, e);
+    free(want);
+    return rc;
+}
+
+int sl_session_row_logits(sl_session *s, int r, float *logits, sl_err *e) {
+    if (r < 0 || r >= s->logit_cap) return sl_fail(e, "logits row %d is outside [0, %d)", r, s->logit_cap);
+    size_t V = (size_t)s->m->cfg.vocab_size;
+    s->m->be->ops->download(s->m->be, logits, s->s.logits + (size_t)r * V, V * sizeof *logits);
+    return s->m->be->ops->check(s->m->be, e);
+}
+
+int sl_session_rows_argmax(sl_session *s, int n, int32_t *ids, sl_err *e) {
+    if (n > s->logit_cap) return sl_fail(e, "logits rows %d exceed the %d the session holds", n, s->logit_cap);
+    int V = s->m->cfg.vocab_size;
+    for (int r = 0; r < n; r++) ids[r] = s->m->be->ops->argmax(s->m->be, s->s.logits + (size_t)r * (size_t)V, V);
+    return s->m->be->ops->check(s->m->be, e);
+}
+
+/* sl_session_forward, or with next set sl_session_forward_argmax (logits NULL, all_logits 0), on
+ * sequence 0 in chunks of max_batch. */
+static int forward(sl_session *s, const int32_t *ids, int n, float *logits, int all_logits, int32_t *next, sl_err *e) {
+    sl_seq *sq = &s->seqs[0];
+    size_t V = (size_t)s->m->cfg.vocab_size;
+    if (sq->pos + n > s->max_ctx)
+        return sl_fail(e, "context overflow: %d tokens in the session + %d new exceed the context of %d", sq->pos, n,
+                       s->max_ctx);
+    int32_t *seq = calloc((size_t)s->max_batch, sizeof *seq);
+    int *want = malloc((size_t)s->max_batch * sizeof *want);
+    int rc = 0;
+    if (!seq || !want) rc = sl_fail(e, "out of memory");
+    for (int off = 0; !rc && off < n; off += s->max_batch) {
+        int nb = n - off < s->max_batch ? n - off : s->max_batch;
+        int last_chunk = off + nb == n, n_want = 0;
+        if ((logits || next) && (all_logits || last_chunk)) {
+            for (int i = all_logits ? 0 : nb - 1; i < nb; i++) want[n_want++] = i;
+        }
+        sl_batch b = {.n = nb, .ids = ids + off, .seq = seq};
+        float *dst = logits ? (all_logits ? logits + (size_t)off * V : logits) : NULL;
+        /* a single row stays on the backend too, for argmax and sl_session_last_logits */
+        rc = run(s, &b, want, n_want, n_want == 1 ? NULL : dst, e);
+        if (!rc && n_want == 1 && dst) rc = sl_session_row_logits(s, 0, dst, e);
+        /* the last row computed stays in s.logits (the last chunk's, when they went to the host) */
+        s->logit_row = n_want == 0 ? -1 : n_want == 1 ? 0 : (n_want - 1) % LOGIT_ROWS;
+        if (!rc && next && last_chunk) *next = s->m->be->ops->argmax(s->m->be, s->s.logits, (int)V);
+    }
+    if (!rc) rc = s->m->be->ops->check(s->m->be, e);
+    free(seq);
+    free(want);
+    return rc;
 }
 
 int sl_session_forward(sl_session *s, const int32_t *ids, int n, float *logits, int all_logits, sl_err *e) {
@@ -264,24 +636,41 @@ int sl_session_forward_argmax(sl_session *s, const int32_t *ids, int n, int32_t 
 
 int sl_session_last_logits(sl_session *s, float *logits, sl_err *e) {
     if (s->logit_row < 0) return sl_fail(e, "the session has computed no logits since its last forward");
-    size_t V = (size_t)s->m->cfg.vocab_size;
-    s->m->be->ops->download(s->m->be, logits, s->s.logits + (size_t)s->logit_row * V, V * sizeof *logits);
-    return s->m->be->ops->check(s->m->be, e);
+    return sl_session_row_logits(s, s->logit_row, logits, e);
+}
+
+void sl_session_reset(sl_session *s) {
+    sl_session_seq_reset(s, 0);
+}
+
+int sl_session_snapshot(sl_session *s, sl_err *e) {
+    return sl_session_seq_snapshot(s, 0, e);
+}
+
+int sl_session_restore(sl_session *s, int pos) {
+    return sl_session_seq_restore(s, 0, pos);
 }
 
 int sl_session_rewind(sl_session *s, int pos) {
-    if (pos < 0 || pos > s->pos) return -1;
-    if (pos == s->pos) return 0;
+    sl_seq *sq = &s->seqs[0];
+    if (pos < 0 || pos > sq->pos) return -1;
+    if (pos == sq->pos) return 0;
     if (s->recurrent) return -1;
-    s->pos = pos;
+    seq_truncate(s, 0, pos);
     return 0;
+}
+
+int sl_session_pos(const sl_session *s) {
+    return s->seqs[0].pos;
+}
+
+const int32_t *sl_session_hist(const sl_session *s) {
+    return s->seqs[0].hist;
 }
 
 int sl_session_default_ctx(const sl_model *m) {
     const sl_config *c = &m->cfg;
-    int n_attn = 0;
-    for (int l = 0; l < c->n_layers; l++) n_attn += m->layers[l].kind == SL_LAYER_ATTENTION;
-    double per_tok = (double)n_attn * c->n_kv_heads * c->head_dim * 8.0;
+    double per_tok = (double)sl_session_kv_bytes_per_token(m);
     int ctx = c->max_pos;
     /* caches live in the backend's memory: a quarter of what is free there (host memory on the CPU) */
     double budget = (m->be->ops->mem_free ? (double)m->be->ops->mem_free(m->be) : sl_mem_available()) / 4;

@@ -1,11 +1,26 @@
-/* A session is one conversation's state on a model: KV caches of the attention layers, conv and
- * recurrent state of the delta-net layers, the position, and the scratch activations of one batch. */
+/* A session is the state of up to n_seqs sequences (conversations) on a model, and the scratch of one
+ * batch: one forward pass runs tokens of many sequences at once (sl_session_decode).
+ *
+ * Memory: attention layers keep their keys and values in one pool of pages per layer (SL_KV_PAGE
+ * positions a page), shared by all sequences. A sequence holds a page table, grown on demand; pages are
+ * reference-counted, so sequences with a common prefix share its whole pages (sl_session_seq_share) and a
+ * shared page is copied before it is written (copy on write). Delta-net layers keep a conv and a recurrent
+ * state per sequence slot, plus snapshots of both at earlier positions (state cannot be rewound).
+ *
+ * A sequence that is not in use keeps its pages as a cache of its conversation: a later request with the
+ * same prefix resumes there. When the pool runs out, the least recently used idle sequences give theirs
+ * back (sl_session_seq_set_idle marks them; active ones are never evicted).
+ *
+ * The single-sequence calls (sl_session_forward and friends) work on sequence 0. */
 #ifndef SLUICE_RUNTIME_SESSION_H
 #define SLUICE_RUNTIME_SESSION_H
 
 #include <stdint.h>
 
 #include "models/model.h"
+
+/* Positions per KV page. */
+#define SL_KV_PAGE 32
 
 /* Activation buffers for up to max_batch tokens (backend memory). */
 typedef struct sl_scratch {
@@ -27,26 +42,111 @@ typedef struct sl_snapshot {
 
 #define SL_MAX_SNAPSHOTS 4
 
+typedef struct sl_seq {
+    int pos;       /* tokens fed */
+    int32_t *hist; /* the ids at positions [0, pos), for prefix reuse */
+    int n_pages;   /* pages in its table (positions [0, n_pages * SL_KV_PAGE) have rows) */
+    int idle;      /* not in use: its pages may be taken back */
+    unsigned long long used; /* recency, for choosing which idle sequence to evict */
+    sl_snapshot snaps[SL_MAX_SNAPSHOTS];
+    unsigned long long snap_clock;
+} sl_seq;
+
+/* One contiguous run of a batch: tokens [start, start + len) of sequence seq. */
+typedef struct sl_run {
+    int start, len, seq;
+} sl_run;
+
+/* A recorded decode step (see the backend's step_begin) and the sequence slots it was recorded for. */
+typedef struct sl_step_rec {
+    void *rec;
+    int n;
+    int32_t *seqs; /* [n] */
+    unsigned long long used;
+} sl_step_rec;
+
+#define SL_STEP_RECS 8
+
+typedef struct sl_session_opts {
+    int max_ctx;   /* per sequence; <= 0: the model's max_position_embeddings */
+    int n_seqs;    /* sequence slots; <= 0: 1 */
+    int kv_tokens; /* positions in the KV pool; <= 0: room for every slot's whole context */
+    int max_batch; /* tokens per forward pass; <= 0: 256 */
+} sl_session_opts;
+
 struct sl_session {
     sl_model *m;
-    int max_ctx, max_batch;
-    int pos;
-    int32_t *hist;       /* the ids at positions [0, pos), for prefix reuse */
-    int recurrent;       /* has delta-net layers, whose state cannot be rewound */
-    float **kc, **vc;    /* per layer, NULL for delta-net layers */
-    float **conv, **ssm; /* per layer, NULL for attention layers */
+    int max_ctx, max_batch, n_seqs;
+    int recurrent; /* has delta-net layers, whose state cannot be rewound */
+    sl_seq *seqs;
+    unsigned long long clock;
+    /* KV pool: per attention layer [n_pages * SL_KV_PAGE][n_kv * head_dim] (NULL for delta-net layers) */
+    float **kc, **vc;
+    int n_pages, max_pages;
+    int32_t *pt;      /* [n_seqs * max_pages] page tables (host) */
+    int32_t *pt_dev;  /* the same in backend memory */
+    uint8_t *pt_dirty; /* per slot: its table changed since the last upload */
+    int *page_ref;    /* sequences holding each page */
+    int32_t *free_pages;
+    int n_free;
+    /* recurrent state: per delta-net layer [n_seqs][...] */
+    float **conv, **ssm;
+    size_t conv_stride, ssm_stride;
     sl_scratch s;
-    sl_snapshot snaps[SL_MAX_SNAPSHOTS]; /* recurrent models only */
-    unsigned long long snap_clock;
+    int logit_cap; /* rows s.logits holds */
+    /* the batch being run: its map (pos and seq in backend memory) and its runs */
+    sl_batch_map bm;
+    int32_t *bm_pos, *bm_seq; /* backend memory [max_batch] */
+    int32_t *h_pos, *h_seq;   /* host [max_batch] */
+    sl_run *runs;
+    int n_runs;
+    sl_step_rec recs[SL_STEP_RECS];
     void **bufs; /* everything allocated from the backend, for freeing */
-    int n_bufs;
-    void *step;    /* the backend's recording of a one-token step (see step_begin), NULL until the first */
-    int logit_row; /* the row of s.logits holding the last fed token's logits, -1 when none was computed */
+    int n_bufs, cap_bufs;
+    int logit_row; /* sequence 0's calls: the row of s.logits holding the last fed token's logits, -1: none */
 };
 
-/* max_ctx <= 0: the model's max_position_embeddings. */
+/* max_ctx <= 0: the model's max_position_embeddings. One sequence. */
 int sl_session_create(sl_model *m, int max_ctx, sl_session **out, sl_err *e);
+int sl_session_create_opts(sl_model *m, const sl_session_opts *o, sl_session **out, sl_err *e);
 void sl_session_free(sl_session *s);
+
+/* --- many sequences -------------------------------------------------------------------------------- */
+
+/* A forward pass over tokens of several sequences: token i is ids[i] of sequence seq[i] at that
+ * sequence's next position. The tokens of one sequence are consecutive and each sequence appears once.
+ * want[i] != 0 asks for token i's logits (NULL: none); they land in rows 0.. of the session's logits, in
+ * batch order, at most logit_cap rows, read with sl_session_row_logits / sl_session_row_argmax. n <=
+ * max_batch. On failure the sequences of the batch are reset (their state took part of it). */
+typedef struct sl_batch {
+    int n;
+    const int32_t *ids, *seq;
+    const uint8_t *want;
+} sl_batch;
+int sl_session_decode(sl_session *s, const sl_batch *b, sl_err *e);
+/* Row r of the latest decode's logits into host memory [vocab]. */
+int sl_session_row_logits(sl_session *s, int r, float *logits, sl_err *e);
+/* The ids of the largest logit of rows [0, n) (as the backend's argmax). */
+int sl_session_rows_argmax(sl_session *s, int n, int32_t *ids, sl_err *e);
+
+/* Back to position 0 with no pages and zero recurrent state. */
+void sl_session_seq_reset(sl_session *s, int seq);
+/* Marks a sequence idle (its pages may be taken back when memory runs out) or in use. */
+void sl_session_seq_set_idle(sl_session *s, int seq, int idle);
+/* Goes back to the furthest position <= pos that sequence seq can resume from and returns it (see
+ * sl_session_restore). */
+int sl_session_seq_restore(sl_session *s, int seq, int pos);
+/* Saves the recurrent state of seq at its position (see sl_session_snapshot). */
+int sl_session_seq_snapshot(sl_session *s, int seq, sl_err *e);
+/* Resets dst, then gives it src's first whole pages up to k positions (shared, not copied) and their
+ * ids; returns the positions dst now holds (a multiple of SL_KV_PAGE, <= k). Attention-only models: the
+ * recurrent state of a hybrid model cannot be shared, and 0 is returned for them. */
+int sl_session_seq_share(sl_session *s, int dst, int src, int k);
+/* Pages free in the pool, and in all. */
+void sl_session_pages(const sl_session *s, int *free_pages, int *total);
+
+/* --- one sequence (sequence 0) --------------------------------------------------------------------- */
+
 /* Back to position 0 with empty caches and zero recurrent state. */
 void sl_session_reset(sl_session *s);
 
@@ -62,9 +162,15 @@ int sl_session_snapshot(sl_session *s, sl_err *e);
  * attention-only models, else the latest snapshot at or below pos (0 after a reset when none is). */
 int sl_session_restore(sl_session *s, int pos);
 
+/* Tokens fed to sequence 0, and its ids. */
+int sl_session_pos(const sl_session *s);
+const int32_t *sl_session_hist(const sl_session *s);
+
 /* A context length that fits: the model's own, halved until the KV cache takes at most a quarter of
  * the available memory (never below 2048 or above the model's). */
 int sl_session_default_ctx(const sl_model *m);
+/* Bytes of KV cache one position of one sequence takes. */
+size_t sl_session_kv_bytes_per_token(const sl_model *m);
 
 /* Feeds n tokens from the current position. logits (host memory) receives [n][vocab] when all_logits,
  * else the last token's [vocab]; it may be NULL when no logits are wanted. */

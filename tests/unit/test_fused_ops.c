@@ -363,7 +363,20 @@ static void qk_rope_store_case(int n, int nh, int nkv, int hd, int rot_dim, int 
     sl_backend *run = fused ? be : unfused_of(be, &u);
     unsigned st = (unsigned)(n * 97 + nh * 13 + hd + pos0);
     size_t qlen = (size_t)n * (size_t)nh * (size_t)hd, klen = (size_t)n * (size_t)nkv * (size_t)hd;
-    size_t clen = (size_t)(pos0 + n + 2) * (size_t)nkv * (size_t)hd;
+    /* pages of 4 positions in reverse order, so a row that ignores the page table lands elsewhere */
+    int P = 4, np = (pos0 + n + 2 + P - 1) / P;
+    size_t clen = (size_t)np * (size_t)P * (size_t)nkv * (size_t)hd;
+    int32_t *hpages = malloc((size_t)np * sizeof *hpages), *hpos = malloc((size_t)n * sizeof *hpos),
+            *hseq = calloc((size_t)n, sizeof *hseq);
+    for (int j = 0; j < np; j++) hpages[j] = np - 1 - j;
+    for (int i = 0; i < n; i++) hpos[i] = pos0 + i;
+    int32_t *dpages = be->ops->alloc(be, (size_t)np * sizeof *dpages), *dpos = be->ops->alloc(be, (size_t)n * 4),
+            *dseq = be->ops->alloc(be, (size_t)n * 4);
+    be->ops->upload(be, dpages, hpages, (size_t)np * sizeof *hpages);
+    be->ops->upload(be, dpos, hpos, (size_t)n * 4);
+    be->ops->upload(be, dseq, hseq, (size_t)n * 4);
+    sl_batch_map bm = {.n = n, .pos = dpos, .seq = dseq, .pages = dpages, .page_size = P, .max_pages = np,
+                       .h_pos = hpos, .h_seq = hseq, .span = pos0 + n};
     float *hq, *hk, *hv, *hqn, *hkn, *hf;
     float *q = dev_rand(be, qlen, &st, &hq), *k = dev_rand(be, klen, &st, &hk), *v = dev_rand(be, klen, &st, &hv);
     float *qn = dev_rand(be, (size_t)hd, &st, &hqn), *kn = dev_rand(be, (size_t)hd, &st, &hkn);
@@ -375,8 +388,8 @@ static void qk_rope_store_case(int n, int nh, int nkv, int hd, int rot_dim, int 
         for (size_t r = 0; r < (size_t)n * (size_t)nh; r++)
             memcpy(hq + r * (size_t)hd, hqg + 2 * r * (size_t)hd, (size_t)hd * sizeof *hq);
     if (fused) cr_assert_not_null(be->ops->qk_rope_store, "the backend has no qk_rope_store");
-    sl_qk_rope_store(run, q, k, v, n, nh, nkv, hd, with_norm ? qn : NULL, with_norm ? kn : NULL, 1e-6f, rot_dim, pos0,
-                     freq, 0.9f, kc, vc, qg, gate);
+    sl_qk_rope_store(run, q, k, v, &bm, nh, nkv, hd, with_norm ? qn : NULL, with_norm ? kn : NULL, 1e-6f, rot_dim, freq,
+                     0.9f, kc, vc, qg, gate);
     float *gq = download(be, q, qlen), *gk = download(be, k, klen), *gkc = download(be, kc, clen),
           *gvc = download(be, vc, clen);
     check_ok(be);
@@ -401,16 +414,19 @@ static void qk_rope_store_case(int n, int nh, int nkv, int hd, int rot_dim, int 
                      rot_dim, pos0 + i, hf, 0.9f);
     }
     size_t kw = (size_t)nkv * (size_t)hd;
-    memcpy(wkc + (size_t)pos0 * kw, hk, klen * sizeof *hk);
-    memcpy(wvc + (size_t)pos0 * kw, hv, klen * sizeof *hv);
+    for (int i = 0; i < n; i++) {
+        size_t row = (size_t)sl_bm_row(&bm, hpages, 0, pos0 + i);
+        memcpy(wkc + row * kw, hk + (size_t)i * kw, kw * sizeof *hk);
+        memcpy(wvc + row * kw, hv + (size_t)i * kw, kw * sizeof *hv);
+    }
     expect_close(gq, hq, qlen, 1e-4f, "qk_rope_store q");
     expect_close(gk, hk, klen, 1e-4f, "qk_rope_store k");
     expect_close(gkc, wkc, clen, 1e-4f, "qk_rope_store k cache");
     expect_close(gvc, wvc, clen, 0.0f, "qk_rope_store v cache");
-    float *dv[] = {q, k, v, qn, kn, freq, kc, vc};
-    for (int i = 0; i < 8; i++) be->ops->free(be, dv[i]);
-    float *hp[] = {hq, hk, hv, hqn, hkn, hf, gq, gk, gkc, gvc, wkc, wvc};
-    for (int i = 0; i < 12; i++) free(hp[i]);
+    void *dv[] = {q, k, v, qn, kn, freq, kc, vc, dpages, dpos, dseq};
+    for (int i = 0; i < 11; i++) be->ops->free(be, dv[i]);
+    void *hp[] = {hq, hk, hv, hqn, hkn, hf, gq, gk, gkc, gvc, wkc, wvc, hpages, hpos, hseq};
+    for (int i = 0; i < 15; i++) free(hp[i]);
     sl_backend_destroy(be);
 }
 

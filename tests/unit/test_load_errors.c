@@ -1106,11 +1106,11 @@ Test(load_errors, token_id_outside_vocabulary) {
     cr_assert_eq(sl_session_forward(s, ids, 2, NULL, 0, &e), -1);
     HAS(e.msg, "token id 512 at position 1");
     HAS(e.msg, "[0, 512)");
-    cr_assert_eq(s->pos, 0);
+    cr_assert_eq(sl_session_pos(s), 0);
     int32_t neg[] = {-3};
     cr_assert_eq(sl_session_forward(s, neg, 1, NULL, 0, &e), -1);
     HAS(e.msg, "token id -3");
-    cr_assert_eq(s->pos, 0);
+    cr_assert_eq(sl_session_pos(s), 0);
     sl_session_free(s);
     sl_model_free(m);
 }
@@ -1124,12 +1124,12 @@ Test(load_errors, context_overflow) {
     cr_assert_eq(sl_session_forward(s, ids, 5, NULL, 0, &e), -1);
     HAS(e.msg, "context overflow");
     HAS(e.msg, "context of 4");
-    cr_assert_eq(s->pos, 0);
+    cr_assert_eq(sl_session_pos(s), 0);
     float *logits = malloc(sizeof *logits * 512);
     cr_assert_eq(sl_session_forward(s, ids, 3, logits, 0, &e), 0, "%s", e.msg);
     cr_assert_eq(sl_session_forward(s, ids + 3, 2, logits, 0, &e), -1);
     HAS(e.msg, "3 tokens in the session + 2 new exceed the context of 4");
-    cr_assert_eq(s->pos, 3);
+    cr_assert_eq(sl_session_pos(s), 3);
     cr_assert_eq(sl_session_forward(s, ids + 3, 1, logits, 0, &e), 0, "%s", e.msg);
     free(logits);
     sl_session_free(s);

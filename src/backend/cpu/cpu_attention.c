@@ -8,7 +8,8 @@
 typedef struct {
     cpu_impl *c;
     const float *q, *kc, *vc;
-    int n, pos0, n_heads, n_kv, hd, window;
+    const sl_batch_map *bm;
+    int n_heads, n_kv, hd, window;
     float scale;
     float *out;
 } att_job;
@@ -16,6 +17,11 @@ typedef struct {
 /* Rows of one KV head sit a whole cache row apart (often 4 KB or more), where hardware prefetchers stop:
  * fetch the row this many positions ahead. */
 #define ROWS_AHEAD 4
+
+/* the cache row of position t in a sequence whose page table is pt */
+static inline size_t row_of(const int32_t *pt, int P, int t) {
+    return (size_t)pt[t / P] * (size_t)P + (size_t)(t % P);
+}
 
 static inline void prefetch_row(const float *r, int hd) {
     for (int d = 0; d < hd; d += 16) __builtin_prefetch(r + d);
@@ -27,7 +33,10 @@ __attribute__((target_clones("avx2", "default"))) static void att_task(void *ctx
     size_t kv_stride = (size_t)j->n_kv * (size_t)hd, q_stride = (size_t)j->n_heads * (size_t)hd;
     for (int64_t it = b; it < e; it++) {
         int i = (int)(it / j->n_kv), kvh = (int)(it % j->n_kv);
-        int p = j->pos0 + i;
+        const sl_batch_map *bm = j->bm;
+        int p = bm->pos[i];
+        const int32_t *pt = bm->pages + (size_t)bm->seq[i] * (size_t)bm->max_pages; /* its sequence's pages */
+        int P = bm->page_size;
         int lo = j->window > 0 && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
         int len = p - lo + 1;
         float *sc = j->c->scratch[tid]; /* [G][len] */
@@ -35,8 +44,9 @@ __attribute__((target_clones("avx2", "default"))) static void att_task(void *ctx
         const float *q0 = j->q + (size_t)i * q_stride + (size_t)kvh * (size_t)G * (size_t)hd;
         float *o0 = j->out + (size_t)i * q_stride + (size_t)kvh * (size_t)G * (size_t)hd;
         for (int t = 0; t < len; t++) {
-            const float *k = j->kc + (size_t)(lo + t) * kv_stride + (size_t)kvh * (size_t)hd;
-            if (t + ROWS_AHEAD < len) prefetch_row(k + ROWS_AHEAD * kv_stride, hd);
+            const float *k = j->kc + row_of(pt, P, lo + t) * kv_stride + (size_t)kvh * (size_t)hd;
+            if (t + ROWS_AHEAD < len)
+                prefetch_row(j->kc + row_of(pt, P, lo + t + ROWS_AHEAD) * kv_stride + (size_t)kvh * (size_t)hd, hd);
             for (int g = 0; g < G; g++)
                 sc[(size_t)g * (size_t)len + (size_t)t] = cpu_dot_inline(q0 + (size_t)g * hd, k, hd) * j->scale;
         }
@@ -52,8 +62,9 @@ __attribute__((target_clones("avx2", "default"))) static void att_task(void *ctx
         }
         for (size_t d = 0; d < (size_t)G * (size_t)hd; d++) o0[d] = 0;
         for (int t = 0; t < len; t++) {
-            const float *v = j->vc + (size_t)(lo + t) * kv_stride + (size_t)kvh * (size_t)hd;
-            if (t + ROWS_AHEAD < len) prefetch_row(v + ROWS_AHEAD * kv_stride, hd);
+            const float *v = j->vc + row_of(pt, P, lo + t) * kv_stride + (size_t)kvh * (size_t)hd;
+            if (t + ROWS_AHEAD < len)
+                prefetch_row(j->vc + row_of(pt, P, lo + t + ROWS_AHEAD) * kv_stride + (size_t)kvh * (size_t)hd, hd);
             for (int g = 0; g < G; g++) {
                 float w = sc[(size_t)g * (size_t)len + (size_t)t];
                 float *o = o0 + (size_t)g * (size_t)hd;
@@ -63,10 +74,10 @@ __attribute__((target_clones("avx2", "default"))) static void att_task(void *ctx
     }
 }
 
-void cpu_attention(sl_backend *b, const float *q, const float *kc, const float *vc, int n, int pos0, int n_heads,
-                   int n_kv, int head_dim, int window, float scale, float *out) {
+void cpu_attention(sl_backend *b, const float *q, const float *kc, const float *vc, const sl_batch_map *bm,
+                   int n_heads, int n_kv, int head_dim, int window, float scale, float *out) {
     cpu_impl *c = cpu_of(b);
-    if (cpu_scratch_reserve(c, (size_t)(n_heads / n_kv) * (size_t)(pos0 + n)) != 0) return;
-    att_job j = {c, q, kc, vc, n, pos0, n_heads, n_kv, head_dim, window, scale, out};
-    sl_pool_for(c->pool, (int64_t)n * n_kv, 1, att_task, &j);
+    if (cpu_scratch_reserve(c, (size_t)(n_heads / n_kv) * (size_t)bm->span) != 0) return;
+    att_job j = {c, q, kc, vc, bm, n_heads, n_kv, head_dim, window, scale, out};
+    sl_pool_for(c->pool, (int64_t)bm->n * n_kv, 1, att_task, &j);
 }

@@ -64,12 +64,12 @@ static void cpu_rmsnorm(sl_backend *b, const float *x, const float *w, int rows,
     }
 }
 
-static void cpu_rope(sl_backend *b, float *x, int n, int stride, int n_heads, int head_dim, int rot_dim, int pos0,
-                     const float *inv_freq, float attn_factor) {
+static void cpu_rope(sl_backend *b, float *x, int stride, int n_heads, int head_dim, int rot_dim,
+                     const sl_batch_map *bm, const float *inv_freq, float attn_factor) {
     (void)b;
     int half = rot_dim / 2;
-    for (int i = 0; i < n; i++) {
-        float pos = (float)(pos0 + i);
+    for (int i = 0; i < bm->n; i++) {
+        float pos = (float)bm->pos[i];
         for (int f = 0; f < half; f++) {
             float ang = pos * inv_freq[f];
             float cs = cosf(ang) * attn_factor, sn = sinf(ang) * attn_factor;
@@ -90,9 +90,11 @@ static void cpu_copy_rows(sl_backend *b, float *dst, int dst_stride, const float
         memmove(dst + (size_t)i * (size_t)dst_stride, src + (size_t)i * (size_t)src_stride, (size_t)width * 4);
 }
 
-static void cpu_kv_store(sl_backend *b, float *cache, int pos, const float *x, int n, int width) {
+static void cpu_kv_store(sl_backend *b, float *cache, const sl_batch_map *bm, const float *x, int width) {
     (void)b;
-    memmove(cache + (size_t)pos * (size_t)width, x, (size_t)n * (size_t)width * sizeof(float));
+    for (int i = 0; i < bm->n; i++)
+        memmove(cache + sl_bm_row(bm, bm->pages, bm->seq[i], bm->pos[i]) * width, x + (size_t)i * (size_t)width,
+                (size_t)width * sizeof(float));
 }
 
 static void cpu_add(sl_backend *b, float *y, const float *x, size_t len) {
@@ -211,21 +213,21 @@ static void cpu_sigmoid_matmul(sl_backend *b, const sl_weight *w, const float *x
     cpu_matmul(b, w, a, n, y);
 }
 
-static void cpu_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, int n, int n_heads, int n_kv,
-                              int head_dim, const float *q_norm, const float *k_norm, float eps, int rot_dim, int pos0,
+static void cpu_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, const sl_batch_map *bm, int n_heads,
+                              int n_kv, int head_dim, const float *q_norm, const float *k_norm, float eps, int rot_dim,
                               const float *inv_freq, float attn_factor, float *kc, float *vc, const float *qg,
                               float *gate) {
-    int qw = n_heads * head_dim, kw = n_kv * head_dim;
+    int qw = n_heads * head_dim, kw = n_kv * head_dim, n = bm->n;
     if (qg) {
         cpu_copy_rows(b, q, head_dim, qg, 2 * head_dim, n * n_heads, head_dim);
         cpu_copy_rows(b, gate, head_dim, qg + head_dim, 2 * head_dim, n * n_heads, head_dim);
     }
     if (q_norm) cpu_rmsnorm(b, q, q_norm, n * n_heads, head_dim, eps, q);
     if (k_norm) cpu_rmsnorm(b, k, k_norm, n * n_kv, head_dim, eps, k);
-    cpu_rope(b, q, n, qw, n_heads, head_dim, rot_dim, pos0, inv_freq, attn_factor);
-    cpu_rope(b, k, n, kw, n_kv, head_dim, rot_dim, pos0, inv_freq, attn_factor);
-    cpu_kv_store(b, kc, pos0, k, n, kw);
-    cpu_kv_store(b, vc, pos0, v, n, kw);
+    cpu_rope(b, q, qw, n_heads, head_dim, rot_dim, bm, inv_freq, attn_factor);
+    cpu_rope(b, k, kw, n_kv, head_dim, rot_dim, bm, inv_freq, attn_factor);
+    cpu_kv_store(b, kc, bm, k, kw);
+    cpu_kv_store(b, vc, bm, v, kw);
 }
 
 static void cpu_gated_rmsnorm_matmul(sl_backend *b, const sl_weight *w, float *x, const float *z, const float *nw,
