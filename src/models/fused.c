@@ -47,8 +47,8 @@ void sl_sigmoid_matmul(sl_backend *b, const sl_weight *w, float *x, const float 
     op->matmul(b, w, x, n, y);
 }
 
-void sl_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, const sl_batch_map *bm, int n_heads,
-                      int n_kv, int head_dim, const float *q_norm, const float *k_norm, float eps, int rot_dim,
+void sl_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, const sl_batch_map *bm, int n_heads, int n_kv,
+                      int head_dim, const float *q_norm, const float *k_norm, float eps, int rot_dim,
                       const float *inv_freq, float attn_factor, float *kc, float *vc, const float *qg, float *gate) {
     const sl_backend_ops *op = b->ops;
     int n = bm->n;

@@ -35,8 +35,8 @@ void sl_gated_rmsnorm_matmul(sl_backend *b, const sl_weight *w, float *x, const 
 /* q, k of the batch bm: per-head norm (q_norm / k_norm NULL: none) and rotary embedding in place; k and v
  * into the caches at each token's row. With qg (rows of [query | gate] per head) q is taken from qg and the
  * gates go to gate. */
-void sl_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, const sl_batch_map *bm, int n_heads,
-                      int n_kv, int head_dim, const float *q_norm, const float *k_norm, float eps, int rot_dim,
+void sl_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, const sl_batch_map *bm, int n_heads, int n_kv,
+                      int head_dim, const float *q_norm, const float *k_norm, float eps, int rot_dim,
                       const float *inv_freq, float attn_factor, float *kc, float *vc, const float *qg, float *gate);
 
 #endif

@@ -140,13 +140,13 @@ oom:
     sl_session_free(s);
     {
         char buf[32];
-        return sl_fail(e,
-                       "out of memory creating a session of %d sequence(s) with a %d-token context (KV cache %s "
-                       "for %lld positions)",
-                       n_seqs, max_ctx,
-                       sl_human_bytes((double)pages * SL_KV_PAGE * (double)sl_session_kv_bytes_per_token(m), buf,
-                                      sizeof buf),
-                       (long long)pages * SL_KV_PAGE);
+        return sl_fail(
+            e,
+            "out of memory creating a session of %d sequence(s) with a %d-token context (KV cache %s "
+            "for %lld positions)",
+            n_seqs, max_ctx,
+            sl_human_bytes((double)pages * SL_KV_PAGE * (double)sl_session_kv_bytes_per_token(m), buf, sizeof buf),
+            (long long)pages * SL_KV_PAGE);
     }
 }
 
@@ -414,8 +414,7 @@ int sl_session_seq_share(sl_session *s, int dst, int src, int k) {
 static int prepare(sl_session *s, const sl_batch *b, sl_err *e) {
     const sl_config *c = &s->m->cfg;
     sl_backend *be = s->m->be;
-    if (b->n < 1 || b->n > s->max_batch)
-        return sl_fail(e, "a batch holds 1 to %d tokens, got %d", s->max_batch, b->n);
+    if (b->n < 1 || b->n > s->max_batch) return sl_fail(e, "a batch holds 1 to %d tokens, got %d", s->max_batch, b->n);
     uint8_t *busy = calloc((size_t)s->n_seqs, 1);
     if (!busy) return sl_fail(e, "out of memory");
     int rc = -1;
@@ -475,22 +474,24 @@ done:
 
 /* The recording for a decode batch of these sequences: the same slots in the same order (hybrid models
  * bake each sequence's recurrent state into the recording), or just the same count (attention-only
- * models read everything per token from the batch map). Returns the entry to use, recycling the least
- * recently used one when there is no match (its recording freed, *fresh set). */
+ * models read everything per token from the batch map). Returns the entry to use, or with *fresh set a
+ * new entry for a shape not seen before (recycling the least recently used one): such a batch runs once
+ * unrecorded, so the backend sizes its scratch for it before a recording would need it. */
 static sl_step_rec *step_slot(sl_session *s, const sl_batch *b, int *fresh) {
     sl_step_rec *lru = NULL;
     for (int i = 0; i < SL_STEP_RECS; i++) {
         sl_step_rec *r = &s->recs[i];
-        if (r->rec && r->n == b->n && (!s->recurrent || !memcmp(r->seqs, b->seq, (size_t)b->n * sizeof *b->seq))) {
+        if (r->n == b->n && (!s->recurrent || !memcmp(r->seqs, b->seq, (size_t)b->n * sizeof *b->seq))) {
             r->used = ++s->clock;
             *fresh = 0;
             return r;
         }
-        /* an empty entry first, else the least recently used */
-        if (!lru || (lru->rec && (!r->rec || r->used < lru->used))) lru = r;
+        /* an unused entry first, else the least recently used */
+        if (!lru || (lru->n && (!r->n || r->used < lru->used))) lru = r;
     }
     if (lru->rec) s->m->be->ops->step_free(s->m->be, lru->rec);
     lru->rec = NULL;
+    lru->n = 0;
     int32_t *ns = realloc(lru->seqs, (size_t)b->n * sizeof *ns);
     if (!ns) return NULL;
     lru->seqs = ns;
@@ -514,10 +515,9 @@ static int run(sl_session *s, const sl_batch *b, const int *want, int n_want, fl
      * between steps, and the host acts on each layer's routing: no recording then */
     sl_step_rec *sr = NULL;
     int step = -1;
-    if (decode && n_want == b->n && b->n <= SL_STEP_MAX && n_want <= s->logit_cap && be->ops->step_begin &&
-        !m->store) {
+    if (decode && n_want == b->n && b->n <= SL_STEP_MAX && n_want <= s->logit_cap && be->ops->step_begin && !m->store) {
         int fresh = 0;
-        if ((sr = step_slot(s, b, &fresh))) step = be->ops->step_begin(be, &sr->rec, b->n, b->ids);
+        if ((sr = step_slot(s, b, &fresh)) && !fresh) step = be->ops->step_begin(be, &sr->rec, b->n, b->ids);
     }
     if (step != 1) {
         be->ops->embed(be, &m->embed, b->ids, b->n, s->s.x);

@@ -43,10 +43,10 @@ typedef struct sl_snapshot {
 #define SL_MAX_SNAPSHOTS 4
 
 typedef struct sl_seq {
-    int pos;       /* tokens fed */
-    int32_t *hist; /* the ids at positions [0, pos), for prefix reuse */
-    int n_pages;   /* pages in its table (positions [0, n_pages * SL_KV_PAGE) have rows) */
-    int idle;      /* not in use: its pages may be taken back */
+    int pos;                 /* tokens fed */
+    int32_t *hist;           /* the ids at positions [0, pos), for prefix reuse */
+    int n_pages;             /* pages in its table (positions [0, n_pages * SL_KV_PAGE) have rows) */
+    int idle;                /* not in use: its pages may be taken back */
     unsigned long long used; /* recency, for choosing which idle sequence to evict */
     sl_snapshot snaps[SL_MAX_SNAPSHOTS];
     unsigned long long snap_clock;
@@ -83,10 +83,10 @@ struct sl_session {
     /* KV pool: per attention layer [n_pages * SL_KV_PAGE][n_kv * head_dim] (NULL for delta-net layers) */
     float **kc, **vc;
     int n_pages, max_pages;
-    int32_t *pt;      /* [n_seqs * max_pages] page tables (host) */
-    int32_t *pt_dev;  /* the same in backend memory */
+    int32_t *pt;       /* [n_seqs * max_pages] page tables (host) */
+    int32_t *pt_dev;   /* the same in backend memory */
     uint8_t *pt_dirty; /* per slot: its table changed since the last upload */
-    int *page_ref;    /* sequences holding each page */
+    int *page_ref;     /* sequences holding each page */
     int32_t *free_pages;
     int n_free;
     /* recurrent state: per delta-net layer [n_seqs][...] */

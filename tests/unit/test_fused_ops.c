@@ -375,8 +375,15 @@ static void qk_rope_store_case(int n, int nh, int nkv, int hd, int rot_dim, int 
     be->ops->upload(be, dpages, hpages, (size_t)np * sizeof *hpages);
     be->ops->upload(be, dpos, hpos, (size_t)n * 4);
     be->ops->upload(be, dseq, hseq, (size_t)n * 4);
-    sl_batch_map bm = {.n = n, .pos = dpos, .seq = dseq, .pages = dpages, .page_size = P, .max_pages = np,
-                       .h_pos = hpos, .h_seq = hseq, .span = pos0 + n};
+    sl_batch_map bm = {.n = n,
+                       .pos = dpos,
+                       .seq = dseq,
+                       .pages = dpages,
+                       .page_size = P,
+                       .max_pages = np,
+                       .h_pos = hpos,
+                       .h_seq = hseq,
+                       .span = pos0 + n};
     float *hq, *hk, *hv, *hqn, *hkn, *hf;
     float *q = dev_rand(be, qlen, &st, &hq), *k = dev_rand(be, klen, &st, &hk), *v = dev_rand(be, klen, &st, &hv);
     float *qn = dev_rand(be, (size_t)hd, &st, &hqn), *kn = dev_rand(be, (size_t)hd, &st, &hkn);

@@ -74,8 +74,8 @@ __attribute__((target_clones("avx2", "default"))) static void att_task(void *ctx
     }
 }
 
-void cpu_attention(sl_backend *b, const float *q, const float *kc, const float *vc, const sl_batch_map *bm,
-                   int n_heads, int n_kv, int head_dim, int window, float scale, float *out) {
+void cpu_attention(sl_backend *b, const float *q, const float *kc, const float *vc, const sl_batch_map *bm, int n_heads,
+                   int n_kv, int head_dim, int window, float scale, float *out) {
     cpu_impl *c = cpu_of(b);
     if (cpu_scratch_reserve(c, (size_t)(n_heads / n_kv) * (size_t)bm->span) != 0) return;
     att_job j = {c, q, kc, vc, bm, n_heads, n_kv, head_dim, window, scale, out};

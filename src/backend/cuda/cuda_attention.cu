@@ -1,24 +1,34 @@
-/* Causal GQA attention on the GPU, in fp32 with online softmax (no n x n score buffer).
- * Prefill: a block is 4 consecutive queries of one head; key/value tiles are staged in shared memory and
- * each lane scores one key of the tile. Decode: split-K over the cache, each block a slice of positions
- * for one head, then a pass that merges the slices. Positions come from device memory inside recorded
- * steps. */
+/* Causal GQA attention on the GPU, in fp32 with online softmax (no n x n score buffer), over paged KV
+ * caches: every key row is found through its sequence's page table (see sl_batch_map).
+ * Prefill (a run of several tokens of one sequence): a block is 4 consecutive queries of one head; key/
+ * value tiles are staged in shared memory and each lane scores one key of the tile. Decode (tokens alone
+ * in their sequence): split-K over each token's cache, each block a slice of positions for one head of one
+ * token, then a pass that merges the slices. Positions and sequences are always read from device memory,
+ * so recorded steps replay at any position. */
 #include <math.h>
 
 #include "backend/cuda/cuda_int.cuh"
 
 #define ATT_Q 4        /* queries (warps) per prefill block */
 #define ATT_MAXD 8     /* head_dim / 32 held per lane: head_dim <= 256 */
-#define DEC_SPLITS 64  /* decode slices in a recorded step (the cache length is unknown when recording) */
+#define DEC_SPLITS 64  /* most decode slices per token (the cache length is unknown when recording) */
 #define DEC_WARPS 4
 
 struct att_args {
     const float *q, *kc, *vc;
     float *out;
-    int n, pos0, n_heads, n_kv, hd, window;
+    int n_heads, n_kv, hd, window;
     float scale;
-    const int *dpos;
+    cu_bmap bm;
+    int t0, n;         /* prefill: the run's first token and its length */
+    const int *tok;    /* decode: the tokens of the launch's z index (NULL: z itself) */
 };
+
+/* Slices per decode token in a recorded step of n tokens: enough blocks to fill the GPU at any length. */
+static int rec_splits(int n) {
+    int s = DEC_SPLITS / (n > 0 ? n : 1);
+    return s < 4 ? 4 : s;
+}
 
 __global__ void __launch_bounds__(ATT_Q * 32) att_prefill_k(att_args a, int tk) {
     cu_pdl_enter();
@@ -27,12 +37,13 @@ __global__ void __launch_bounds__(ATT_Q * 32) att_prefill_k(att_args a, int tk) 
     float *ks = sm, *vs = ks + tk * ldk, *qs = vs + tk * ldk;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int h = blockIdx.y, kvh = h / (a.n_heads / a.n_kv);
-    int pos0 = a.dpos ? *a.dpos : a.pos0;
-    int i0 = blockIdx.x * ATT_Q, i = i0 + warp;
+    int pos0 = a.bm.pos[a.t0], sq = a.bm.seq[a.t0];
+    int i0 = blockIdx.x * ATT_Q, i = i0 + warp; /* within the run */
     int qw = a.n_heads * a.hd, kw = a.n_kv * a.hd;
     int p = pos0 + i; /* this warp's query position */
     bool live = i < a.n;
-    for (int d = lane; d < a.hd; d += 32) qs[warp * a.hd + d] = live ? a.q[(long long)i * qw + h * a.hd + d] * a.scale : 0;
+    long long qi = (long long)(a.t0 + i) * qw + h * a.hd; /* its row in q and out */
+    for (int d = lane; d < a.hd; d += 32) qs[warp * a.hd + d] = live ? a.q[qi + d] * a.scale : 0;
     int last = pos0 + min(i0 + ATT_Q, a.n) - 1; /* the block's last query position */
     int first = a.window > 0 ? max(0, pos0 + i0 - a.window + 1) : 0;
     int lo = a.window > 0 ? max(0, p - a.window + 1) : 0;
@@ -44,8 +55,9 @@ __global__ void __launch_bounds__(ATT_Q * 32) att_prefill_k(att_args a, int tk) 
         for (int e = threadIdx.x; e < tk * a.hd; e += blockDim.x) {
             int j = e / a.hd, d = e % a.hd, t = t0 + j;
             bool ok = t <= last;
-            ks[j * ldk + d] = ok ? a.kc[(long long)t * kw + kvh * a.hd + d] : 0;
-            vs[j * ldk + d] = ok ? a.vc[(long long)t * kw + kvh * a.hd + d] : 0;
+            long long r = ok ? cu_bm_row(a.bm, sq, t) * kw + kvh * a.hd + d : 0;
+            ks[j * ldk + d] = ok ? a.kc[r] : 0;
+            vs[j * ldk + d] = ok ? a.vc[r] : 0;
         }
         __syncthreads();
         if (!live) continue;
@@ -80,17 +92,18 @@ __global__ void __launch_bounds__(ATT_Q * 32) att_prefill_k(att_args a, int tk) 
 #pragma unroll
     for (int k = 0; k < ATT_MAXD; k++) {
         int d = lane + 32 * k;
-        if (d < a.hd) a.out[(long long)i * qw + h * a.hd + d] = o[k] * inv;
+        if (d < a.hd) a.out[qi + d] = o[k] * inv;
     }
 }
 
-/* One slice of the cache for one query head: partial max, sum and weighted values. */
+/* One slice of one token's cache for one query head: partial max, sum and weighted values. */
 __global__ void __launch_bounds__(DEC_WARPS * 32) att_decode_k(att_args a, int splits, float *part) {
     cu_pdl_enter();
     __shared__ float red[DEC_WARPS][ATT_MAXD * 32 + 2];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int h = blockIdx.y, sp = blockIdx.x, kvh = h / (a.n_heads / a.n_kv);
-    int p = a.dpos ? *a.dpos : a.pos0;
+    int z = blockIdx.z, ti = a.tok ? a.tok[z] : z;
+    int p = a.bm.pos[ti], sq = a.bm.seq[ti];
     int lo = a.window > 0 ? max(0, p - a.window + 1) : 0;
     int len = p - lo + 1, per = (len + splits - 1) / splits;
     int b0 = lo + sp * per, b1 = min(b0 + per, p + 1);
@@ -99,12 +112,13 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) att_decode_k(att_args a, int s
 #pragma unroll
     for (int k = 0; k < ATT_MAXD; k++) {
         int d = lane + 32 * k;
-        q[k] = d < a.hd ? a.q[h * a.hd + d] * a.scale : 0;
+        q[k] = d < a.hd ? a.q[(long long)ti * a.n_heads * a.hd + h * a.hd + d] * a.scale : 0;
         o[k] = 0;
     }
     float m = -INFINITY, l = 0;
     for (int t = b0 + warp; t < b1; t += DEC_WARPS) {
-        const float *kr = a.kc + (long long)t * kw + kvh * a.hd;
+        long long row = cu_bm_row(a.bm, sq, t) * kw + kvh * a.hd;
+        const float *kr = a.kc + row;
         float s = 0;
 #pragma unroll
         for (int k = 0; k < ATT_MAXD; k++) {
@@ -114,7 +128,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) att_decode_k(att_args a, int s
         s = warp_sum(s);
         float mn = fmaxf(m, s), corr = expf(m - mn), pj = expf(s - mn);
         l = l * corr + pj;
-        const float *vr = a.vc + (long long)t * kw + kvh * a.hd;
+        const float *vr = a.vc + row;
 #pragma unroll
         for (int k = 0; k < ATT_MAXD; k++) {
             int d = lane + 32 * k;
@@ -134,7 +148,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) att_decode_k(att_args a, int s
     float M = -INFINITY;
     for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, red[w][ATT_MAXD * 32]);
     float L = 0;
-    float *dst = part + ((long long)h * splits + sp) * (a.hd + 2);
+    float *dst = part + (((long long)z * a.n_heads + h) * splits + sp) * (a.hd + 2);
     for (int w = 0; w < DEC_WARPS; w++) {
         float mw = red[w][ATT_MAXD * 32];
         L += mw == -INFINITY ? 0 : red[w][ATT_MAXD * 32 + 1] * expf(mw - M);
@@ -153,10 +167,10 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) att_decode_k(att_args a, int s
     }
 }
 
-__global__ void att_merge_k(const float *part, int splits, int hd, float *out) {
+__global__ void att_merge_k(const float *part, int splits, int hd, const int *tok, float *out) {
     cu_pdl_enter();
-    int h = blockIdx.x;
-    const float *ph = part + (long long)h * splits * (hd + 2);
+    int h = blockIdx.x, z = blockIdx.y, ti = tok ? tok[z] : z;
+    const float *ph = part + ((long long)z * gridDim.x + h) * splits * (hd + 2);
     float M = -INFINITY;
     for (int s = 0; s < splits; s++) M = fmaxf(M, ph[s * (hd + 2) + hd]);
     float L = 0;
@@ -170,34 +184,89 @@ __global__ void att_merge_k(const float *part, int splits, int hd, float *out) {
             float ms = ph[s * (hd + 2) + hd];
             if (ms != -INFINITY) v += ph[s * (hd + 2) + d] * expf(ms - M);
         }
-        out[h * hd + d] = v / L;
+        out[((long long)ti * gridDim.x + h) * hd + d] = v / L;
     }
 }
 
-void cu_attention(sl_backend *b, const float *q, const float *kc, const float *vc, int n, int pos0, int n_heads,
+int cu_attention_reserve(cu_impl *c, int n) {
+    /* the largest heads and head size seen so far (128 x 256 before any call) */
+    int heads = c->att_heads ? c->att_heads : 128, hd = c->att_hd ? c->att_hd : 256;
+    size_t need = (size_t)n * (size_t)heads * (size_t)rec_splits(n) * (size_t)(hd + 2) * sizeof(float);
+    return cu_grow(c, (void **)&c->att_part, &c->att_part_len, need, "attention partials");
+}
+
+void cu_attention(sl_backend *b, const float *q, const float *kc, const float *vc, const sl_batch_map *bm, int n_heads,
                   int n_kv, int head_dim, int window, float scale, float *out) {
     cu_impl *c = cu_of(b);
     if (head_dim > ATT_MAXD * 32) {
         cu_fail(c, "attention: head_dim %d is above the CUDA kernels' limit of %d", head_dim, ATT_MAXD * 32);
         return;
     }
-    att_args a = {q, kc, vc, out, n, pos0, n_heads, n_kv, head_dim, window, scale, cu_dpos(c)};
-    if (n == 1) {
-        int splits = DEC_SPLITS;
-        if (!c->capturing) { /* short caches need fewer slices */
-            int len = window > 0 && window < pos0 + 1 ? window : pos0 + 1;
-            splits = (len + 127) / 128;
-            splits = splits < 1 ? 1 : splits > DEC_SPLITS ? DEC_SPLITS : splits;
+    if (n_heads > c->att_heads) c->att_heads = n_heads;
+    if (head_dim > c->att_hd) c->att_hd = head_dim;
+    int n = bm->n;
+    att_args a = {q, kc, vc, out, n_heads, n_kv, head_dim, window, scale, cu_bmap_of(bm), 0, 0, NULL};
+    /* tokens alone in their sequence take the decode kernel, runs of several the prefill kernel */
+    int n_dec = 0, *dec = NULL;
+    if (!c->capturing) {
+        dec = (int *)malloc((size_t)n * sizeof *dec);
+        if (!dec) {
+            cu_fail(c, "out of memory");
+            return;
         }
-        size_t need = (size_t)n_heads * DEC_SPLITS * (size_t)(head_dim + 2) * sizeof(float);
-        if (cu_grow(c, (void **)&c->att_part, &c->att_part_len, need, "attention partials")) return;
-        cu_launch(c, att_decode_k, dim3((unsigned)splits, (unsigned)n_heads), DEC_WARPS * 32, 0, a, splits,
-                                                                                           c->att_part);
-        cu_launch(c, att_merge_k, n_heads, 128, 0, c->att_part, splits, head_dim, out);
-    } else {
-        int tk = head_dim <= 128 ? 32 : 16;
-        size_t smem = ((size_t)2 * tk * (head_dim + 1) + (size_t)ATT_Q * head_dim) * sizeof(float);
-        cu_launch(c, att_prefill_k, dim3(CU_BLOCKS(n, ATT_Q), (unsigned)n_heads), ATT_Q * 32, smem, a, tk);
     }
+    int longest = 1;
+    for (int i = 0; i < n;) {
+        int j = i + 1;
+        if (!c->capturing)
+            while (j < n && bm->h_seq[j] == bm->h_seq[i]) j++;
+        if (j - i == 1) {
+            if (dec) dec[n_dec] = i;
+            n_dec++;
+            if (!c->capturing) {
+                int len = window > 0 && window < bm->h_pos[i] + 1 ? window : bm->h_pos[i] + 1;
+                longest = len > longest ? len : longest;
+            }
+        } else {
+            a.t0 = i;
+            a.n = j - i;
+            int tk = head_dim <= 128 ? 32 : 16;
+            size_t smem = ((size_t)2 * tk * (head_dim + 1) + (size_t)ATT_Q * head_dim) * sizeof(float);
+            cu_launch(c, att_prefill_k, dim3(CU_BLOCKS(j - i, ATT_Q), (unsigned)n_heads), ATT_Q * 32, smem, a, tk);
+        }
+        i = j;
+    }
+    if (n_dec) {
+        /* a recorded step cannot know the cache lengths: a fixed number of slices; else short caches
+         * take fewer */
+        int splits = rec_splits(n_dec);
+        if (!c->capturing) {
+            int s = (longest + 127) / 128;
+            splits = s < 1 ? 1 : s > splits ? splits : s;
+            /* a recording of this many tokens later finds its partials ready */
+            if (cu_attention_reserve(c, n_dec)) {
+                free(dec);
+                return;
+            }
+        }
+        size_t need = (size_t)n_dec * n_heads * splits * (size_t)(head_dim + 2) * sizeof(float);
+        if (cu_grow(c, (void **)&c->att_part, &c->att_part_len, need, "attention partials")) {
+            free(dec);
+            return;
+        }
+        if (dec && n_dec < n) { /* some tokens are in runs: the decode launch takes a list */
+            if (cu_grow(c, (void **)&c->att_tok, &c->att_tok_len, (size_t)n_dec * sizeof(int), "attention tokens")) {
+                free(dec);
+                return;
+            }
+            cudaMemcpyAsync(c->att_tok, dec, (size_t)n_dec * sizeof(int), cudaMemcpyHostToDevice, c->st);
+            a.tok = c->att_tok;
+        }
+        cu_launch(c, att_decode_k, dim3((unsigned)splits, (unsigned)n_heads, (unsigned)n_dec), DEC_WARPS * 32, 0, a,
+                  splits, c->att_part);
+        cu_launch(c, att_merge_k, dim3((unsigned)n_heads, (unsigned)n_dec), 128, 0, c->att_part, splits, head_dim,
+                  a.tok, out);
+    }
+    free(dec);
     cu_check_launch(c, "attention");
 }

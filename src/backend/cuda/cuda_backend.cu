@@ -327,21 +327,21 @@ struct cu_rec {
     cudaGraphExec_t exec;
 };
 
-static int cu_step_begin(sl_backend *b, void **rec, int pos, int32_t id) {
+static int cu_step_begin(sl_backend *b, void **rec, int n, const int32_t *ids) {
     cu_impl *c = cu_of(b);
-    if (c->steps_off || c->failed) return -1;
+    if (c->steps_off || c->failed || n < 1 || n > SL_STEP_MAX) return -1;
     /* the previous replay may still read the pinned step values */
     if (cudaStreamSynchronize(c->st) != cudaSuccess) {
         cu_check_launch(c, "step");
         return -1;
     }
-    c->h_step->pos = pos;
-    c->h_step->tok = id;
+    memcpy(c->h_step->tok, ids, (size_t)n * sizeof *ids);
     if (*rec) {
         cudaGraphLaunch(((cu_rec *)*rec)->exec, c->st);
         cu_check_launch(c, "replaying a decode step");
         return 1;
     }
+    if (cu_attention_reserve(c, n)) return -1;
     if (cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
         cudaGetLastError();
         c->steps_off = 1;
@@ -477,6 +477,7 @@ static void cu_destroy(sl_backend *b) {
     cudaFree(c->xtmp);
     cudaFree(c->ids);
     cudaFree(c->att_part);
+    cudaFree(c->att_tok);
     cudaFree(c->moe_buf);
     cudaFree(c->moe_grp);
     cudaFree(c->act);

@@ -88,13 +88,13 @@ void cu_gated_rmsnorm(sl_backend *b, float *x, const float *z, const float *w, i
 }
 
 /* one thread per (token, head, frequency) pair */
-__global__ void rope_k(float *x, int n, int stride, int n_heads, int head_dim, int half, int pos0, const int *dpos,
+__global__ void rope_k(float *x, int n, int stride, int n_heads, int head_dim, int half, const int *tpos,
                        const float *inv_freq, float attn_factor) {
     cu_pdl_enter();
     long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= (long long)n * n_heads * half) return;
     int f = (int)(e % half), h = (int)(e / half % n_heads), i = (int)(e / half / n_heads);
-    float pos = (float)((dpos ? *dpos : pos0) + i);
+    float pos = (float)tpos[i];
     float ang = pos * inv_freq[f], sn, cs;
     sincosf(ang, &sn, &cs);
     cs *= attn_factor;
@@ -105,14 +105,14 @@ __global__ void rope_k(float *x, int n, int stride, int n_heads, int head_dim, i
     v[f + half] = c * cs + a * sn;
 }
 
-void cu_rope(sl_backend *b, float *x, int n, int stride, int n_heads, int head_dim, int rot_dim, int pos0,
+void cu_rope(sl_backend *b, float *x, int stride, int n_heads, int head_dim, int rot_dim, const sl_batch_map *bm,
              const float *inv_freq, float attn_factor) {
     cu_impl *c = cu_of(b);
-    int half = rot_dim / 2;
+    int half = rot_dim / 2, n = bm->n;
     long long total = (long long)n * n_heads * half;
     if (total <= 0) return;
-    cu_launch(c, rope_k, CU_BLOCKS(total, 256), 256, 0, x, n, stride, n_heads, head_dim, half, pos0, cu_dpos(c),
-                                                    inv_freq, attn_factor);
+    cu_launch(c, rope_k, CU_BLOCKS(total, 256), 256, 0, x, n, stride, n_heads, head_dim, half, bm->pos, inv_freq,
+              attn_factor);
     cu_check_launch(c, "rope");
 }
 
@@ -120,7 +120,7 @@ void cu_rope(sl_backend *b, float *x, int n, int stride, int n_heads, int head_d
  * rotary embedding, written back; k heads also store themselves and their v head in the caches. With qg,
  * q heads read their query from qg's [query | gate] row and copy the gate to gate. */
 __global__ void qk_rope_store_k(float *q, float *k, const float *v, int nh, int nkv, int hd, const float *qn,
-                                const float *kn, float eps, int half, int pos0, const int *dpos, const float *inv_freq,
+                                const float *kn, float eps, int half, cu_bmap bm, const float *inv_freq,
                                 float attn_factor, float *kc, float *vc, const float *qg, float *gate) {
     cu_pdl_enter();
     extern __shared__ float hv[];
@@ -147,7 +147,7 @@ __global__ void qk_rope_store_k(float *q, float *k, const float *v, int nh, int 
         for (int j = threadIdx.x; j < hd; j += blockDim.x) hv[j] = (hv[j] * inv) * nw[j];
     }
     __syncthreads();
-    int pos = (dpos ? *dpos : pos0) + i;
+    int pos = bm.pos[i];
     for (int f = threadIdx.x; f < half; f += blockDim.x) {
         float sn, cs;
         sincosf((float)pos * inv_freq[f], &sn, &cs);
@@ -162,7 +162,7 @@ __global__ void qk_rope_store_k(float *q, float *k, const float *v, int nh, int 
         for (int j = threadIdx.x; j < hd; j += blockDim.x) xr[j] = hv[j];
         return;
     }
-    long long crow = (long long)pos * width + (long long)hh * hd; /* cache rows are [n_kv * hd] */
+    long long crow = cu_bm_row(bm, bm.seq[i], pos) * width + (long long)hh * hd; /* cache rows are [n_kv * hd] */
     const float *vr = v + off;
     for (int j = threadIdx.x; j < hd; j += blockDim.x) {
         xr[j] = hv[j];
@@ -171,43 +171,49 @@ __global__ void qk_rope_store_k(float *q, float *k, const float *v, int nh, int 
     }
 }
 
-void cu_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int head_dim,
-                      const float *q_norm, const float *k_norm, float eps, int rot_dim, int pos0, const float *inv_freq,
-                      float attn_factor, float *kc, float *vc, const float *qg, float *gate) {
+void cu_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, const sl_batch_map *bm, int n_heads, int n_kv,
+                      int head_dim, const float *q_norm, const float *k_norm, float eps, int rot_dim,
+                      const float *inv_freq, float attn_factor, float *kc, float *vc, const float *qg, float *gate) {
     cu_impl *c = cu_of(b);
+    int n = bm->n;
     if (n <= 0 || n_heads + n_kv <= 0) return;
     int threads = head_dim >= 128 ? 128 : (head_dim + 31) / 32 * 32;
     dim3 grid((unsigned)(n_heads + n_kv), (unsigned)n);
     cu_launch(c, qk_rope_store_k, grid, threads, (size_t)head_dim * sizeof(float), q, k, v, n_heads, n_kv, head_dim,
-              q_norm, k_norm, eps, rot_dim / 2, pos0, cu_dpos(c), inv_freq, attn_factor, kc, vc, qg, gate);
+              q_norm, k_norm, eps, rot_dim / 2, cu_bmap_of(bm), inv_freq, attn_factor, kc, vc, qg, gate);
     cu_check_launch(c, "q/k norm, rope and KV store");
 }
 
-__global__ void copy_rows_k(float *dst, int dst_stride, const float *src, int src_stride, int n, int width,
-                            const int *drow0) {
+__global__ void copy_rows_k(float *dst, int dst_stride, const float *src, int src_stride, int n, int width) {
     cu_pdl_enter();
     long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= (long long)n * width) return;
     int i = (int)(e / width), j = (int)(e % width);
-    long long r = drow0 ? *drow0 : 0;
-    dst[(r + i) * dst_stride + j] = src[(long long)i * src_stride + j];
+    dst[(long long)i * dst_stride + j] = src[(long long)i * src_stride + j];
+}
+
+/* row i of x into the cache row of token i */
+__global__ void kv_store_k(float *cache, cu_bmap bm, const float *x, int n, int width) {
+    cu_pdl_enter();
+    long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= (long long)n * width) return;
+    int i = (int)(e / width), j = (int)(e % width);
+    cache[cu_bm_row(bm, bm.seq[i], bm.pos[i]) * width + j] = x[(long long)i * width + j];
 }
 
 void cu_copy_rows(sl_backend *b, float *dst, int dst_stride, const float *src, int src_stride, int n, int width) {
     cu_impl *c = cu_of(b);
     long long total = (long long)n * width;
     if (total <= 0) return;
-    cu_launch(c, copy_rows_k, CU_BLOCKS(total, 256), 256, 0, dst, dst_stride, src, src_stride, n, width, NULL);
+    cu_launch(c, copy_rows_k, CU_BLOCKS(total, 256), 256, 0, dst, dst_stride, src, src_stride, n, width);
     cu_check_launch(c, "copy rows");
 }
 
-void cu_kv_store(sl_backend *b, float *cache, int pos, const float *x, int n, int width) {
+void cu_kv_store(sl_backend *b, float *cache, const sl_batch_map *bm, const float *x, int width) {
     cu_impl *c = cu_of(b);
-    long long total = (long long)n * width;
+    long long total = (long long)bm->n * width;
     if (total <= 0) return;
-    const int *dpos = cu_dpos(c);
-    float *dst = dpos ? cache : cache + (long long)pos * width;
-    cu_launch(c, copy_rows_k, CU_BLOCKS(total, 256), 256, 0, dst, width, x, width, n, width, dpos);
+    cu_launch(c, kv_store_k, CU_BLOCKS(total, 256), 256, 0, cache, cu_bmap_of(bm), x, bm->n, width);
     cu_check_launch(c, "KV cache store");
 }
 

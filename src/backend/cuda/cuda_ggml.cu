@@ -675,7 +675,7 @@ template <int T> __global__ void ggml_embed_k(cu_w w, const int32_t *ids, const 
     cu_pdl_enter();
     int i = blockIdx.y, v = (blockIdx.x * blockDim.x + threadIdx.x) * 32;
     if (v >= w.cols) return;
-    long long id = step_tok ? *step_tok : ids[i];
+    long long id = step_tok ? step_tok[i] : ids[i];
     float wv[32];
     gq<T>::unit(w.data + id * w.row_bytes + v / BS * BB, (v % BS) >> 5, wv);
     float4 *o = (float4 *)(out + (long long)i * w.cols + v);

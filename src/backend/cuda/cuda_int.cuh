@@ -30,10 +30,26 @@ struct cu_expert {
 };
 
 /* The values a recorded step reads at replay time. */
+/* The tokens of a recorded step, copied to the device at the start of each replay. */
 struct cu_step {
-    int pos;
-    int32_t tok;
+    int32_t tok[SL_STEP_MAX];
 };
+
+/* The device side of a batch map (see sl_batch_map). */
+struct cu_bmap {
+    const int *pos, *seq, *pages;
+    int psz, maxp;
+};
+
+static inline cu_bmap cu_bmap_of(const sl_batch_map *m) {
+    cu_bmap d = {m->pos, m->seq, m->pages, m->page_size, m->max_pages};
+    return d;
+}
+
+/* The cache row of position p of sequence slot s. */
+__device__ __forceinline__ long long cu_bm_row(const cu_bmap &m, int s, int p) {
+    return (long long)m.pages[(long long)s * m.maxp + p / m.psz] * m.psz + p % m.psz;
+}
 
 struct cu_table {
     const sl_expert_table *key;
@@ -63,6 +79,9 @@ struct cu_impl {
     size_t ids_len;
     float *att_part; /* decode attention: per-split partial results */
     size_t att_part_len;
+    int *att_tok; /* decode attention in a mixed batch: which tokens */
+    size_t att_tok_len;
+    int att_heads, att_hd; /* the largest seen, for sizing the partials of recorded steps */
     float *moe_buf; /* gate/up/down outputs per routed slot */
     size_t moe_len;
     int *moe_grp; /* grouped MoE: the group count, the groups and the pairs in expert order */
@@ -96,10 +115,6 @@ int cu_fail(cu_impl *c, const char *fmt, ...) __attribute__((format(printf, 2, 3
 int cu_check_launch(cu_impl *c, const char *what);
 /* Grows a scratch buffer to `bytes`; fails (recorded) when that would happen inside a recording. */
 int cu_grow(cu_impl *c, void **p, size_t *len, size_t bytes, const char *what);
-/* The position a kernel uses: the replayed step's when recording, else the argument. */
-static inline const int *cu_dpos(cu_impl *c) {
-    return c->capturing ? &c->d_step->pos : NULL;
-}
 cu_w cu_w_of(const sl_weight *w);
 
 /* Programmatic dependent launch (Hopper): each kernel lets the next one be scheduled as soon as all of
@@ -274,12 +289,14 @@ double cu_peak_flops(sl_backend *b);
 void cu_embed(sl_backend *b, const sl_weight *w, const int32_t *ids, int n, float *out);
 void cu_matmul(sl_backend *b, const sl_weight *w, const float *x, int n, float *y);
 void cu_rmsnorm(sl_backend *b, const float *x, const float *w, int rows, int dim, float eps, float *y);
-void cu_rope(sl_backend *b, float *x, int n, int stride, int n_heads, int head_dim, int rot_dim, int pos0,
+void cu_rope(sl_backend *b, float *x, int stride, int n_heads, int head_dim, int rot_dim, const sl_batch_map *bm,
              const float *inv_freq, float attn_factor);
 void cu_copy_rows(sl_backend *b, float *dst, int dst_stride, const float *src, int src_stride, int n, int width);
-void cu_kv_store(sl_backend *b, float *cache, int pos, const float *x, int n, int width);
-void cu_attention(sl_backend *b, const float *q, const float *kc, const float *vc, int n, int pos0, int n_heads,
+void cu_kv_store(sl_backend *b, float *cache, const sl_batch_map *bm, const float *x, int width);
+void cu_attention(sl_backend *b, const float *q, const float *kc, const float *vc, const sl_batch_map *bm, int n_heads,
                   int n_kv, int head_dim, int window, float scale, float *out);
+/* Grows the decode attention partials to what a recorded step of n tokens will need. */
+int cu_attention_reserve(cu_impl *c, int n);
 void cu_add(sl_backend *b, float *y, const float *x, size_t len);
 int32_t cu_argmax(sl_backend *b, const float *x, int n);
 void cu_swiglu(sl_backend *b, const float *g, const float *u, size_t len, float *out);
@@ -310,9 +327,9 @@ void cu_gated_rmsnorm_matmul(sl_backend *b, const sl_weight *w, float *x, const 
                              float eps, int n, float *y);
 /* y[i][:] += sigmoid(s[i]) * x[i][:] for rows of dim */
 void cu_add_gated(cu_impl *c, float *y, const float *x, const float *s, int rows, int dim);
-void cu_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int head_dim,
-                      const float *q_norm, const float *k_norm, float eps, int rot_dim, int pos0, const float *inv_freq,
-                      float attn_factor, float *kc, float *vc, const float *qg, float *gate);
+void cu_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, const sl_batch_map *bm, int n_heads, int n_kv,
+                      int head_dim, const float *q_norm, const float *k_norm, float eps, int rot_dim,
+                      const float *inv_freq, float attn_factor, float *kc, float *vc, const float *qg, float *gate);
 
 /* One GGML GEMV launch (see ggml_gemv_k in cuda_ggml.cu): `slots` grid rows, `nz` weights per slot;
  * with act the input is silu(x) * x[act_off + ...]. */

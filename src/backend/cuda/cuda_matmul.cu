@@ -1217,7 +1217,7 @@ void cu_gated_rmsnorm_matmul(sl_backend *b, const sl_weight *sw, float *x, const
 __global__ void embed_k(cu_w w, const int32_t *ids, const int32_t *step_tok, int n, float *out) {
     cu_pdl_enter();
     int i = blockIdx.y;
-    int id = step_tok ? *step_tok : ids[i];
+    int id = step_tok ? step_tok[i] : ids[i];
     for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < w.cols; j += gridDim.x * blockDim.x)
         out[(long long)i * w.cols + j] = w_elem(w, id, j);
 }
@@ -1227,7 +1227,7 @@ void cu_embed(sl_backend *b, const sl_weight *sw, const int32_t *ids, int n, flo
     cu_w w = cu_w_of(sw);
     const int32_t *step_tok = NULL;
     if (c->capturing) {
-        step_tok = &c->d_step->tok;
+        step_tok = c->d_step->tok;
     } else {
         if (cu_grow(c, (void **)&c->ids, &c->ids_len, (size_t)n * sizeof *ids, "token ids")) return;
         cudaMemcpyAsync(c->ids, ids, (size_t)n * sizeof *ids, cudaMemcpyHostToDevice, c->st);

@@ -1,0 +1,312 @@
+/* A sequence inside a batch equals the same sequence alone. Every fixture's prompt and decode ids run
+ * as sequence A of a three-sequence session, its prompt in chunks interleaved with prefill chunks and
+ * decode tokens of two other sequences at other positions, then its decode ids one per step beside the
+ * others' decode tokens (in changing orders). A's logits must equal those of A run alone (rel-L2 <= 1e-5
+ * on the CPU, 3e-2 on CUDA; identical argmax). For the MoE fixtures the same batches with the experts
+ * streamed through a tiny cache give the resident batches' logits bit for bit. Also: pages shared
+ * between sequences with a common prefix, copy on write, and a full KV pool. Runs on the backend
+ * SLUICE_BACKEND names. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/session.h"
+#include "testutil.h"
+
+static int32_t *ids_of(json_t *a, int *n) {
+    *n = (int)json_array_size(a);
+    int32_t *ids = malloc(sizeof *ids * (size_t)(*n ? *n : 1));
+    for (int i = 0; i < *n; i++) ids[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
+    return ids;
+}
+
+static double rel_l2(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+static int on_gpu(void) {
+    const char *b = getenv("SLUICE_BACKEND");
+    return b && !strcmp(b, "cuda");
+}
+
+static int argmax(const float *v, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[b]) b = i;
+    return b;
+}
+
+/* A alone: the prompt as one batch, then each decode id. out [np + nd][V]. */
+static void run_alone(sl_model *m, const int32_t *p, int np, const int32_t *d, int nd, float *out) {
+    sl_err e = {{0}};
+    sl_session *s;
+    size_t V = (size_t)m->cfg.vocab_size;
+    cr_assert_eq(sl_session_create(m, np + nd, &s, &e), 0, "%s", e.msg);
+    cr_assert_eq(sl_session_forward(s, p, np, out, 1, &e), 0, "%s", e.msg);
+    for (int i = 0; i < nd; i++)
+        cr_assert_eq(sl_session_forward(s, d + i, 1, out + (size_t)(np + i) * V, 0, &e), 0, "%s", e.msg);
+    sl_session_free(s);
+}
+
+/* One batch under construction: runs appended in order, A's rows remembered. */
+typedef struct bb {
+    int32_t ids[128], seq[128];
+    uint8_t want[128];
+    int n;
+    int a_rows[128], n_a; /* batch rows of sequence 0 (A) */
+} bb;
+
+static void add(bb *b, int seq, const int32_t *ids, int len, int want_all) {
+    for (int i = 0; i < len; i++) {
+        b->ids[b->n] = ids[i];
+        b->seq[b->n] = seq;
+        b->want[b->n] = (uint8_t)(want_all || i == len - 1);
+        if (seq == 0) b->a_rows[b->n_a++] = b->n;
+        b->n++;
+    }
+}
+
+/* Runs b and copies A's logits rows to out (advancing *row). */
+static void step(sl_session *s, bb *b, float *out, int *row) {
+    sl_err e = {{0}};
+    sl_batch bt = {.n = b->n, .ids = b->ids, .seq = b->seq, .want = b->want};
+    cr_assert_eq(sl_session_decode(s, &bt, &e), 0, "%s", e.msg);
+    size_t V = (size_t)s->m->cfg.vocab_size;
+    /* logits rows are the wanted tokens in batch order */
+    for (int k = 0; k < b->n_a; k++) {
+        int r = 0;
+        for (int i = 0; i < b->a_rows[k]; i++) r += b->want[i];
+        cr_assert_eq(sl_session_row_logits(s, r, out + (size_t)(*row)++ * V, &e), 0, "%s", e.msg);
+    }
+    memset(b, 0, sizeof *b);
+}
+
+/* A (sequence 0) inside batches with B (1) and C (2). out [np + nd][V]. */
+static void run_batched(sl_model *m, const int32_t *p, int np, const int32_t *d, int nd, float *out) {
+    sl_err e = {{0}};
+    sl_session *s;
+    int V = m->cfg.vocab_size;
+    int32_t other[2][64];
+    for (int i = 0; i < 64; i++) {
+        other[0][i] = (int32_t)((i * 41 + 3) % V);
+        other[1][i] = (int32_t)((i * 29 + 17) % V);
+    }
+    sl_session_opts o = {.max_ctx = np + nd + 64, .n_seqs = 3};
+    cr_assert_eq(sl_session_create_opts(m, &o, &s, &e), 0, "%s", e.msg);
+    for (int q = 0; q < 3; q++) sl_session_seq_set_idle(s, q, 0);
+    bb b = {0};
+    int row = 0, ob = 0, oc = 0;
+    add(&b, 1, other[0], 7, 0); /* B's prompt alone first: B sits ahead of A */
+    ob += 7;
+    step(s, &b, out, &row);
+    /* A's prompt in chunks of up to 37 tokens, each beside a chunk of C and a token of B */
+    for (int a0 = 0; a0 < np; a0 += 37) {
+        int len = np - a0 < 37 ? np - a0 : 37;
+        add(&b, 2, other[1] + oc, 3, 0);
+        oc += 3;
+        add(&b, 0, p + a0, len, 1);
+        add(&b, 1, other[0] + ob, 1, 0);
+        ob++;
+        step(s, &b, out, &row);
+    }
+    for (int i = 0; i < nd; i++) {
+        int order = i % 3; /* A first, between, last */
+        if (order == 0) add(&b, 0, d + i, 1, 1);
+        add(&b, 1, other[0] + ob++ % 64, 1, 0);
+        if (order == 1) add(&b, 0, d + i, 1, 1);
+        if (i % 2 == 0) add(&b, 2, other[1] + oc++ % 64, 1, 0); /* C only every other step */
+        if (order == 2) add(&b, 0, d + i, 1, 1);
+        step(s, &b, out, &row);
+    }
+    cr_assert_eq(row, np + nd);
+    sl_session_free(s);
+}
+
+static int moe_layers(const sl_model *m) {
+    int c = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++) c += m->layers[l].is_moe;
+    return c;
+}
+
+static void check_in(const char *kind, const char *name) {
+    char rel[256];
+    snprintf(rel, sizeof rel, strcmp(kind, "gguf") ? "%s/%s" : "%s/%s/model.gguf", kind, name);
+    char *dir = tu_fixture(rel);
+    snprintf(rel, sizeof rel, "%s/%s/expected.json", kind, name);
+    char *ej = tu_fixture(rel);
+    json_error_t je;
+    json_t *ex = json_load_file(ej, 0, &je);
+    cr_assert(ex, "%s: %s", ej, je.text);
+    int np, nd;
+    int32_t *p = ids_of(json_object_get(ex, "prompt_ids"), &np), *d = ids_of(json_object_get(ex, "decode_ids"), &nd);
+    sl_err e = {{0}};
+    sl_model *m;
+    cr_assert_eq(sl_model_load(dir, NULL, &m, &e), 0, "%s", e.msg);
+    size_t V = (size_t)m->cfg.vocab_size, rows = (size_t)(np + nd);
+    float *alone = malloc(rows * V * 4), *batched = malloc(rows * V * 4);
+    run_alone(m, p, np, d, nd, alone);
+    run_batched(m, p, np, d, nd, batched);
+    double rp = rel_l2(batched, alone, (size_t)np * V), rd = rel_l2(batched + np * V, alone + np * V, (size_t)nd * V);
+    int same = 0;
+    for (size_t r = 0; r < rows; r++) same += argmax(batched + r * V, (int)V) == argmax(alone + r * V, (int)V);
+    cr_log_info("%s: in a batch vs alone: prefill rel-L2 %.2e, decode %.2e, argmax %d/%zu", name, rp, rd, same, rows);
+    double tol = on_gpu() ? 3e-2 : 1e-5;
+    cr_expect_leq(rp, tol, "%s prefill in a batch: rel-L2 %.3e", name, rp);
+    cr_expect_leq(rd, tol, "%s decode in a batch: rel-L2 %.3e", name, rd);
+    cr_expect_geq(same, on_gpu() ? (int)((double)rows * 0.95 + 0.999) : (int)rows, "%s argmax equal at %d of %zu",
+                  name, same, rows);
+    int slots = 2 * moe_layers(m);
+    if (slots < m->cfg.top_k) slots = m->cfg.top_k;
+    int is_moe = moe_layers(m) > 0;
+    sl_model_free(m);
+    if (is_moe) { /* the same batches with streamed experts: bit for bit */
+        sl_model_opts o = {.expert_slots = slots};
+        cr_assert_eq(sl_model_load(dir, &o, &m, &e), 0, "%s", e.msg);
+        cr_assert_not_null(m->store, "%s: streaming with %d slots", name, slots);
+        float *st = malloc(rows * V * 4);
+        run_batched(m, p, np, d, nd, st);
+        size_t diff = 0;
+        for (size_t i = 0; i < rows * V; i++) diff += memcmp(&st[i], &batched[i], 4) != 0;
+        cr_expect_eq(diff, 0, "%s: streamed batches differ from resident ones in %zu logits", name, diff);
+        free(st);
+        sl_model_free(m);
+    }
+    free(alone);
+    free(batched);
+    free(p);
+    free(d);
+    json_decref(ex);
+    free(ej);
+    free(dir);
+}
+
+#define FIXTURE(n)                                                                                                     \
+    Test(batch, n) {                                                                                                   \
+        check_in("models", #n);                                                                                        \
+    }
+FIXTURE(llama)
+FIXTURE(llama31)
+FIXTURE(mistral)
+FIXTURE(mistral_swa)
+FIXTURE(qwen2)
+FIXTURE(qwen3)
+FIXTURE(qwen3_moe)
+FIXTURE(qwen3_moe_mlx_mixed)
+FIXTURE(qwen3_5_moe)
+FIXTURE(qwen3_5_moe_long)
+FIXTURE(qwen3_5_moe_mlx4)
+
+#define GGUF_FIXTURE(n, dir)                                                                                           \
+    Test(batch_gguf, n) {                                                                                              \
+        check_in("gguf", dir);                                                                                         \
+    }
+GGUF_FIXTURE(llama_q8_0, "llama-Q8_0")
+GGUF_FIXTURE(llama_q4_0, "llama-Q4_0")
+GGUF_FIXTURE(llama_q6_k, "llama-Q6_K")
+GGUF_FIXTURE(qwen3_moe_q4_k_m, "qwen3_moe-Q4_K_M")
+GGUF_FIXTURE(qwen3_moe_q5_k_m, "qwen3_moe-Q5_K_M")
+GGUF_FIXTURE(qwen3_5_moe_q4_k_m, "qwen3_5_moe-Q4_K_M")
+GGUF_FIXTURE(qwen3_5_moe_q3_k_m, "qwen3_5_moe-Q3_K_M")
+GGUF_FIXTURE(qwen3_5_moe_iq4_xs, "qwen3_5_moe-IQ4_XS")
+
+/* Feeds ids to sequence q one batch, wanting the last row's logits into out (may be NULL). */
+static void feed(sl_session *s, int q, const int32_t *ids, int n, float *out) {
+    int32_t seq[256];
+    uint8_t want[256] = {0};
+    for (int i = 0; i < n; i++) seq[i] = q;
+    want[n - 1] = 1;
+    sl_err e = {{0}};
+    sl_batch b = {.n = n, .ids = ids, .seq = seq, .want = want};
+    cr_assert_eq(sl_session_decode(s, &b, &e), 0, "%s", e.msg);
+    if (out) cr_assert_eq(sl_session_row_logits(s, 0, out, &e), 0, "%s", e.msg);
+}
+
+/* Sequences sharing a prefix share its whole pages; each then writes only pages of its own (a shared
+ * page is copied first), so every sequence's logits stay those it gives alone. */
+Test(batch, shared_prefix_pages) {
+    char *dir = tu_fixture("models/mistral_swa");
+    sl_err e = {{0}};
+    sl_model *m;
+    cr_assert_eq(sl_model_load(dir, NULL, &m, &e), 0, "%s", e.msg);
+    int V = m->cfg.vocab_size, n = 100;
+    int32_t ids[100], alt[100];
+    for (int i = 0; i < n; i++) {
+        ids[i] = (int32_t)((i * 37 + 11) % V);
+        alt[i] = i < 70 ? ids[i] : (int32_t)((i * 13 + 5) % V);
+    }
+    float *want_a = malloc((size_t)V * 4), *want_b = malloc((size_t)V * 4), *got = malloc((size_t)V * 4);
+    sl_session *s;
+    sl_session_opts o = {.max_ctx = 128, .n_seqs = 3};
+    cr_assert_eq(sl_session_create_opts(m, &o, &s, &e), 0, "%s", e.msg);
+    feed(s, 0, ids, n, want_a);
+    sl_session_seq_reset(s, 0);
+    feed(s, 0, alt, n, want_b);
+    sl_session_seq_reset(s, 0);
+
+    int free0, total;
+    feed(s, 0, ids, n, got);
+    cr_expect_leq(rel_l2(got, want_a, (size_t)V), 1e-6);
+    sl_session_pages(s, &free0, &total);
+    /* B shares A's first 70 positions: two whole pages of 32 */
+    int k = sl_session_seq_share(s, 1, 0, 70);
+    cr_assert_eq(k, 64);
+    int free1;
+    sl_session_pages(s, &free1, &total);
+    cr_expect_eq(free1, free0, "sharing took no pages");
+    feed(s, 1, alt + k, n - k, got);
+    cr_expect_leq(rel_l2(got, want_b, (size_t)V), 1e-5, "B after sharing A's prefix");
+    /* A goes back into its shared pages and writes there: the page is copied, B keeps its contents */
+    cr_assert_eq(sl_session_seq_restore(s, 0, 40), 40);
+    feed(s, 0, alt + 40, n - 40, got);
+    cr_expect_leq(rel_l2(got, want_b, (size_t)V), 1e-5, "A rewritten from position 40");
+    sl_session_seq_reset(s, 1);
+    /* C shares A's (now alt) prefix and continues: equals alt alone */
+    k = sl_session_seq_share(s, 2, 0, 99);
+    feed(s, 2, alt + k, n - k, got);
+    cr_expect_leq(rel_l2(got, want_b, (size_t)V), 1e-5, "C after sharing A's rewritten prefix");
+    free(want_a);
+    free(want_b);
+    free(got);
+    free(dir);
+    sl_session_free(s);
+    sl_model_free(m);
+}
+
+/* A pool too small for everyone: idle sequences give their pages back (least recently used first); when
+ * only sequences in use hold pages, the batch fails saying so and the others are untouched. */
+Test(batch, full_pool) {
+    char *dir = tu_fixture("models/llama");
+    sl_err e = {{0}};
+    sl_model *m;
+    cr_assert_eq(sl_model_load(dir, NULL, &m, &e), 0, "%s", e.msg);
+    int V = m->cfg.vocab_size;
+    int32_t ids[64];
+    for (int i = 0; i < 64; i++) ids[i] = (int32_t)((i * 7 + 1) % V);
+    sl_session *s;
+    sl_session_opts o = {.max_ctx = 64, .n_seqs = 3, .kv_tokens = 128}; /* 4 pages */
+    cr_assert_eq(sl_session_create_opts(m, &o, &s, &e), 0, "%s", e.msg);
+    for (int q = 0; q < 3; q++) sl_session_seq_set_idle(s, q, 0);
+    feed(s, 0, ids, 64, NULL); /* 2 pages */
+    feed(s, 1, ids, 40, NULL); /* 2 pages */
+    int32_t seq[8] = {2, 2, 2, 2, 2, 2, 2, 2};
+    sl_batch b = {.n = 8, .ids = ids, .seq = seq};
+    cr_assert_neq(sl_session_decode(s, &b, &e), 0);
+    cr_expect(strstr(e.msg, "KV cache is full") != NULL, "%s", e.msg);
+    cr_expect_eq(s->seqs[0].pos, 64);
+    cr_expect_eq(s->seqs[1].pos, 40);
+    sl_session_seq_set_idle(s, 0, 1); /* A's conversation is over: it may be evicted */
+    cr_assert_eq(sl_session_decode(s, &b, &e), 0, "%s", e.msg);
+    cr_expect_eq(s->seqs[0].pos, 0, "the idle sequence gave its pages back");
+    cr_expect_eq(s->seqs[1].pos, 40, "the active one kept its own");
+    free(dir);
+    sl_session_free(s);
+    sl_model_free(m);
+}
