@@ -28,20 +28,26 @@ ARCH=${CUDA_ARCH:-90a}
 BUILD=${BUILD:-build-gpu}
 OUT=${OUT:-gpu-out}
 
-build() {
-    cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCH" >"$1/cmake.log" 2>&1 &&
-        cmake --build "$BUILD" -j"$(nproc)" >"$1/build.log" 2>&1
+build() { # DIR [cmake options]
+    local d=$1
+    shift
+    cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCH" "$@" >"$d/cmake.log" 2>&1 &&
+        cmake --build "$BUILD" -j"$(nproc)" >"$d/build.log" 2>&1
 }
 
 if [ "${1:-}" = "--bundle" ]; then
     dir=${2:?--bundle needs a directory}
     mkdir -p "$dir/lib"
-    build "$dir" || { tail -30 "$dir/build.log"; exit 1; }
-    cp "$BUILD/sluice" "$BUILD/test_models" "$BUILD/test_ggml_quants" "$BUILD/test_fused_ops" "$BUILD/test_streaming" "$dir/"
+    # the library as one shared object beside the binaries, so the bundle stays small
+    build "$dir" -DSLUICE_SHARED=ON || { tail -30 "$dir/build.log"; exit 1; }
+    cp "$BUILD/sluice" "$BUILD/test_models" "$BUILD/test_ggml_quants" "$BUILD/test_fused_ops" "$BUILD/test_streaming" \
+        "$BUILD/test_batch" "$dir/"
     # everything but the C runtime and CUDA, which the GPU machine has
-    ldd "$BUILD/sluice" "$BUILD/test_models" "$BUILD/test_ggml_quants" "$BUILD/test_fused_ops" "$BUILD/test_streaming" | awk '/=> \//{print $3}' | sort -u |
+    ldd "$BUILD/sluice" "$BUILD/test_models" "$BUILD/test_ggml_quants" "$BUILD/test_fused_ops" "$BUILD/test_streaming" \
+        "$BUILD/test_batch" | awk '/=> \//{print $3}' | sort -u |
         grep -Ev '/(libc|libm|libdl|libpthread|librt|libresolv|libgcc_s|libstdc\+\+|libcuda|libcudart|libcublas|libcublasLt)\.so' |
         xargs -r cp -L -t "$dir/lib/"
+    cp -L "$BUILD/libsluice_lib.so" "$dir/lib/"
     echo "bundle in $dir: $(ls "$dir" | tr '\n' ' ')"
     exit 0
 fi
@@ -92,6 +98,12 @@ SLUICE_BACKEND=cuda "$BIN/test_fused_ops" --jobs 1 >"$OUT/test_fused_ops.log" 2>
 fused=$?
 echo "fused ops on cuda: $([ $fused -eq 0 ] && echo passed || echo FAILED)" | tee -a "$OUT/fixtures.txt"
 [ $fused -eq 0 ] || suite=1
+# every fixture inside batches of several sequences against itself alone, and streamed batches
+SLUICE_BACKEND=cuda "$BIN/test_batch" --jobs 1 --verbose >"$OUT/test_batch.log" 2>&1
+batch=$?
+grep -E 'in a batch vs alone' "$OUT/test_batch.log" | sed 's/.*\] //' | tee -a "$OUT/fixtures.txt"
+echo "fixtures inside batches on cuda: $([ $batch -eq 0 ] && echo passed || echo FAILED)" | tee -a "$OUT/fixtures.txt"
+[ $batch -eq 0 ] || suite=1
 # the same with every matmul in fp32 GEMV kernels, and with decode steps issued directly
 [ -n "${DIAG:-}" ] && { fixtures fp32 SLUICE_CUDA_GEMV_MAX=100000; fixtures nographs SLUICE_CUDA_GRAPHS=0; } |
     tee -a "$OUT/fixtures.txt"

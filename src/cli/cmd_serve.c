@@ -19,9 +19,10 @@ static void usage(FILE *f) {
     fprintf(f, "usage: sluice serve MODEL [options]\n\n"
                "Serves MODEL over HTTP: OpenAI /v1/chat/completions, /v1/completions, /v1/models; Anthropic\n"
                "/v1/messages, /v1/messages/count_tokens; Ollama /api/chat, /api/generate, /api/tags, /api/show,\n"
-               "/api/ps, /api/version; plus GET /health and GET /metrics (Prometheus). Requests are generated one\n"
-               "at a time; the others wait in a queue. A request that continues the previous conversation reuses\n"
-               "its cached prefix.\n\n"
+               "/api/ps, /api/version; plus GET /health and GET /metrics (Prometheus). Up to --parallel requests\n"
+               "are generated at once (continuous batching: each step runs the next token of every request and a\n"
+               "chunk of a prompt being read); the others wait in a queue. Finished conversations stay cached\n"
+               "until their memory is needed: a request continuing one, or sharing a prefix with any, reuses it.\n\n"
                "options:\n"
                "  --host ADDR        address to listen on (default 127.0.0.1)\n"
                "  --port N           port (default 8080; 0 picks a free one)\n"
@@ -31,7 +32,11 @@ static void usage(FILE *f) {
                "  --ctx N            context length (default: the model's, capped by free memory)\n"
                "  --threads N        CPU threads (default: all cores)\n"
                "  --backend B        cpu, cuda or auto (default: SLUICE_BACKEND, else auto)\n" CLI_STREAM_HELP
-               "  --queue N          requests that may wait while one runs; more get 503 (default 16)\n"
+               "  --parallel N       requests generated at once (default: as many as fit in memory at the\n"
+               "                     context length, at most 32)\n"
+               "  --kv-size SIZE     memory of the KV cache pool shared by all sequences, e.g. 8G (default:\n"
+               "                     half the free GPU memory, a quarter of the host's on the CPU)\n"
+               "  --queue N          requests that may wait beyond --parallel; more get 503 (default 16)\n"
                "  --max-body SIZE    largest request body, e.g. 16M (default 16M)\n"
                "  --timing           log each request's prefill and decode times to stderr (with streamed\n"
                "                     experts, the expert store's figures of each phase) and the model's load time\n");
@@ -74,6 +79,21 @@ int cmd_serve(int argc, char **argv) {
             eo.backend = v;
         } else if (!strcmp(a, "--timing")) {
             eo.timing = 1;
+        } else if (FLAG("--parallel")) {
+            char *end;
+            long p = strtol(v, &end, 10);
+            if (*end || p < 1 || p > 256) {
+                fprintf(stderr, "sluice serve: --parallel must be a number in [1, 256], got '%s'\n", v);
+                return 2;
+            }
+            eo.parallel = (int)p;
+        } else if (FLAG("--kv-size")) {
+            uint64_t n;
+            if (sl_parse_size(v, &n) || n == 0) {
+                fprintf(stderr, "sluice serve: --kv-size must be a size such as 8G, got '%s'\n", v);
+                return 2;
+            }
+            eo.kv_bytes = (int64_t)n;
         } else if (FLAG("--queue")) {
             eo.queue = atoi(v);
         } else if (FLAG("--max-body")) {
@@ -119,8 +139,18 @@ int cmd_serve(int argc, char **argv) {
     fprintf(stderr, "sluice serve: listening on http://%s%s%s:%d (loading %s)\n", strchr(so.host, ':') ? "[" : "",
             so.host, strchr(so.host, ':') ? "]" : "", srv.port, eo.model);
     if (sv_engine_load(&g, &eo, &e)) goto done;
-    fprintf(stderr, "sluice serve: ready: model '%s', context %d tokens, loaded in %.1f s%s\n", g.name, g.ctx, g.load_s,
-            so.api_key && *so.api_key ? ", API key required" : "");
+    {
+        char kv[32];
+        int kv_free, kv_total;
+        sl_session_pages(g.s, &kv_free, &kv_total);
+        fprintf(
+            stderr,
+            "sluice serve: ready: model '%s', context %d tokens, %d requests at once, KV cache %s (%d "
+            "positions), loaded in %.1f s%s\n",
+            g.name, g.ctx, g.parallel,
+            sl_human_bytes((double)kv_total * SL_KV_PAGE * (double)sl_session_kv_bytes_per_token(g.m), kv, sizeof kv),
+            kv_total * SL_KV_PAGE, g.load_s, so.api_key && *so.api_key ? ", API key required" : "");
+    }
     if (eo.timing)
         fprintf(stderr, "sluice serve: timing: model load %.3f s of %.3f s to ready\n", g.model_load_s, g.load_s);
     int sig;

@@ -45,6 +45,91 @@ static int reuse_prefix(sl_session *s, const int32_t *prompt, int n) {
     return sl_session_restore(s, k);
 }
 
+struct sl_gen {
+    const sl_tokenizer *tok;
+    const sl_gen_params *p;
+    sl_sampler *smp;
+    sl_stop *stop;
+    sl_detok dt;
+    int cancelled;
+};
+
+int sl_gen_create(const sl_tokenizer *tok, int vocab, const sl_gen_params *p, const int32_t *prompt, int n_prompt,
+                  sl_gen **out, sl_err *e) {
+    sl_gen *g = calloc(1, sizeof *g);
+    if (!g) return sl_fail(e, "out of memory");
+    g->tok = tok;
+    g->p = p;
+    g->smp = sl_sampler_create(&p->sampling, vocab);
+    g->stop = sl_stop_create(p->stops, p->n_stops);
+    sl_detok_init(&g->dt, tok, 1);
+    if (!g->smp || !g->stop) {
+        sl_gen_free(g);
+        return sl_fail(e, "out of memory");
+    }
+    for (int i = 0; i < n_prompt; i++) sl_sampler_accept(g->smp, prompt[i]);
+    *out = g;
+    return 0;
+}
+
+void sl_gen_free(sl_gen *g) {
+    if (!g) return;
+    sl_detok_free(&g->dt);
+    sl_stop_free(g->stop);
+    sl_sampler_free(g->smp);
+    free(g);
+}
+
+int sl_gen_greedy(const sl_gen *g) {
+    return sl_sampler_plain_greedy(g->smp);
+}
+
+int sl_gen_step(sl_gen *g, const float *logits, int32_t greedy, int ctx_left, sl_gen_emit_fn emit, void *ud,
+                int32_t *next, sl_gen_stats *st, sl_err *e) {
+    const sl_gen_params *p = g->p;
+    int32_t id = logits ? sl_sampler_sample(g->smp, logits) : greedy;
+    if (id < 0) return sl_fail(e, "the model produced no finite logits (NaN or -inf everywhere)");
+    if (!p->ignore_eos && is_eos(g->tok, id)) {
+        st->finish_reason = "stop";
+        return 1;
+    }
+    st->generated_tokens++;
+    sl_sampler_accept(g->smp, id);
+    /* embedding tables are often padded past the tokenizer's vocabulary: such ids spell nothing */
+    const char *out = "";
+    size_t len = 0, tl;
+    if (sl_tokenizer_token_bytes(g->tok, id, &tl) && sl_detok_push(&g->dt, id, &out, &len, e)) return -1;
+    int stopped = sl_stop_feed(g->stop, out, len, &out, &len, e);
+    if (stopped < 0) return -1;
+    if (emit(ud, out, len)) {
+        st->finish_reason = "cancelled";
+        g->cancelled = 1;
+        return 1;
+    }
+    if (stopped) {
+        st->finish_reason = "stop";
+        return 1;
+    }
+    st->finish_reason = "length";
+    if ((p->max_tokens > 0 && st->generated_tokens >= p->max_tokens) || ctx_left <= 0) return 1;
+    *next = id;
+    return 0;
+}
+
+int sl_gen_finish(sl_gen *g, sl_gen_emit_fn emit, void *ud, sl_gen_stats *st, sl_err *e) {
+    const char *out;
+    size_t len;
+    if (!g->cancelled) {
+        if (sl_detok_flush(&g->dt, &out, &len, e)) return -1;
+        if (!sl_stop_stopped(g->stop) && sl_stop_feed(g->stop, out, len, &out, &len, e) < 0) return -1;
+        if (len) emit(ud, out, len);
+        if (sl_stop_flush(g->stop, &out, &len)) st->finish_reason = "stop";
+        if (len) emit(ud, out, len);
+    }
+    if (sl_stop_stopped(g->stop)) st->stop_index = sl_stop_which(g->stop);
+    return 0;
+}
+
 int sl_generate(sl_session *s, const sl_tokenizer *tok, const int32_t *prompt, int n_prompt, const sl_gen_params *p,
                 sl_gen_emit_fn emit, void *ud, sl_gen_stats *st, sl_err *e) {
     memset(st, 0, sizeof *st);
@@ -55,14 +140,12 @@ int sl_generate(sl_session *s, const sl_tokenizer *tok, const int32_t *prompt, i
         return sl_fail(e, "the prompt has %d tokens but the context holds %d", n_prompt, s->max_ctx);
     int V = s->m->cfg.vocab_size, rc = -1;
     float *logits = malloc((size_t)V * sizeof *logits);
-    sl_sampler *smp = sl_sampler_create(&p->sampling, V);
-    sl_stop *stop = sl_stop_create(p->stops, p->n_stops);
-    sl_detok dt;
-    sl_detok_init(&dt, tok, 1);
-    if (!logits || !smp || !stop) {
+    sl_gen *g = NULL;
+    if (!logits) {
         sl_fail(e, "out of memory");
         goto done;
     }
+    if (sl_gen_create(tok, V, p, prompt, n_prompt, &g, e)) goto done;
     int k = reuse_prefix(s, prompt, n_prompt);
     st->cached_tokens = k;
     const sl_expert_store *xs = s->m->store;
@@ -76,7 +159,7 @@ int sl_generate(sl_session *s, const sl_tokenizer *tok, const int32_t *prompt, i
         k = n_prompt - 1;
     }
     /* plain greedy decoding picks each token on the backend: no logits cross to the host */
-    int greedy = sl_sampler_plain_greedy(smp);
+    int greedy = sl_gen_greedy(g);
     int32_t next = -1;
     if (greedy ? sl_session_forward_argmax(s, prompt + k, n_prompt - k, &next, e)
                : sl_session_forward(s, prompt + k, n_prompt - k, logits, 0, e))
@@ -87,65 +170,26 @@ int sl_generate(sl_session *s, const sl_tokenizer *tok, const int32_t *prompt, i
         st->store_prefill = sl_store_stats_since(&x0, &x1);
         st->has_store = 1;
     }
-    for (int i = 0; i < n_prompt; i++) sl_sampler_accept(smp, prompt[i]);
     t0 = sl_now();
-    st->finish_reason = "length";
-    const char *out;
-    size_t len;
     for (;;) {
-        int32_t id = greedy ? next : sl_sampler_sample(smp, logits);
-        if (id < 0) {
-            sl_fail(e, "the model produced no finite logits (NaN or -inf everywhere)");
-            goto done;
-        }
-        if (!p->ignore_eos && is_eos(tok, id)) {
-            st->finish_reason = "stop";
-            break;
-        }
-        st->generated_tokens++;
-        sl_sampler_accept(smp, id);
-        /* embedding tables are often padded past the tokenizer's vocabulary: such ids spell nothing */
-        size_t tl;
-        if (!sl_tokenizer_token_bytes(tok, id, &tl)) {
-            out = "";
-            len = 0;
-        } else if (sl_detok_push(&dt, id, &out, &len, e)) {
-            goto done;
-        }
-        int stopped = sl_stop_feed(stop, out, len, &out, &len, e);
-        if (stopped < 0) goto done;
-        if (emit(ud, out, len)) {
-            st->finish_reason = "cancelled";
-            break;
-        }
-        if (stopped) {
-            st->finish_reason = "stop";
-            break;
-        }
-        if ((p->max_tokens > 0 && st->generated_tokens >= p->max_tokens) || sl_session_pos(s) >= s->max_ctx) break;
+        int32_t id = -1;
+        int r = sl_gen_step(g, greedy ? NULL : logits, next, s->max_ctx - sl_session_pos(s), emit, ud, &id, st, e);
+        if (r < 0) goto done;
+        if (r > 0) break;
         if (greedy ? sl_session_forward_argmax(s, &id, 1, &next, e) : sl_session_forward(s, &id, 1, logits, 0, e))
             goto done;
     }
-    if (strcmp(st->finish_reason, "cancelled") != 0) {
-        if (sl_detok_flush(&dt, &out, &len, e)) goto done;
-        if (!sl_stop_stopped(stop) && sl_stop_feed(stop, out, len, &out, &len, e) < 0) goto done;
-        if (len) emit(ud, out, len);
-        if (sl_stop_flush(stop, &out, &len)) st->finish_reason = "stop";
-        if (len) emit(ud, out, len);
-    }
+    if (sl_gen_finish(g, emit, ud, st, e)) goto done;
     st->decode_s = sl_now() - t0;
     if (xs) {
         sl_store_stats_get(xs, &x2);
         st->store_decode = sl_store_stats_since(&x1, &x2);
     }
-    if (sl_stop_stopped(stop)) st->stop_index = sl_stop_which(stop);
     /* the next turn of this conversation usually starts with everything fed so far */
     if (s->recurrent && strcmp(st->finish_reason, "cancelled") != 0 && sl_session_snapshot(s, e)) goto done;
     rc = 0;
 done:
-    sl_detok_free(&dt);
-    sl_stop_free(stop);
-    sl_sampler_free(smp);
+    sl_gen_free(g);
     free(logits);
     return rc;
 }

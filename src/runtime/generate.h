@@ -39,4 +39,26 @@ void sl_gen_defaults_from_model(const char *model_dir, sl_sampler_params *p);
 int sl_generate(sl_session *s, const sl_tokenizer *tok, const int32_t *prompt, int n_prompt, const sl_gen_params *p,
                 sl_gen_emit_fn emit, void *ud, sl_gen_stats *st, sl_err *e);
 
+/* The per-sequence half of generation, for a loop that runs many sequences in one batch (the server):
+ * sampling, end-of-generation tokens, detokenisation, stop strings and the token limit of one request.
+ * sl_generate is this driven for one sequence. */
+typedef struct sl_gen sl_gen;
+
+/* The prompt's ids go into the penalty history. NULL-free: fails saying why. */
+int sl_gen_create(const sl_tokenizer *tok, int vocab, const sl_gen_params *p, const int32_t *prompt, int n_prompt,
+                  sl_gen **out, sl_err *e);
+void sl_gen_free(sl_gen *g);
+/* 1 when the next token is the plain argmax of the logits, which the backend can pick (pass it as greedy
+ * to sl_gen_step, logits NULL); 0 when sl_gen_step needs the logits on the host. */
+int sl_gen_greedy(const sl_gen *g);
+/* One generated token: picks it from logits (or takes greedy), and unless it ends the generation (an
+ * end-of-generation token, a stop string, the token limit, or ctx_left == 0 positions left for it),
+ * emits the text it completes and sets *next to feed. Returns 1 when the generation is over
+ * (st->finish_reason says why; call sl_gen_finish), 0 to go on, -1 on failure. */
+int sl_gen_step(sl_gen *g, const float *logits, int32_t greedy, int ctx_left, sl_gen_emit_fn emit, void *ud,
+                int32_t *next, sl_gen_stats *st, sl_err *e);
+/* Emits what the detokeniser and the stop strings still hold (nothing for a cancelled generation) and
+ * fills st->stop_index. */
+int sl_gen_finish(sl_gen *g, sl_gen_emit_fn emit, void *ud, sl_gen_stats *st, sl_err *e);
+
 #endif

@@ -111,28 +111,37 @@ static void log_timing(const sv_engine *g, const sv_job *j) {
     sv_buf_free(&b);
 }
 
-static void run_job(sv_engine *g, sv_job *j) {
-    pthread_mutex_lock(&j->mu);
-    int skip = j->cancelled;
-    if (skip) j->done = 1;
-    pthread_cond_broadcast(&j->cv);
-    pthread_mutex_unlock(&j->mu);
-    if (skip) {
-        pthread_mutex_lock(&g->mu);
-        g->met.cancelled++;
-        pthread_mutex_unlock(&g->mu);
-        return;
-    }
-    j->t_started = sl_now();
-    run_ctx r = {.j = j};
+/* One request generating in a sequence of the session. */
+typedef struct sv_run {
+    sv_job *j; /* NULL: the slot is free */
+    int seq;
+    run_ctx r;
+    sl_gen *gen;
+    int fed;      /* prompt tokens in the sequence */
+    int target;   /* feed the prompt up to here, then (recurrent models) snapshot, then the rest */
+    int decoding; /* the prompt is in; next is the token to feed */
+    int32_t next;
+    int want_row;  /* this step: the logits row of its last token, -1 for none */
+    double t0, t1; /* admitted, prompt read */
+    sl_store_stats x0, x1;
+} sv_run;
+
+/* Hands the job's end to its writer and counts it. rc: the generation failed with msg. */
+static void end_job(sv_engine *g, sv_run *u, int rc, const char *msg) {
+    sv_job *j = u->j;
     sl_err e = {{0}};
-    int rc = 0;
-    if (j->parse_output && !(r.parser = sl_tc_parser_create(j->starts_in_reasoning, j->tools)))
-        rc = sl_fail(&e, "out of memory");
-    if (!rc) rc = sl_generate(g->s, g->tok, j->ids, j->n_ids, &j->gen, on_text, &r, &j->st, &e);
+    if (msg) snprintf(e.msg, sizeof e.msg, "%s", msg);
+    if (!rc && u->gen && sl_gen_finish(u->gen, on_text, &u->r, &j->st, &e)) rc = -1;
+    /* the writers report the phase times */
+    if (u->decoding) j->st.decode_s = sl_now() - u->t1;
+    if (g->m->store && u->decoding) {
+        sl_store_stats x2;
+        sl_store_stats_get(g->m->store, &x2);
+        j->st.store_decode = sl_store_stats_since(&u->x1, &x2);
+    }
     pthread_mutex_lock(&j->mu);
-    if (!rc && !j->cancelled) feed_forced(&r);
-    if (!rc && r.parser && !j->cancelled && sl_tc_parser_finish(r.parser, on_event, j, &e)) rc = -1;
+    if (!rc && !j->cancelled) feed_forced(&u->r);
+    if (!rc && u->r.parser && !j->cancelled && sl_tc_parser_finish(u->r.parser, on_event, j, &e)) rc = -1;
     if (!rc && (j->content.oom || j->reasoning.oom)) rc = sl_fail(&e, "out of memory");
     if (!j->began && !j->cancelled) {
         j->began = 1;
@@ -145,11 +154,16 @@ static void run_job(sv_engine *g, sv_job *j) {
         j->w->finish(j);
     }
     int cancelled = j->cancelled;
+    if (cancelled) j->st.finish_reason = "cancelled";
     j->done = 1;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
-    sl_tc_parser_free(r.parser);
+    sl_tc_parser_free(u->r.parser);
+    sl_gen_free(u->gen);
     if (g->timing && !rc) log_timing(g, j);
+    /* the conversation stays cached in its sequence: the next turn usually starts with all of it */
+    if (!rc && !cancelled && g->s->recurrent) sl_session_seq_snapshot(g->s, u->seq, &e);
+    sl_session_seq_set_idle(g->s, u->seq, 1);
 
     pthread_mutex_lock(&g->mu);
     sv_metrics *mt = &g->met;
@@ -164,35 +178,314 @@ static void run_job(sv_engine *g, sv_job *j) {
     mt->decode_s += j->st.decode_s;
     if (j->st.prefill_s > 0) mt->last_prefill_tps = (j->st.prompt_tokens - j->st.cached_tokens) / j->st.prefill_s;
     if (j->st.decode_s > 0) mt->last_decode_tps = j->st.generated_tokens / j->st.decode_s;
-    if (g->m->store) { /* a copy, since the store is the worker's alone */
-        mt->streaming = 1;
-        sl_store_stats_get(g->m->store, &mt->xs);
-    }
+    g->busy--;
     pthread_mutex_unlock(&g->mu);
+    sv_job_release(j);
+    memset(u, 0, sizeof *u);
+}
+
+/* The length of the common prefix of a sequence's ids and the prompt. */
+static int common_prefix(const sl_session *s, int q, const int32_t *p, int n) {
+    const sl_seq *sq = &s->seqs[q];
+    int k = 0;
+    while (k < sq->pos && k < n && sq->hist[k] == p[k]) k++;
+    return k;
+}
+
+/* Picks the sequence for a new request and resumes it as far as it can: the idle sequence with the
+ * longest common prefix (its own cache: for hybrid models the latest snapshot within it), else the least
+ * recently used idle one; an attention-only model then also takes the whole pages of a longer common
+ * prefix from any other sequence, running ones included. Returns the positions kept. */
+static int place(sv_engine *g, sv_run *u, const int32_t *p, int n) {
+    sl_session *s = g->s;
+    int best = -1, best_k = -1, lru = -1;
+    for (int q = 0; q < s->n_seqs; q++) {
+        if (!s->seqs[q].idle) continue;
+        int k = common_prefix(s, q, p, n);
+        if (k > best_k) {
+            best = q;
+            best_k = k;
+        }
+        if (lru < 0 || s->seqs[q].used < s->seqs[lru].used) lru = q;
+    }
+    int q = best_k > 0 ? best : lru;
+    sl_session_seq_set_idle(s, q, 0);
+    u->seq = q;
+    /* the last prompt token always runs again: its logits give the first generated token */
+    int keep = best_k > 0 ? best_k : 0;
+    if (keep >= n) keep = n - 1;
+    if (best_k <= 0) sl_session_seq_reset(s, q);
+    int k = sl_session_seq_restore(s, q, keep);
+    if (!s->recurrent) {
+        int src = -1, src_k = k;
+        for (int o = 0; o < s->n_seqs; o++) {
+            if (o == q) continue;
+            int c = common_prefix(s, o, p, n);
+            if (c >= n) c = n - 1;
+            if (c / SL_KV_PAGE * SL_KV_PAGE > src_k) {
+                src = o;
+                src_k = c / SL_KV_PAGE * SL_KV_PAGE;
+            }
+        }
+        if (src >= 0) k = sl_session_seq_share(s, q, src, src_k);
+    }
+    return k;
+}
+
+/* Starts a request in a free run slot. */
+static void start_job(sv_engine *g, sv_run *u, sv_job *j) {
+    memset(u, 0, sizeof *u);
+    u->j = j;
+    u->r.j = j;
+    u->t0 = sl_now();
+    j->t_started = u->t0;
+    memset(&j->st, 0, sizeof j->st);
+    j->st.prompt_tokens = j->n_ids;
+    j->st.stop_index = -1;
+    sl_err e = {{0}};
+    int rc = 0;
+    if (j->n_ids <= 0)
+        rc = sl_fail(&e, "the prompt is empty");
+    else if (j->n_ids >= g->s->max_ctx)
+        rc = sl_fail(&e, "the prompt has %d tokens but the context holds %d", j->n_ids, g->s->max_ctx);
+    if (!rc && j->parse_output && !(u->r.parser = sl_tc_parser_create(j->starts_in_reasoning, j->tools)))
+        rc = sl_fail(&e, "out of memory");
+    if (!rc) rc = sl_gen_create(g->tok, g->m->cfg.vocab_size, &j->gen, j->ids, j->n_ids, &u->gen, &e);
+    pthread_mutex_lock(&g->mu);
+    g->busy++;
+    pthread_mutex_unlock(&g->mu);
+    if (rc) {
+        u->seq = -1;
+        for (int q = 0; q < g->s->n_seqs; q++) /* end_job marks a sequence idle: give it an idle one */
+            if (g->s->seqs[q].idle) u->seq = q;
+        end_job(g, u, -1, e.msg);
+        return;
+    }
+    u->fed = place(g, u, j->ids, j->n_ids);
+    j->st.cached_tokens = u->fed;
+    /* Recurrent state is saved just before the last prompt token: a request that repeats this prompt, or
+     * continues it differently, resumes from there. */
+    u->target = g->s->recurrent && j->n_ids - u->fed > 1 ? j->n_ids - 1 : j->n_ids;
+    u->want_row = -1;
+    if (g->m->store) sl_store_stats_get(g->m->store, &u->x0);
+}
+
+/* Queued jobs whose clients left are dropped at once, so they hold no place in the queue. */
+static void purge_queue(sv_engine *g) {
+    int kept = 0;
+    for (int i = 0; i < g->q_len; i++) {
+        sv_job *j = g->q[(g->q_head + i) % g->q_cap];
+        pthread_mutex_lock(&j->mu);
+        int gone = j->cancelled;
+        if (gone) {
+            j->done = 1;
+            pthread_cond_broadcast(&j->cv);
+        }
+        pthread_mutex_unlock(&j->mu);
+        if (gone) {
+            g->met.cancelled++;
+            sv_job_release(j);
+        } else {
+            g->q[(g->q_head + kept++) % g->q_cap] = j;
+        }
+    }
+    g->q_len = kept;
+}
+
+/* Tokens of the step under construction. */
+typedef struct step_buf {
+    int32_t *ids, *seq;
+    uint8_t *want;
+    int n, rows;
+} step_buf;
+
+static void step_add(step_buf *b, const int32_t *ids, int len, int seq, int want_last) {
+    for (int i = 0; i < len; i++) {
+        b->ids[b->n] = ids[i];
+        b->seq[b->n] = seq;
+        b->want[b->n] = (uint8_t)(want_last && i == len - 1);
+        b->n++;
+    }
+    if (want_last) b->rows++;
+}
+
+/* One forward pass: the next token of every decoding request, then prompt chunks while room is left.
+ * Returns 0 when there was nothing to run. */
+static int step(sv_engine *g, step_buf *b, float *logits) {
+    sl_session *s = g->s;
+    b->n = b->rows = 0;
+    for (int i = 0; i < g->parallel; i++) {
+        sv_run *u = &g->runs[i];
+        u->want_row = -1;
+        if (!u->j || !u->decoding) continue;
+        u->want_row = b->rows;
+        step_add(b, &u->next, 1, u->seq, 1);
+    }
+    for (int i = 0; i < g->parallel && b->n < s->max_batch; i++) {
+        sv_run *u = &g->runs[i];
+        if (!u->j || u->decoding) continue;
+        int len = u->target - u->fed;
+        if (len > s->max_batch - b->n) len = s->max_batch - b->n;
+        int last = u->fed + len == u->j->n_ids;
+        if (last) u->want_row = b->rows;
+        step_add(b, u->j->ids + u->fed, len, u->seq, last);
+        u->fed += len;
+    }
+    if (!b->n) return 0;
+    sl_err e = {{0}};
+    sl_batch bt = {.n = b->n, .ids = b->ids, .seq = b->seq, .want = b->want};
+    int rc = sl_session_decode(s, &bt, &e);
+    pthread_mutex_lock(&g->mu);
+    g->met.steps++;
+    g->met.step_tokens += (unsigned long long)b->n;
+    int seqs = 0;
+    for (int i = 0; i < g->parallel; i++) seqs += g->runs[i].j != NULL && (g->runs[i].decoding || g->runs[i].fed);
+    g->met.step_seqs += (unsigned long long)seqs;
+    g->met.last_batch = seqs;
+    sl_session_pages(s, &g->met.kv_free, &g->met.kv_total);
+    pthread_mutex_unlock(&g->mu);
+    int32_t *greedy = NULL;
+    int any_greedy = 0;
+    for (int i = 0; i < g->parallel; i++)
+        if (g->runs[i].j && g->runs[i].want_row >= 0 && sl_gen_greedy(g->runs[i].gen)) any_greedy = 1;
+    if (!rc && any_greedy && b->rows) {
+        greedy = malloc((size_t)b->rows * sizeof *greedy);
+        rc = greedy ? sl_session_rows_argmax(s, b->rows, greedy, &e) : sl_fail(&e, "out of memory");
+    }
+    for (int i = 0; i < g->parallel; i++) {
+        sv_run *u = &g->runs[i];
+        if (!u->j) continue;
+        int in_batch = u->want_row >= 0 || (!u->decoding && u->fed > 0);
+        if (rc) { /* every sequence of the batch was reset: their requests fail */
+            int mine = 0;
+            for (int t = 0; t < b->n; t++) mine |= b->seq[t] == u->seq;
+            if (mine || in_batch) end_job(g, u, -1, e.msg);
+            continue;
+        }
+        if (!u->decoding && u->fed == u->target && u->target < u->j->n_ids) { /* recurrent: snapshot, then go on */
+            if (sl_session_seq_snapshot(s, u->seq, &e)) {
+                end_job(g, u, -1, e.msg);
+                continue;
+            }
+            u->target = u->j->n_ids;
+        }
+        if (u->want_row < 0) continue;
+        if (!u->decoding) { /* the prompt is in: this row gives the first token */
+            u->decoding = 1;
+            u->t1 = sl_now();
+            u->j->st.prefill_s = u->t1 - u->t0;
+            if (g->m->store) {
+                sl_store_stats_get(g->m->store, &u->x1);
+                u->j->st.store_prefill = sl_store_stats_since(&u->x0, &u->x1);
+                u->j->st.has_store = 1;
+            }
+        }
+        int gr = sl_gen_greedy(u->gen);
+        sl_err se = {{0}};
+        int r = 0;
+        if (!gr && sl_session_row_logits(s, u->want_row, logits, &se)) r = -1;
+        if (!r) {
+            int ctx_left = s->max_ctx - s->seqs[u->seq].pos;
+            r = sl_gen_step(u->gen, gr ? NULL : logits, gr ? greedy[u->want_row] : -1, ctx_left, on_text, &u->r,
+                            &u->next, &u->j->st, &se);
+        }
+        if (r) end_job(g, u, r < 0 ? -1 : 0, r < 0 ? se.msg : NULL);
+    }
+    free(greedy);
+    return 1;
 }
 
 static void *worker(void *arg) {
     sv_engine *g = arg;
+    sl_session *s = g->s;
+    step_buf b = {0};
+    b.ids = malloc((size_t)s->max_batch * sizeof *b.ids);
+    b.seq = malloc((size_t)s->max_batch * sizeof *b.seq);
+    b.want = malloc((size_t)s->max_batch);
+    float *logits = malloc((size_t)g->m->cfg.vocab_size * sizeof *logits);
+    if (!b.ids || !b.seq || !b.want || !logits) {
+        fprintf(stderr, "sluice serve: out of memory starting the worker\n");
+        abort();
+    }
     for (;;) {
         pthread_mutex_lock(&g->mu);
-        while (!g->stopping && g->q_len == 0) pthread_cond_wait(&g->cv, &g->mu);
+        purge_queue(g);
+        int active = 0;
+        for (int i = 0; i < g->parallel; i++) active += g->runs[i].j != NULL;
+        while (!g->stopping && g->q_len == 0 && active == 0) {
+            pthread_cond_wait(&g->cv, &g->mu);
+            purge_queue(g);
+        }
         if (g->stopping) {
             pthread_mutex_unlock(&g->mu);
-            return NULL;
+            break;
         }
-        sv_job *j = g->q[g->q_head];
-        g->q_head = (g->q_head + 1) % g->q_cap;
-        g->q_len--;
-        g->busy = 1;
-        g->current = j;
+        /* new requests join between steps */
+        sv_job *joining[64];
+        int nj = 0;
+        while (g->q_len && active + nj < g->parallel && nj < 64) {
+            joining[nj++] = g->q[g->q_head];
+            g->q_head = (g->q_head + 1) % g->q_cap;
+            g->q_len--;
+        }
         pthread_mutex_unlock(&g->mu);
-        run_job(g, j);
-        pthread_mutex_lock(&g->mu);
-        g->busy = 0;
-        g->current = NULL; /* before the release: shutdown may look at it */
-        pthread_mutex_unlock(&g->mu);
-        sv_job_release(j);
+        for (int k = 0; k < nj; k++) {
+            for (int i = 0; i < g->parallel; i++) {
+                if (g->runs[i].j) continue;
+                start_job(g, &g->runs[i], joining[k]);
+                break;
+            }
+        }
+        /* requests whose clients left end now, freeing their sequences */
+        for (int i = 0; i < g->parallel; i++) {
+            sv_job *j = g->runs[i].j;
+            if (!j) continue;
+            pthread_mutex_lock(&j->mu);
+            int gone = j->cancelled;
+            pthread_mutex_unlock(&j->mu);
+            if (gone) end_job(g, &g->runs[i], 0, NULL);
+        }
+        step(g, &b, logits);
     }
+    /* shutting down: requests still running end as cancelled */
+    for (int i = 0; i < g->parallel; i++) {
+        if (!g->runs[i].j) continue;
+        pthread_mutex_lock(&g->runs[i].j->mu);
+        g->runs[i].j->cancelled = 1;
+        pthread_mutex_unlock(&g->runs[i].j->mu);
+        end_job(g, &g->runs[i], 0, NULL);
+    }
+    free(b.ids);
+    free(b.seq);
+    free(b.want);
+    free(logits);
+    return NULL;
+}
+
+/* The session: `parallel` running sequences plus as many kept for finished conversations, and a KV pool
+ * of --kv-size, else of about half the free memory (a quarter of the host's on the CPU), never more than
+ * every sequence's whole context. --parallel defaults to the sequences whose whole context fits. */
+static int open_session(sv_engine *g, const sv_engine_opts *o, sl_err *e) {
+    sl_model *m = g->m;
+    double per_tok = (double)sl_session_kv_bytes_per_token(m);
+    if (per_tok <= 0) per_tok = 1; /* no attention layers: the pool is never used */
+    double avail = m->be->ops->mem_free ? (double)m->be->ops->mem_free(m->be) * 0.5 : sl_mem_available() / 4.0;
+    double pool = o->kv_bytes > 0 ? (double)o->kv_bytes : avail;
+    double tokens = pool / per_tok;
+    int par = o->parallel;
+    if (par <= 0) {
+        double fit = tokens / g->ctx;
+        par = fit < 1 ? 1 : fit > 32 ? 32 : (int)fit;
+    }
+    int n_seqs = par + (par > 2 ? par : 2);
+    if (tokens > (double)n_seqs * g->ctx) tokens = (double)n_seqs * g->ctx;
+    if (tokens < g->ctx) tokens = g->ctx;
+    sl_session_opts so = {.max_ctx = g->ctx, .n_seqs = n_seqs, .kv_tokens = (int)tokens};
+    if (sl_session_create_opts(m, &so, &g->s, e)) return -1;
+    g->parallel = par;
+    if (!(g->runs = calloc((size_t)par, sizeof *g->runs))) return sl_fail(e, "out of memory");
+    sl_session_pages(g->s, &g->met.kv_free, &g->met.kv_total);
+    return 0;
 }
 
 static char *model_name(const char *arg) {
@@ -239,7 +532,7 @@ int sv_engine_load(sv_engine *g, const sv_engine_opts *o, sl_err *e) {
     g->timing = o->timing;
     if (g->ctx > g->m->cfg.max_pos)
         return sl_fail(e, "--ctx %d exceeds the model's max_position_embeddings %d", g->ctx, g->m->cfg.max_pos);
-    if (sl_session_create(g->m, g->ctx, &g->s, e)) return -1;
+    if (open_session(g, o, e)) return -1;
     if (pthread_create(&g->worker, NULL, worker, g)) return sl_fail(e, "cannot start the worker thread");
     g->worker_started = 1;
     g->load_s = sl_now() - t0;
@@ -259,6 +552,7 @@ int sv_engine_ready(sv_engine *g) {
 
 int sv_engine_submit(sv_engine *g, sv_job *j) {
     pthread_mutex_lock(&g->mu);
+    if (g->q_len == g->q_cap) purge_queue(g); /* waiting clients that left hold no place */
     if (g->stopping || !g->ready || g->q_len == g->q_cap) {
         g->met.rejected++;
         pthread_mutex_unlock(&g->mu);
@@ -278,11 +572,6 @@ void sv_engine_shutdown(sv_engine *g) {
     pthread_mutex_lock(&g->mu);
     g->stopping = 1;
     pthread_cond_broadcast(&g->cv);
-    if (g->current) {
-        pthread_mutex_lock(&g->current->mu);
-        g->current->cancelled = 1;
-        pthread_mutex_unlock(&g->current->mu);
-    }
     /* waiting jobs end as cancelled, so their connections close */
     while (g->q_len) {
         sv_job *j = g->q[g->q_head];
@@ -309,6 +598,7 @@ void sv_engine_free(sv_engine *g) {
     free(g->dir);
     free(g->name);
     free(g->q);
+    free(g->runs);
     pthread_cond_destroy(&g->cv);
     pthread_mutex_destroy(&g->mu);
 }
@@ -316,7 +606,7 @@ void sv_engine_free(sv_engine *g) {
 void sv_engine_metrics(sv_engine *g, sv_buf *o) {
     pthread_mutex_lock(&g->mu);
     sv_metrics m = g->met;
-    int q = g->q_len, busy = g->busy, ready = g->ready;
+    int q = g->q_len, busy = g->busy, ready = g->ready, par = g->parallel;
     pthread_mutex_unlock(&g->mu);
     static const char *apis[] = {"openai", "anthropic", "ollama", "other"};
     sv_buf_puts(o,
@@ -343,7 +633,18 @@ void sv_engine_metrics(sv_engine *g, sv_buf *o) {
     METRIC("decode_tokens_per_second", "gauge", "Generated tokens per second of the last generation.", "%.3f",
            m.last_decode_tps);
     METRIC("queue_depth", "gauge", "Requests waiting for the engine.", "%d", q);
-    METRIC("busy", "gauge", "1 while a generation runs.", "%d", busy);
+    METRIC("busy", "gauge", "1 while a generation runs.", "%d", busy > 0);
+    METRIC("requests_running", "gauge", "Requests generating now.", "%d", busy);
+    METRIC("requests_waiting", "gauge", "Requests waiting in the queue.", "%d", q);
+    METRIC("parallel", "gauge", "Requests generated at once at most (--parallel).", "%d", par);
+    METRIC("batch_steps_total", "counter", "Forward passes of the batch engine.", "%llu", m.steps);
+    METRIC("batch_tokens_total", "counter", "Tokens of all forward passes.", "%llu", m.step_tokens);
+    METRIC("batch_sequences_total", "counter", "Sequences of all forward passes (summed per pass).", "%llu",
+           m.step_seqs);
+    METRIC("batch_sequences", "gauge", "Sequences in the latest forward pass.", "%d", m.last_batch);
+    METRIC("kv_pages_total", "gauge", "Pages of the KV cache pool.", "%d", m.kv_total);
+    METRIC("kv_pages_free", "gauge", "Pages of the KV cache pool held by no sequence.", "%d", m.kv_free);
+    METRIC("kv_page_tokens", "gauge", "Positions per KV page.", "%d", SL_KV_PAGE);
     METRIC("ready", "gauge", "1 once the model is loaded.", "%d", ready);
     if (m.streaming) {
         const sl_store_stats *x = &m.xs;

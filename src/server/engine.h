@@ -1,7 +1,12 @@
-/* The model a server runs and the single worker that runs it: requests wait in a bounded FIFO queue and
- * are generated one at a time on one session, so a request that shares a prefix with the previous
- * conversation resumes from the cached state. (The queue hands whole jobs to the worker, which is where
- * continuous batching would later take several at once.) */
+/* The model a server runs and the worker that runs it: continuous batching. Up to `parallel` requests
+ * generate at once, each in a sequence of one session; every step is one forward pass over the next
+ * token of each decoding request and a chunk of a prompt being read, so a long prompt holds the others
+ * up for one chunk at most. New requests join between steps; a request whose client goes frees its
+ * sequence at the next step. Beyond `parallel`, requests wait in a bounded FIFO queue (503 when full).
+ *
+ * Finished conversations stay in their sequences (the session has more sequences than `parallel`) until
+ * their pages are needed: a request continuing any of them, or sharing a prefix with a running one,
+ * resumes from the cached state instead of reading its prompt again. */
 #ifndef SLUICE_SERVER_ENGINE_H
 #define SLUICE_SERVER_ENGINE_H
 
@@ -25,6 +30,8 @@ typedef struct sv_engine_opts {
     const char *backend; /* cpu, cuda or auto; NULL: SLUICE_BACKEND, else auto */
     sl_model_opts mo;    /* expert streaming: --vram, --ram, --io */
     int queue;           /* waiting requests before 503 */
+    int parallel;        /* requests generated at once; <= 0: from memory (what fits at the context) */
+    int64_t kv_bytes;    /* the KV cache pool; <= 0: from free memory */
     int timing;          /* log each generation's phase times (and expert store figures) to stderr */
 } sv_engine_opts;
 
@@ -37,8 +44,11 @@ typedef struct sv_metrics {
     unsigned long long prompt_tokens, cached_tokens, generated_tokens, prefix_hits;
     double prefill_s, decode_s;
     double last_prefill_tps, last_decode_tps;
-    int streaming;     /* the model streams its experts: xs holds the store's counters */
-    sl_store_stats xs; /* as of the end of the last generation */
+    unsigned long long steps, step_tokens, step_seqs; /* forward passes, and their tokens and sequences */
+    int last_batch;                                   /* sequences in the latest step */
+    int kv_free, kv_total;                            /* KV pages */
+    int streaming;                                    /* the model streams its experts: xs holds the store's counters */
+    sl_store_stats xs;                                /* as of the end of the last generation */
 } sv_metrics;
 
 typedef struct sv_engine {
@@ -55,12 +65,13 @@ typedef struct sv_engine {
     double model_load_s; /* sl_model_load alone */
     long long loaded_at; /* unix seconds */
 
-    sl_session *s; /* the worker's */
+    sl_session *s;       /* the worker's */
+    int parallel;        /* sequences generated at once */
+    struct sv_run *runs; /* [parallel], the worker's */
 
     pthread_mutex_t mu; /* guards everything below */
     pthread_cond_t cv;
-    int ready, stopping, busy;
-    sv_job *current; /* the job the worker runs, NULL when idle */
+    int ready, stopping, busy; /* busy: requests generating */
     sv_job **q;
     int q_cap, q_head, q_len;
     uint64_t seed_state;

@@ -161,8 +161,8 @@ static void check_in(const char *kind, const char *name) {
     double tol = on_gpu() ? 3e-2 : 1e-5;
     cr_expect_leq(rp, tol, "%s prefill in a batch: rel-L2 %.3e", name, rp);
     cr_expect_leq(rd, tol, "%s decode in a batch: rel-L2 %.3e", name, rd);
-    cr_expect_geq(same, on_gpu() ? (int)((double)rows * 0.95 + 0.999) : (int)rows, "%s argmax equal at %d of %zu",
-                  name, same, rows);
+    cr_expect_geq(same, on_gpu() ? (int)((double)rows * 0.95 + 0.999) : (int)rows, "%s argmax equal at %d of %zu", name,
+                  same, rows);
     int slots = 2 * moe_layers(m);
     if (slots < m->cfg.top_k) slots = m->cfg.top_k;
     int is_moe = moe_layers(m) > 0;
