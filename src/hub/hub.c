@@ -3,6 +3,7 @@
 #include <curl/curl.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <openssl/evp.h>
 #include <stdint.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -32,6 +34,7 @@ typedef struct hub_file {
     uint64_t have, got; /* bytes of .incomplete before this run; bytes written in it */
     char inc[4096], blob[4096];
     FILE *f;
+    int lock_fd, locked; /* .locks/models--ORG--NAME/ETAG.lock, as huggingface_hub locks a blob */
     CURL *h;
     struct curl_slist *hdr;
     long code;
@@ -277,7 +280,36 @@ static size_t file_write(char *d, size_t sz, size_t nm, void *u) {
     return n;
 }
 
+/* The lock huggingface_hub takes (filelock: flock on ROOT/.locks/models--ORG--NAME/ETAG.lock), so that two
+ * downloads of one blob, by either tool, never write the same .incomplete file. */
+static int lock_blob(const hub_ctx *c, hub_file *f, sl_err *e) {
+    char dir[4096], path[8192];
+    const char *folder = strrchr(c->repo_dir, '/');
+    snprintf(dir, sizeof dir, "%.*s/.locks%s", (int)(folder - c->repo_dir), c->repo_dir, folder);
+    if (sl_hub_mkdirs(dir, e)) return -1;
+    snprintf(path, sizeof path, "%s/%s.lock", dir, f->etag);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return sl_fail(e, "%s: cannot open: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB)) {
+        int err = errno;
+        close(fd);
+        if (err == EWOULDBLOCK)
+            return sl_fail(e, "%s: another process is downloading this file (it holds %s); try again when it is done",
+                           f->name, path);
+        return sl_fail(e, "%s: cannot lock: %s", path, strerror(err));
+    }
+    f->lock_fd = fd;
+    f->locked = 1;
+    return 0;
+}
+
+static void unlock_blob(hub_file *f) {
+    if (f->locked) close(f->lock_fd);
+    f->locked = 0;
+}
+
 static int start_file(hub_ctx *c, CURLM *m, hub_file *f, sl_err *e) {
+    if (lock_blob(c, f, e)) return -1;
     if (!(f->f = fopen(f->inc, "ab"))) return sl_fail(e, "%s: cannot write: %s", f->inc, strerror(errno));
     if (!(f->h = curl_easy_init())) return sl_fail(e, "cannot start libcurl");
     char *name = escape(f->h, f->name, 1), url[8192];
@@ -357,6 +389,7 @@ static int download(hub_ctx *c, hub_file *files, const int *need, int nn, int pa
                 f->f = NULL;
                 if (f->h) curl_easy_cleanup(f->h);
                 f->h = NULL;
+                unlock_blob(f);
                 continue;
             }
             active++;
@@ -378,10 +411,14 @@ static int download(hub_ctx *c, hub_file *files, const int *need, int nn, int pa
             curl_slist_free_all(f->hdr);
             f->h = NULL;
             f->hdr = NULL;
+            unlock_blob(f);
             active--;
             if (rc) {
-                if (!failed++) *e = fe;
-                if (!c->quiet) fprintf(stderr, "%s%s\n", c->tty ? "\r\033[K" : "", fe.msg);
+                /* the first failure is the caller's to report; the others are said here */
+                if (!failed++)
+                    *e = fe;
+                else if (!c->quiet)
+                    fprintf(stderr, "%s%s\n", c->tty ? "\r\033[K" : "", fe.msg);
             }
             uint64_t sum = 0;
             for (int i = 0; i < nn; i++) sum += files[need[i]].got;

@@ -67,6 +67,12 @@ grep -q "auth=yes" "$T/log" && fail "a token was sent without one set"
 # a second pull fetches nothing
 "$BIN" pull test-org/chat >/dev/null 2>"$T/err" || fail "second pull"
 [ "$(grep -c "^GET /cdn/" "$T/log")" = 4 ] || { cat "$T/log"; fail "the second pull downloaded again"; }
+# on a terminal, one redrawn bar (where a pseudo-terminal can be had)
+if script -qc true /dev/null >/dev/null 2>&1; then
+    HF_HUB_CACHE=$T/c0 script -qc "'$BIN' pull test-org/chat" /dev/null >"$T/tty" 2>&1 || fail "pull on a terminal"
+    grep -Eq $'\r\e\[K\[#+\] 100% 1.16 MB / 1.16 MB  [0-9.]+ [KMG]?B/s  ETA 0s  done' "$T/tty" ||
+        { cat -A "$T/tty"; fail "no progress bar on a terminal"; }
+fi
 # the model runs from its repo id, as it does from the fixture folder
 "$BIN" run test-org/chat "Hello" --temp 0 -n 6 >"$T/a" 2>"$T/a.err" || { cat "$T/a.err"; fail "run from the cache"; }
 "$BIN" run "$FIX/chat_model" "Hello" --temp 0 -n 6 >"$T/b" 2>/dev/null
@@ -96,6 +102,15 @@ grep -q "model.safetensors: sha256 mismatch (expected .*, got $SHA); the downloa
     { cat "$T/err"; fail "checksum message"; }
 ls "$E/blobs" | grep -q "^$SHA" && fail "the bad blob was kept"
 [ -e "$E/snapshots/$COMMIT/model.safetensors" ] && fail "a link to a bad blob"
+
+# a blob another process is downloading (holding huggingface_hub's lock file) is left to it
+start_hub
+export HF_HUB_CACHE=$T/c8
+mkdir -p "$HF_HUB_CACHE/.locks/models--test-org--chat"
+flock -o "$HF_HUB_CACHE/.locks/models--test-org--chat/$SHA.lock" "$BIN" pull test-org/chat >/dev/null 2>"$T/err" &&
+    fail "a locked blob was downloaded"
+grep -q "model.safetensors: another process is downloading this file" "$T/err" || { cat "$T/err"; fail "lock message"; }
+"$BIN" pull test-org/chat >/dev/null 2>&1 || fail "pull after the lock was released"
 
 # not enough disk: refused before any download, with both sizes
 start_hub --huge
