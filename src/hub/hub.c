@@ -525,7 +525,9 @@ static int pull(hub_ctx *c, const sl_hub_pull_opts *o, json_t *info, char **path
         if (!stat(f->blob, &st) && (uint64_t)st.st_size == f->size) continue;
         if (!stat(f->inc, &st)) {
             f->have = (uint64_t)st.st_size;
-            if (f->have > f->size) unlink(f->inc), f->have = 0;
+            /* a whole .incomplete file (a run stopped before its check) is fetched again rather than
+             * asked for an empty range */
+            if (f->have >= f->size) unlink(f->inc), f->have = 0;
         }
         /* a file fetched twice in one list (same content) downloads once */
         int dup = 0;

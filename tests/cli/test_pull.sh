@@ -103,6 +103,13 @@ grep -q "model.safetensors: sha256 mismatch (expected .*, got $SHA); the downloa
 ls "$E/blobs" | grep -q "^$SHA" && fail "the bad blob was kept"
 [ -e "$E/snapshots/$COMMIT/model.safetensors" ] && fail "a link to a bad blob"
 
+# the same for a small file and its git sha1
+start_hub --bad-sha config.json
+"$BIN" pull test-org/chat >/dev/null 2>"$T/err" && fail "a wrong git sha1 was accepted"
+grep -q "config.json: git sha1 mismatch (expected .*, got $GITSHA); the download was removed" "$T/err" ||
+    { cat "$T/err"; fail "git sha1 message"; }
+[ -e "$E/snapshots/$COMMIT/config.json" ] && fail "a link to a bad small file"
+
 # a blob another process is downloading (holding huggingface_hub's lock file) is left to it
 start_hub
 export HF_HUB_CACHE=$T/c8

@@ -5,7 +5,7 @@ Serves each REPO=DIR given as the Hub does: GET /api/models/REPO/revision/REV (c
 size, blobId and lfs.sha256), GET /REPO/resolve/REV/PATH (a redirect to /cdn/..., with X-Repo-Commit and
 ETag headers), and /cdn/... with Range requests. Every request is logged as
 "METHOD PATH range=RANGE auth=yes|no". Knobs: --cut FILE:BYTES (the first download of FILE stops after
-BYTES), --bad-sha FILE (the listing gives a wrong sha256), --huge (the listing gives 1 PB sizes),
+BYTES), --bad-sha FILE (the listing gives a wrong sha256 and git sha1), --huge (the listing gives 1 PB sizes),
 --private REPO / --gated REPO (401 / 403 unless "Authorization: Bearer --token" is sent).
 """
 import argparse
@@ -49,6 +49,8 @@ def main():
             data = open(path, "rb").read()
             e = {"rfilename": rel, "size": len(data),
                  "blobId": hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()}
+            if rel in a.bad_sha:
+                e["blobId"] = hashlib.sha1(b"something else").hexdigest()
             if rel.endswith(LFS_EXT):
                 sha = hashlib.sha256(data).hexdigest()
                 if rel in a.bad_sha:
