@@ -18,5 +18,8 @@ int cmd_run(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_template(int argc, char **argv);
 int cmd_pack(int argc, char **argv);
+int cmd_pull(int argc, char **argv);
+int cmd_list(int argc, char **argv);
+int cmd_rm(int argc, char **argv);
 
 #endif

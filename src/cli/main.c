@@ -14,6 +14,9 @@ static const sl_command commands[] = {
     {"template", "render a chat template on a conversation", cmd_template},
     {"bench", "prefill and decode speed, and decode weight bandwidth", cmd_bench},
     {"pack", "copy each routed expert into one contiguous range, for streaming", cmd_pack},
+    {"pull", "download a model from the Hugging Face Hub into the local cache", cmd_pull},
+    {"list", "models in the local Hugging Face cache", cmd_list},
+    {"rm", "remove a model from the local Hugging Face cache", cmd_rm},
     {NULL, NULL, NULL},
 };
 static const int n_commands = (int)(sizeof commands / sizeof commands[0]) - 1;

@@ -36,6 +36,7 @@ Test(resolve, hub_cache_by_ref_and_commit) {
     snprintf(p, sizeof p, "%s/models--Org--Name-1B/refs/main", root);
     put(p, "abc123\n");
     setenv("HF_HUB_CACHE", root, 1);
+    setenv("HF_HUB_OFFLINE", "1", 1); /* a missing repo is reported, not pulled */
     char *out;
     sl_err e;
     cr_assert_eq(sl_resolve_model("Org/Name-1B", &out, &e), 0, "%s", e.msg);
