@@ -500,12 +500,12 @@ Test(gguf_tokenizer, errors) {
     char *toks[] = {"a", "b", "ab"};
     int32_t types[] = {1, 1, 9};
     gw g = {.align = 32};
-    kv_str(&g, "tokenizer.ggml.model", "llama");
+    kv_str(&g, "tokenizer.ggml.model", "bert");
     gw_write(&g, p, 3);
     sl_tokenizer *t;
     sl_err e;
     cr_expect_neq(sl_gguf_tokenizer_load(p, &t, &e), 0);
-    cr_expect(strstr(e.msg, "tokenizer.ggml.model 'llama' is not supported (expected gpt2"), "%s", e.msg);
+    cr_expect(strstr(e.msg, "tokenizer.ggml.model 'bert' is not supported (expected gpt2"), "%s", e.msg);
     g = (gw){.align = 32};
     kv_str(&g, "tokenizer.ggml.model", "gpt2");
     kv_str(&g, "tokenizer.ggml.pre", "mystery");
