@@ -512,6 +512,13 @@ Test(gguf_tokenizer, errors) {
     gw_write(&g, p, 3);
     cr_expect_neq(sl_gguf_tokenizer_load(p, &t, &e), 0);
     cr_expect(strstr(e.msg, "tokenizer.ggml.pre 'mystery' is not a known pre-tokenizer"), "%s", e.msg);
+    cr_expect(strstr(e.msg, "deepseek-llm"), "the known names are listed: %s", e.msg);
+    g = (gw){.align = 32};
+    kv_str(&g, "tokenizer.ggml.model", "llama");
+    kv_strs(&g, "tokenizer.ggml.tokens", 3, toks);
+    gw_write(&g, p, 3);
+    cr_expect_neq(sl_gguf_tokenizer_load(p, &t, &e), 0);
+    cr_expect(strstr(e.msg, "missing metadata key 'tokenizer.ggml.scores'"), "%s", e.msg);
     g = (gw){.align = 32};
     kv_str(&g, "tokenizer.ggml.model", "gpt2");
     kv_strs(&g, "tokenizer.ggml.tokens", 3, toks);
