@@ -583,18 +583,23 @@ static int load_json(sl_tokenizer *t, json_t *root, const char *path, sl_err *e)
     if (parse_normalizer(t, json_object_get(root, "normalizer"), path, e)) return -1;
     if (parse_pretok(t, json_object_get(root, "pre_tokenizer"), path, e)) return -1;
     if (parse_post(t, json_object_get(root, "post_processor"), path, e)) return -1;
-    int bytelevel = 0, spm = t->byte_fallback;
+    /* ByteLevel decides: a byte-level vocabulary never falls back to bytes, and Prepend/Replace are then plain
+     * normalizers. Without it, byte_fallback, Metaspace or those normalizers mark a SentencePiece-style one. */
+    int bytelevel = 0, metaspace = 0, spm = t->byte_fallback;
     for (int i = 0; i < t->n_pretok; i++) {
         bytelevel |= t->pretok[i].kind == PT_BYTELEVEL;
-        spm |= t->pretok[i].kind == PT_METASPACE;
+        metaspace |= t->pretok[i].kind == PT_METASPACE;
     }
     for (int i = 0; i < t->n_norm; i++) spm |= t->norm[i] == NORM_PREPEND || t->norm[i] == NORM_REPLACE;
-    if (bytelevel == spm)
+    if (bytelevel && metaspace)
+        return sl_fail(e, "%s: both a ByteLevel and a Metaspace pre_tokenizer (expected one of them)", path);
+    spm = !bytelevel && (spm || metaspace);
+    if (!bytelevel && !spm)
         return sl_fail(e,
-                       "%s: %s (expected a byte-level BPE with a ByteLevel pre_tokenizer, or a SentencePiece-style BPE "
-                       "with byte_fallback, a Metaspace pre_tokenizer or Prepend/Replace normalizers)",
-                       path,
-                       bytelevel ? "both ByteLevel and SentencePiece-style settings" : "no ByteLevel pre_tokenizer");
+                       "%s: no ByteLevel pre_tokenizer (expected a byte-level BPE with a ByteLevel pre_tokenizer, or "
+                       "a SentencePiece-style BPE with byte_fallback, a Metaspace pre_tokenizer or Prepend/Replace "
+                       "normalizers)",
+                       path);
     if (spm) {
         t->spm = 1;
         for (int b = 0; b < 256; b++) {

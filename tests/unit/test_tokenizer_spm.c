@@ -133,7 +133,7 @@ Test(tokenizer_spm, errors) {
     expect_error(tiny_json("{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Metaspace\"}, {\"type\": "
                            "\"ByteLevel\"}]}",
                            ""),
-                 "both ByteLevel and SentencePiece-style");
+                 "both a ByteLevel and a Metaspace pre_tokenizer");
     char json[4096];
     snprintf(json, sizeof json, "%s", tiny_json("null", ""));
     char *n = strstr(json, "\"normalizer\": null");
