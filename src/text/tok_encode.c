@@ -47,6 +47,11 @@ typedef struct enc_ctx {
     int32_t *cids;
     size_t cids_len, cids_cap;
     int at_origin; /* the text reaching the pre-tokenizer starts the input (Metaspace prepend_scheme "first") */
+    struct uni_node {
+        double score;
+        int32_t start, id; /* start -1: no path ends here yet */
+    } * uni;
+    size_t uni_cap;
 } enc_ctx;
 
 static int oom(enc_ctx *c) {
@@ -244,13 +249,84 @@ static int spm_word(enc_ctx *c, const uint8_t *b, size_t n) {
     return bpe_merge(c, ns);
 }
 
+/* Appends the byte tokens of s[0..n) when byte_fallback has them all, else the unknown token. */
+static int unknown_run(enc_ctx *c, const uint8_t *s, size_t n) {
+    const sl_tokenizer *t = c->t;
+    int id = tok_strmap_find(t, (const char *)s, n); /* the run may itself be a piece (the unknown token's text) */
+    if (id >= 0 && (t->flags[id] & TOK_F_MODEL)) return push(c, id);
+    int bytes = t->byte_fallback;
+    for (size_t j = 0; bytes && j < n; j++) bytes = t->fb_id[s[j]] >= 0;
+    if (!bytes) return push(c, t->unk_id);
+    for (size_t j = 0; j < n; j++)
+        if (push(c, t->fb_id[s[j]])) return -1;
+    return 0;
+}
+
+/* Unigram: the split whose pieces' scores sum highest (ties: the first found, scanning starts then lengths
+ * in order); a character no piece starts with is unknown, and a run of unknowns is one unknown piece. */
+static int unigram_word(enc_ctx *c, const uint8_t *b, size_t n) {
+    const sl_tokenizer *t = c->t;
+    if (n + 1 > c->uni_cap) {
+        struct uni_node *u = realloc(c->uni, (n + 1) * sizeof *u);
+        if (!u) return oom(c);
+        c->uni = u;
+        c->uni_cap = n + 1;
+    }
+    if (reserve_scratch(c, n)) return -1;
+    struct uni_node *u = c->uni;
+    for (size_t i = 0; i <= n; i++) u[i] = (struct uni_node){0, -1, -1};
+    u[0].start = 0;
+    for (size_t i = 0; i < n;) {
+        int r = tok_utf8_step(b + i, n - i);
+        size_t mb = r > 0 ? (size_t)r : 1, lim = n - i < (size_t)t->uni_max_len ? n - i : (size_t)t->uni_max_len;
+        int single = 0;
+        for (size_t len = 1; len <= lim; len++) {
+            if (i + len < n && (b[i + len] & 0xC0) == 0x80) continue; /* pieces end on character boundaries */
+            int id = tok_strmap_find(t, (const char *)b + i, len);
+            if (id < 0 || id >= t->n_uni || !(t->flags[id] & TOK_F_MODEL)) continue;
+            double cand = u[i].score + t->uni_score[id];
+            if (u[i + len].start < 0 || cand > u[i + len].score) u[i + len] = (struct uni_node){cand, (int32_t)i, id};
+            single |= len == mb;
+        }
+        if (!single) {
+            if (t->unk_id < 0)
+                return sl_fail(c->e, "tokenizer: \"%.*s\" is not in the Unigram vocabulary, which has no unk_id",
+                               (int)mb, (const char *)b + i);
+            double cand = u[i].score + t->uni_unk_score;
+            if (u[i + mb].start < 0 || cand > u[i + mb].score)
+                u[i + mb] = (struct uni_node){cand, (int32_t)i, t->unk_id};
+        }
+        i += mb;
+    }
+    /* back from the end: syms[k] holds a piece (id, start, end), last piece first */
+    size_t k = 0;
+    for (size_t end = n; end > 0; end = (size_t)u[end].start) {
+        int unk = u[end].id == t->unk_id;
+        if (unk && k && c->syms[k - 1].id == t->unk_id) { /* fuse with the unknown run after it */
+            c->syms[k - 1].prev = u[end].start;
+            continue;
+        }
+        c->syms[k++] = (bpe_sym){u[end].id, u[end].start, (int32_t)end};
+    }
+    while (k--) {
+        const bpe_sym *p = &c->syms[k];
+        int rc = p->id == t->unk_id ? unknown_run(c, b + p->prev, (size_t)(p->next - p->prev)) : push(c, p->id);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+static int word(enc_ctx *c, const uint8_t *s, size_t n) {
+    return c->t->unigram ? unigram_word(c, s, n) : c->t->spm ? spm_word(c, s, n) : bpe_word(c, s, n);
+}
+
 static int bpe_piece(enc_ctx *c, const uint8_t *s, size_t n) {
     if (!n) return 0;
     if (n == 1 && !c->t->spm) {
         int32_t id = c->t->byte_id[s[0]] >= 0 ? c->t->byte_id[s[0]] : c->t->unk_id;
         return id >= 0 ? push(c, id) : 0;
     }
-    if (n > CACHE_MAX_KEY) return c->t->spm ? spm_word(c, s, n) : bpe_word(c, s, n);
+    if (n > CACHE_MAX_KEY) return word(c, s, n);
     uint64_t h = tok_hash(s, n);
     const cache_slot *sl = cache_find(c, s, n, h);
     if (sl) {
@@ -259,7 +335,7 @@ static int bpe_piece(enc_ctx *c, const uint8_t *s, size_t n) {
         return 0;
     }
     size_t start = c->n;
-    if (c->t->spm ? spm_word(c, s, n) : bpe_word(c, s, n)) return -1;
+    if (word(c, s, n)) return -1;
     cache_put(c, s, n, h, c->ids + start, c->n - start);
     return 0;
 }
@@ -636,6 +712,7 @@ int sl_tokenizer_encode(const sl_tokenizer *t, const char *text, size_t len, int
     free(c.slots);
     free(c.ckeys);
     free(c.cids);
+    free(c.uni);
     if (rc) {
         free(c.ids);
         return -1;

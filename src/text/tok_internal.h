@@ -69,6 +69,10 @@ struct sl_tokenizer {
     int spm, byte_fallback, fuse_unk;
     int32_t fb_id[256]; /* id of <0xNN>, -1 if missing */
     int strip_lead;     /* the decoder drops one leading space of the text (Strip, Metaspace) */
+    /* Unigram model: the best-scoring split (Viterbi) instead of merges; unknown characters score the lowest
+     * score minus 10, as Hugging Face's Unigram does */
+    int unigram, n_uni, uni_max_len;
+    double *uni_score, uni_unk_score;
 
     int32_t byte_id[256];  /* id of the single-character token for each byte, -1 if missing */
     char byte_chr[256][3]; /* GPT-2 byte -> UTF-8 of its printable stand-in */
@@ -105,6 +109,11 @@ void tok_pair_insert(tok_pairmap *m, int32_t a, int32_t b, uint32_t rank, int32_
 /* Reads decoder, Metaspace and byte_fallback settings of a SentencePiece-style tokenizer.json (tok_spm.c). */
 int tok_spm_parse_metaspace(tok_pretok *p, json_t *n, const char *path, sl_err *e);
 void tok_spm_decoder(sl_tokenizer *t, json_t *dec);
+/* Turns a Unigram model's [piece, score] list into a vocab object (in model, so the BPE loader reads it) and
+ * keeps the scores. */
+int tok_unigram_vocab(sl_tokenizer *t, json_t *model, const char *path, sl_err *e);
+/* After the vocab is loaded: unk_id, the lowest score and the longest piece. */
+int tok_unigram_finish(sl_tokenizer *t, json_t *model, const char *path, sl_err *e);
 /* Merges for a SentencePiece vocabulary given by scores (llama.cpp's GGUF): every split of a token into two
  * vocab tokens merges into it, higher scores first, as SentencePiece's BPE does. */
 int tok_spm_score_merges(sl_tokenizer *t, const float *scores, const int32_t *types, const char *where, sl_err *e);

@@ -110,3 +110,51 @@ int tok_spm_score_merges(sl_tokenizer *t, const float *scores, const int32_t *ty
     free(sorted);
     return 0;
 }
+
+int tok_unigram_vocab(sl_tokenizer *t, json_t *model, const char *path, sl_err *e) {
+    json_t *list = json_object_get(model, "vocab"), *it;
+    if (!json_is_array(list))
+        return sl_fail(e, "%s: Unigram model has no \"vocab\" list (expected [piece, score] pairs)", path);
+    size_t n = json_array_size(list), i;
+    if (n > INT32_MAX / 2) return sl_fail(e, "%s: Unigram vocab too large", path);
+    json_t *obj = json_object();
+    t->uni_score = malloc(sizeof *t->uni_score * (n ? n : 1));
+    if (!obj || !t->uni_score) {
+        json_decref(obj);
+        return sl_fail(e, "out of memory");
+    }
+    json_array_foreach(list, i, it) {
+        json_t *p = json_array_get(it, 0), *s = json_array_get(it, 1);
+        if (json_array_size(it) != 2 || !json_is_string(p) || !json_is_number(s)) {
+            json_decref(obj);
+            return sl_fail(e, "%s: model vocab[%zu]: expected a [piece, score] pair", path, i);
+        }
+        if (!json_object_get(obj, json_string_value(p))) /* a repeated piece keeps its first id */
+            json_object_set_new(obj, json_string_value(p), json_integer((json_int_t)i));
+        t->uni_score[i] = json_number_value(s);
+    }
+    json_object_set_new(model, "vocab", obj);
+    json_object_set_new(model, "merges", json_array());
+    t->unigram = 1;
+    t->n_uni = (int)n;
+    return 0;
+}
+
+int tok_unigram_finish(sl_tokenizer *t, json_t *model, const char *path, sl_err *e) {
+    json_t *unk = json_object_get(model, "unk_id");
+    t->unk_id = -1;
+    if (unk && !json_is_null(unk)) {
+        if (!json_is_integer(unk) || json_integer_value(unk) < 0 || json_integer_value(unk) >= t->n_uni)
+            return sl_fail(e, "%s: Unigram unk_id (expected an index into the %d-entry vocab, or null)", path,
+                           t->n_uni);
+        t->unk_id = (int32_t)json_integer_value(unk);
+    }
+    double lo = 0;
+    for (int i = 0; i < t->n_uni; i++)
+        if (i == 0 || t->uni_score[i] < lo) lo = t->uni_score[i];
+    t->uni_unk_score = lo - 10.0;
+    for (int id = 0; id < t->n_uni && id < t->n_vocab; id++)
+        if ((t->flags[id] & TOK_F_MODEL) && (int)t->piece_len[id] > t->uni_max_len)
+            t->uni_max_len = (int)t->piece_len[id];
+    return 0;
+}

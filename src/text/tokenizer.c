@@ -524,8 +524,12 @@ static int load_json(sl_tokenizer *t, json_t *root, const char *path, sl_err *e)
     json_t *model = json_object_get(root, "model");
     if (!json_is_object(model)) return sl_fail(e, "%s: no \"model\" object (expected a tokenizer.json)", path);
     const char *type = json_string_value(json_object_get(model, "type"));
+    if (type && !strcmp(type, "Unigram")) {
+        if (tok_unigram_vocab(t, model, path, e)) return -1;
+    } else if (type && strcmp(type, "BPE")) {
+        return sl_fail(e, "%s: model type \"%s\" (expected BPE or Unigram)", path, type);
+    }
     json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model, "merges");
-    if (type && strcmp(type, "BPE")) return sl_fail(e, "%s: model type \"%s\" (expected BPE)", path, type);
     if (!json_is_object(vocab) || !json_is_array(merges))
         return sl_fail(e, "%s: model has no \"vocab\" object or \"merges\" list (expected a BPE model)", path);
     const char *cp = json_string_value(json_object_get(model, "continuing_subword_prefix"));
@@ -578,6 +582,7 @@ static int load_json(sl_tokenizer *t, json_t *root, const char *path, sl_err *e)
     t->unk_id = -1;
     const char *unk = json_string_value(json_object_get(model, "unk_token"));
     if (unk) t->unk_id = tok_strmap_find(t, unk, strlen(unk));
+    if (t->unigram && tok_unigram_finish(t, model, path, e)) return -1;
 
     if (parse_merges(t, merges, path, e)) return -1;
     if (parse_normalizer(t, json_object_get(root, "normalizer"), path, e)) return -1;
@@ -585,7 +590,7 @@ static int load_json(sl_tokenizer *t, json_t *root, const char *path, sl_err *e)
     if (parse_post(t, json_object_get(root, "post_processor"), path, e)) return -1;
     /* ByteLevel decides: a byte-level vocabulary never falls back to bytes, and Prepend/Replace are then plain
      * normalizers. Without it, byte_fallback, Metaspace or those normalizers mark a SentencePiece-style one. */
-    int bytelevel = 0, metaspace = 0, spm = t->byte_fallback;
+    int bytelevel = 0, metaspace = 0, spm = t->byte_fallback || t->unigram;
     for (int i = 0; i < t->n_pretok; i++) {
         bytelevel |= t->pretok[i].kind == PT_BYTELEVEL;
         metaspace |= t->pretok[i].kind == PT_METASPACE;
@@ -593,6 +598,8 @@ static int load_json(sl_tokenizer *t, json_t *root, const char *path, sl_err *e)
     for (int i = 0; i < t->n_norm; i++) spm |= t->norm[i] == NORM_PREPEND || t->norm[i] == NORM_REPLACE;
     if (bytelevel && metaspace)
         return sl_fail(e, "%s: both a ByteLevel and a Metaspace pre_tokenizer (expected one of them)", path);
+    if (bytelevel && t->unigram)
+        return sl_fail(e, "%s: a Unigram model with a ByteLevel pre_tokenizer (expected Metaspace or none)", path);
     spm = !bytelevel && (spm || metaspace);
     if (!bytelevel && !spm)
         return sl_fail(e,
@@ -768,6 +775,7 @@ void sl_tokenizer_free(sl_tokenizer *t) {
     free(t->eos);
     free(t->chat_template);
     free(t->eos_ids);
+    free(t->uni_score);
     free(t);
 }
 

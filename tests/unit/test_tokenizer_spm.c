@@ -145,3 +145,38 @@ Test(tokenizer_spm, errors) {
              (int)(n - json), json, n + strlen("\"normalizer\": null"));
     expect_error(fixed, "Replace normalizer");
 }
+
+/* Unigram pieces and scores: <unk> 0, ▁ -2, a -3, b -3, ab -4, ▁ab -5, c -3, abc -10, <0xC3> 0, <0xA9> 0
+ * (unknown characters score -10 - 10 = -20) */
+static const char UNIGRAM[] =
+    "{\"added_tokens\": [{\"id\": 0, \"content\": \"<unk>\", \"special\": true}],"
+    " \"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"" MS "\", \"prepend_scheme\": \"always\"},"
+    " \"decoder\": {\"type\": \"Metaspace\", \"replacement\": \"" MS "\", \"prepend_scheme\": \"always\"},"
+    " \"model\": {\"type\": \"Unigram\", \"unk_id\": %s, \"byte_fallback\": true, \"vocab\": [[\"<unk>\", 0.0],"
+    " [\"" MS "\", -2.0], [\"a\", -3.0], [\"b\", -3.0], [\"ab\", -4.0], [\"" MS "ab\", -5.0], [\"c\", -3.0],"
+    " [\"abc\", -10.0], [\"<0xC3>\", 0.0], [\"<0xA9>\", 0.0]%s]}}";
+
+Test(tokenizer_spm, unigram) {
+    char json[2048];
+    snprintf(json, sizeof json, UNIGRAM, "0", "");
+    sl_tokenizer *t = load(json);
+    /* ▁ab (-5) beats ▁ + ab (-6); ▁ab c (-8) beats ▁ + abc (-12); é has no piece: its bytes; çç has no piece
+     * and no byte token for A7: one unknown */
+    int32_t want[] = {5, 5, 6, 1, 8, 9, 1, 0};
+    expect_ids(t, "ab abc \xC3\xA9 \xC3\xA7\xC3\xA7", want, 8);
+    expect_decode(t, want, 8, "ab abc \xC3\xA9 ");
+    sl_tokenizer_free(t);
+    snprintf(json, sizeof json, UNIGRAM, "10", "");
+    expect_error(json, "Unigram unk_id");
+    snprintf(json, sizeof json, UNIGRAM, "0", ", [\"d\"]");
+    expect_error(json, "model vocab[10]: expected a [piece, score] pair");
+    /* without unk_id, a character no piece covers is an error naming it */
+    snprintf(json, sizeof json, UNIGRAM, "null", "");
+    t = load(json);
+    int32_t *ids;
+    int n;
+    sl_err e;
+    cr_expect_neq(sl_tokenizer_encode(t, "a\xC3\xA7", 3, 0, &ids, &n, &e), 0);
+    cr_expect(strstr(e.msg, "\"\xC3\xA7\" is not in the Unigram vocabulary"), "%s", e.msg);
+    sl_tokenizer_free(t);
+}
