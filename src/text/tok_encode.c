@@ -350,6 +350,8 @@ static int work_append(enc_ctx *c, const char *s, size_t n, size_t *off) {
         while (cap < c->work_len + n) cap *= 2;
         char *p = realloc(c->work, cap);
         if (!p) return oom(c);
+        /* PCRE2's JIT may look at bytes past the subject (SIMD scans): keep them defined */
+        memset(p + c->work_cap, 0, cap - c->work_cap);
         c->work = p;
         c->work_cap = cap;
     }
