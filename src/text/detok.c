@@ -87,7 +87,8 @@ int sl_tokenizer_decode(const sl_tokenizer *t, const int32_t *ids, int n, int sk
         memcpy(bytes + k, t->dec + t->dec_off[ids[i]], t->dec_len[ids[i]]);
         k += t->dec_len[ids[i]];
     }
-    size_t m = repair(bytes, k, text, 0, &tail);
+    size_t skip = t->strip_lead && k && bytes[0] == ' '; /* SentencePiece's space in front of the text */
+    size_t m = repair(bytes + skip, k - skip, text, 0, &tail);
     free(bytes);
     text[m] = 0;
     *out = text;
@@ -109,6 +110,7 @@ void sl_detok_free(sl_detok *d) {
 
 void sl_detok_reset(sl_detok *d) {
     d->n_pend = 0;
+    d->started = 0;
 }
 
 static int reserve(sl_detok *d, size_t n, sl_err *e) {
@@ -128,12 +130,18 @@ int sl_detok_push(sl_detok *d, int32_t id, const char **out, size_t *len, sl_err
     *len = 0;
     if (id < 0 || id >= t->n_vocab) return sl_fail(e, "detok: token id %d out of range [0, %d)", id, t->n_vocab);
     if (d->skip_special && (t->flags[id] & TOK_F_SPECIAL)) return 0;
-    size_t n = (size_t)d->n_pend + t->dec_len[id], tail;
+    const char *src = t->dec + t->dec_off[id];
+    size_t sl = t->dec_len[id];
+    if (!d->started && sl) {
+        d->started = 1;
+        if (t->strip_lead && src[0] == ' ') src++, sl--;
+    }
+    size_t n = (size_t)d->n_pend + sl, tail;
     /* bytes are staged in the second half of buf, repaired text goes to the first */
     if (reserve(d, n * 4 + 4, e)) return -1;
     uint8_t *in = (uint8_t *)d->buf + n * 3 + 3;
     memcpy(in, d->pend, (size_t)d->n_pend);
-    memcpy(in + d->n_pend, t->dec + t->dec_off[id], t->dec_len[id]);
+    memcpy(in + d->n_pend, src, sl);
     size_t m = repair(in, n, d->buf, 1, &tail);
     memcpy(d->pend, in + n - tail, tail);
     d->n_pend = (int)tail;

@@ -15,7 +15,8 @@ typedef struct sl_detok {
     int skip_special;
     uint8_t pend[4]; /* start of a character still missing bytes */
     int n_pend;
-    char *buf; /* owned; what push/flush return points here */
+    int started; /* some text came out (a leading space the decoder strips is dropped only before that) */
+    char *buf;   /* owned; what push/flush return points here */
     size_t cap;
 } sl_detok;
 

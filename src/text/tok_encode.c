@@ -46,6 +46,12 @@ typedef struct enc_ctx {
     size_t ckeys_len;
     int32_t *cids;
     size_t cids_len, cids_cap;
+    int at_origin; /* the text reaching the pre-tokenizer starts the input (Metaspace prepend_scheme "first") */
+    struct uni_node {
+        double score;
+        int32_t start, id; /* start -1: no path ends here yet */
+    } * uni;
+    size_t uni_cap;
 } enc_ctx;
 
 static int oom(enc_ctx *c) {
@@ -165,6 +171,8 @@ static int reserve_scratch(enc_ctx *c, size_t n) {
     return 0;
 }
 
+static int bpe_merge(enc_ctx *c, size_t n);
+
 /* Merges the bytes of one pre-token by rank (lowest rank first, leftmost on ties) and appends the ids. */
 static int bpe_word(enc_ctx *c, const uint8_t *b, size_t n) {
     const sl_tokenizer *t = c->t;
@@ -178,11 +186,18 @@ static int bpe_word(enc_ctx *c, const uint8_t *b, size_t n) {
         int id = tok_strmap_find(t, c->mapped, m);
         if (id >= 0 && (t->flags[id] & TOK_F_MODEL)) return push(c, id);
     }
+    for (size_t i = 0; i < n; i++) c->syms[i].id = t->byte_id[b[i]] >= 0 ? t->byte_id[b[i]] : t->unk_id;
+    return bpe_merge(c, n);
+}
+
+/* Merges syms[0..n) (ids filled in) by rank, lowest first and leftmost on ties, and appends the ids. */
+static int bpe_merge(enc_ctx *c, size_t n) {
+    const sl_tokenizer *t = c->t;
     bpe_sym *s = c->syms;
     bpe_item *h = c->heap;
     size_t nh = 0;
+    if (!n) return 0;
     for (size_t i = 0; i < n; i++) {
-        s[i].id = t->byte_id[b[i]] >= 0 ? t->byte_id[b[i]] : t->unk_id;
         s[i].prev = (int32_t)i - 1;
         s[i].next = i + 1 < n ? (int32_t)i + 1 : -1;
     }
@@ -203,13 +218,115 @@ static int bpe_word(enc_ctx *c, const uint8_t *b, size_t n) {
     return 0;
 }
 
+/* A SentencePiece-style pre-token: characters are the starting symbols; one missing from the vocab becomes
+ * its <0xNN> byte tokens (byte_fallback) or the unknown token (once for a run of them with fuse_unk). */
+static int spm_word(enc_ctx *c, const uint8_t *b, size_t n) {
+    const sl_tokenizer *t = c->t;
+    if (reserve_scratch(c, n)) return -1;
+    if (t->ignore_merges) {
+        int id = tok_strmap_find(t, (const char *)b, n);
+        if (id >= 0 && (t->flags[id] & TOK_F_MODEL)) return push(c, id);
+    }
+    size_t ns = 0;
+    int prev_unk = 0;
+    for (size_t i = 0; i < n;) {
+        int r = tok_utf8_step(b + i, n - i);
+        size_t k = r > 0 ? (size_t)r : r < 0 ? (size_t)-r : n - i;
+        int id = r > 0 ? tok_strmap_find(t, (const char *)b + i, k) : -1;
+        if (id >= 0 && !(t->flags[id] & TOK_F_MODEL)) id = -1;
+        int bytes = id < 0 && t->byte_fallback;
+        for (size_t j = 0; bytes && j < k; j++) bytes = t->fb_id[b[i + j]] >= 0;
+        if (id >= 0) {
+            c->syms[ns++].id = id;
+        } else if (bytes) {
+            for (size_t j = 0; j < k; j++) c->syms[ns++].id = t->fb_id[b[i + j]];
+        } else if (t->unk_id >= 0 && !(t->fuse_unk && prev_unk)) {
+            c->syms[ns++].id = t->unk_id;
+        }
+        prev_unk = id < 0 && !bytes;
+        i += k;
+    }
+    return bpe_merge(c, ns);
+}
+
+/* Appends the byte tokens of s[0..n) when byte_fallback has them all, else the unknown token. */
+static int unknown_run(enc_ctx *c, const uint8_t *s, size_t n) {
+    const sl_tokenizer *t = c->t;
+    int id = tok_strmap_find(t, (const char *)s, n); /* the run may itself be a piece (the unknown token's text) */
+    if (id >= 0 && (t->flags[id] & TOK_F_MODEL)) return push(c, id);
+    int bytes = t->byte_fallback;
+    for (size_t j = 0; bytes && j < n; j++) bytes = t->fb_id[s[j]] >= 0;
+    if (!bytes) return push(c, t->unk_id);
+    for (size_t j = 0; j < n; j++)
+        if (push(c, t->fb_id[s[j]])) return -1;
+    return 0;
+}
+
+/* Unigram: the split whose pieces' scores sum highest (ties: the first found, scanning starts then lengths
+ * in order); a character no piece starts with is unknown, and a run of unknowns is one unknown piece. */
+static int unigram_word(enc_ctx *c, const uint8_t *b, size_t n) {
+    const sl_tokenizer *t = c->t;
+    if (n + 1 > c->uni_cap) {
+        struct uni_node *u = realloc(c->uni, (n + 1) * sizeof *u);
+        if (!u) return oom(c);
+        c->uni = u;
+        c->uni_cap = n + 1;
+    }
+    if (reserve_scratch(c, n)) return -1;
+    struct uni_node *u = c->uni;
+    for (size_t i = 0; i <= n; i++) u[i] = (struct uni_node){0, -1, -1};
+    u[0].start = 0;
+    for (size_t i = 0; i < n;) {
+        int r = tok_utf8_step(b + i, n - i);
+        size_t mb = r > 0 ? (size_t)r : 1, lim = n - i < (size_t)t->uni_max_len ? n - i : (size_t)t->uni_max_len;
+        int single = 0;
+        for (size_t len = 1; len <= lim; len++) {
+            if (i + len < n && (b[i + len] & 0xC0) == 0x80) continue; /* pieces end on character boundaries */
+            int id = tok_strmap_find(t, (const char *)b + i, len);
+            if (id < 0 || id >= t->n_uni || !(t->flags[id] & TOK_F_MODEL)) continue;
+            double cand = u[i].score + t->uni_score[id];
+            if (u[i + len].start < 0 || cand > u[i + len].score) u[i + len] = (struct uni_node){cand, (int32_t)i, id};
+            single |= len == mb;
+        }
+        if (!single) {
+            if (t->unk_id < 0)
+                return sl_fail(c->e, "tokenizer: \"%.*s\" is not in the Unigram vocabulary, which has no unk_id",
+                               (int)mb, (const char *)b + i);
+            double cand = u[i].score + t->uni_unk_score;
+            if (u[i + mb].start < 0 || cand > u[i + mb].score)
+                u[i + mb] = (struct uni_node){cand, (int32_t)i, t->unk_id};
+        }
+        i += mb;
+    }
+    /* back from the end: syms[k] holds a piece (id, start, end), last piece first */
+    size_t k = 0;
+    for (size_t end = n; end > 0; end = (size_t)u[end].start) {
+        int unk = u[end].id == t->unk_id;
+        if (unk && k && c->syms[k - 1].id == t->unk_id) { /* fuse with the unknown run after it */
+            c->syms[k - 1].prev = u[end].start;
+            continue;
+        }
+        c->syms[k++] = (bpe_sym){u[end].id, u[end].start, (int32_t)end};
+    }
+    while (k--) {
+        const bpe_sym *p = &c->syms[k];
+        int rc = p->id == t->unk_id ? unknown_run(c, b + p->prev, (size_t)(p->next - p->prev)) : push(c, p->id);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+static int word(enc_ctx *c, const uint8_t *s, size_t n) {
+    return c->t->unigram ? unigram_word(c, s, n) : c->t->spm ? spm_word(c, s, n) : bpe_word(c, s, n);
+}
+
 static int bpe_piece(enc_ctx *c, const uint8_t *s, size_t n) {
     if (!n) return 0;
-    if (n == 1) {
+    if (n == 1 && !c->t->spm) {
         int32_t id = c->t->byte_id[s[0]] >= 0 ? c->t->byte_id[s[0]] : c->t->unk_id;
         return id >= 0 ? push(c, id) : 0;
     }
-    if (n > CACHE_MAX_KEY) return bpe_word(c, s, n);
+    if (n > CACHE_MAX_KEY) return word(c, s, n);
     uint64_t h = tok_hash(s, n);
     const cache_slot *sl = cache_find(c, s, n, h);
     if (sl) {
@@ -218,7 +335,7 @@ static int bpe_piece(enc_ctx *c, const uint8_t *s, size_t n) {
         return 0;
     }
     size_t start = c->n;
-    if (bpe_word(c, s, n)) return -1;
+    if (word(c, s, n)) return -1;
     cache_put(c, s, n, h, c->ids + start, c->n - start);
     return 0;
 }
@@ -233,6 +350,8 @@ static int work_append(enc_ctx *c, const char *s, size_t n, size_t *off) {
         while (cap < c->work_len + n) cap *= 2;
         char *p = realloc(c->work, cap);
         if (!p) return oom(c);
+        /* PCRE2's JIT may look at bytes past the subject (SIMD scans): keep them defined */
+        memset(p + c->work_cap, 0, cap - c->work_cap);
         c->work = p;
         c->work_cap = cap;
     }
@@ -341,6 +460,41 @@ static int split_step(enc_ctx *c, int step, size_t off, size_t len) {
     return flush_pending(c, step, &pd);
 }
 
+static int is_metaspace(const char *s) {
+    return !memcmp(s, "\xE2\x96\x81", 3);
+}
+
+/* Metaspace: spaces become U+2581, one goes in front (always, or only at the start of the input), and with
+ * split each U+2581 starts a new pre-token. */
+static int metaspace_step(enc_ctx *c, int step, size_t off, size_t len) {
+    const tok_pretok *p = &c->t->pretok[step];
+    size_t spaces = 0, o = 0;
+    for (size_t i = 0; i < len; i++) spaces += c->work[off + i] == ' ';
+    int pre = (p->prepend == MS_ALWAYS || (p->prepend == MS_FIRST && c->at_origin)) && c->work[off] != ' ' &&
+              !(len >= 3 && is_metaspace(c->work + off));
+    c->at_origin = 0;
+    size_t n = len + 2 * spaces + (pre ? 3 : 0);
+    if (work_append(c, NULL, n, &o)) return -1;
+    char *d = c->work + o; /* the append may have moved work: the source is read only now */
+    if (pre) memcpy(d, "\xE2\x96\x81", 3), d += 3;
+    for (size_t i = 0; i < len; i++) {
+        char ch = c->work[off + i];
+        if (ch == ' ')
+            memcpy(d, "\xE2\x96\x81", 3), d += 3;
+        else
+            *d++ = ch;
+    }
+    if (!p->split) return run_pretok(c, step + 1, o, n);
+    size_t start = 0;
+    for (size_t i = 3; i + 3 <= n; i++) {
+        if (!is_metaspace(c->work + o + i)) continue;
+        if (run_pretok(c, step + 1, o + start, i - start)) return -1;
+        start = i;
+        i += 2;
+    }
+    return run_pretok(c, step + 1, o + start, n - start);
+}
+
 static int run_pretok(enc_ctx *c, int step, size_t off, size_t len) {
     if (!len) return 0;
     if (step == c->t->n_pretok) return bpe_piece(c, (const uint8_t *)c->work + off, len);
@@ -351,6 +505,7 @@ static int run_pretok(enc_ctx *c, int step, size_t off, size_t len) {
         memcpy(c->work + o, c->work + off, len); /* copied only now: the appends may have moved work */
         off = o - 1, len++;
     }
+    if (p->kind == PT_METASPACE) return metaspace_step(c, step, off, len);
     if (!p->re) return run_pretok(c, step + 1, off, len);
     return split_step(c, step, off, len);
 }
@@ -360,7 +515,9 @@ static int pretok_segment(enc_ctx *c, const char *s, size_t n) {
     c->work_len = 0;
     if (!n) return 0;
     if (work_append(c, s, n, &off)) return -1;
-    return run_pretok(c, 0, off, n);
+    int rc = run_pretok(c, 0, off, n);
+    c->at_origin = 0;
+    return rc;
 }
 
 /* ---- added tokens ---- */
@@ -412,6 +569,7 @@ static int split_added(enc_ctx *c, const char *text, size_t n, int pass) {
             while (me < n && is_space(s[me])) me++;
         int rc = pass ? pretok_segment(c, text + seg, ms - seg) : normalize_run(c, text + seg, ms - seg);
         if (rc || push(c, hit->id)) return -1;
+        c->at_origin = 0;
         seg = me;
         pos = me - 1;
     }
@@ -439,11 +597,38 @@ static int lowercase(const uint8_t *s, size_t n, uint8_t **out, size_t *len) {
     return 0;
 }
 
+/* Prepend (args[0] before non-empty text) or Replace (every args[0] by args[1]) into a new buffer. */
+static int replace(const uint8_t *s, size_t n, int kind, char *const args[2], uint8_t **out, size_t *len) {
+    size_t la = strlen(args[0]), lb = kind == NORM_REPLACE ? strlen(args[1]) : 0, k = 0, hits = 0;
+    if (kind == NORM_REPLACE)
+        for (size_t i = 0; i + la <= n; i++)
+            if (!memcmp(s + i, args[0], la)) hits++, i += la - 1;
+    uint8_t *d = malloc(n + la + hits * lb + 1);
+    if (!d) return -1;
+    if (kind == NORM_PREPEND) {
+        if (n) memcpy(d, args[0], la), k = la;
+        memcpy(d + k, s, n);
+        k += n;
+    } else {
+        for (size_t i = 0; i < n;) {
+            if (i + la <= n && !memcmp(s + i, args[0], la)) {
+                memcpy(d + k, args[1], lb);
+                k += lb, i += la;
+            } else {
+                d[k++] = s[i++];
+            }
+        }
+    }
+    *out = d;
+    *len = k;
+    return 0;
+}
+
 /* Normalizes a valid UTF-8 run (ascii: it has no byte >= 0x80) and passes it on. */
 static int normalize_valid(enc_ctx *c, const char *s, size_t n, int ascii) {
     const sl_tokenizer *t = c->t;
     int need = 0;
-    for (int i = 0; i < t->n_norm; i++) need |= t->norm[i] == NORM_LOWER || !ascii;
+    for (int i = 0; i < t->n_norm; i++) need |= t->norm[i] >= NORM_LOWER || !ascii;
     if (!need) /* every Unicode normal form leaves ASCII alone */
         return t->any_added_normalized ? split_added(c, s, n, 1) : pretok_segment(c, s, n);
     uint8_t *cur = NULL;
@@ -454,6 +639,8 @@ static int normalize_valid(enc_ctx *c, const char *s, size_t n, int ascii) {
         size_t dlen = 0;
         if (t->norm[i] == NORM_LOWER) {
             if (lowercase(src, cur_len, &dst, &dlen)) dst = NULL;
+        } else if (t->norm[i] == NORM_PREPEND || t->norm[i] == NORM_REPLACE) {
+            if (replace(src, cur_len, t->norm[i], t->norm_arg[i], &dst, &dlen)) dst = NULL;
         } else {
             static const utf8proc_option_t opts[] = {
                 [NORM_NFC] = UTF8PROC_STABLE | UTF8PROC_COMPOSE,
@@ -498,7 +685,8 @@ static int normalize_run(enc_ctx *c, const char *text, size_t n) {
         if (i < n) {
             int r = tok_utf8_step(s + i, n - i);
             size_t k = r < 0 ? (size_t)-r : n - i;
-            if (bpe_piece(c, s + i, k)) return -1;
+            if ((c->t->spm ? spm_word(c, s + i, k) : bpe_piece(c, s + i, k))) return -1;
+            c->at_origin = 0;
             i += k;
         }
     }
@@ -507,7 +695,7 @@ static int normalize_run(enc_ctx *c, const char *text, size_t n) {
 
 int sl_tokenizer_encode(const sl_tokenizer *t, const char *text, size_t len, int add_specials, int32_t **ids,
                         int *n_ids, sl_err *e) {
-    enc_ctx c = {.t = t, .e = e};
+    enc_ctx c = {.t = t, .e = e, .at_origin = 1};
     int rc = 0;
     *ids = NULL;
     *n_ids = 0;
@@ -526,6 +714,7 @@ int sl_tokenizer_encode(const sl_tokenizer *t, const char *text, size_t len, int
     free(c.slots);
     free(c.ckeys);
     free(c.cids);
+    free(c.uni);
     if (rc) {
         free(c.ids);
         return -1;

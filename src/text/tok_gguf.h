@@ -1,5 +1,6 @@
 /* The tokenizer of a GGUF file: tokenizer.ggml.* metadata (gpt2-style byte-level BPE: tokens, token types,
- * merges, special ids, add_bos/add_eos, the pre-tokenizer by name) and tokenizer.chat_template. */
+ * merges, special ids, add_bos/add_eos, the pre-tokenizer by name; or llama-style SentencePiece: tokens, scores,
+ * token types, add_space_prefix) and tokenizer.chat_template. */
 #ifndef SLUICE_TEXT_TOK_GGUF_H
 #define SLUICE_TEXT_TOK_GGUF_H
 

@@ -3,6 +3,7 @@
 #define SLUICE_TEXT_TOK_INTERNAL_H
 
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include <jansson.h>
 #include <pcre2.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -21,9 +22,10 @@ typedef struct tok_added {
     uint8_t special, lstrip, rstrip, normalized, single_word;
 } tok_added;
 
-enum { NORM_NFC = 1, NORM_NFD, NORM_NFKC, NORM_NFKD, NORM_LOWER };
+enum { NORM_NFC = 1, NORM_NFD, NORM_NFKC, NORM_NFKD, NORM_LOWER, NORM_PREPEND, NORM_REPLACE };
 
-enum { PT_SPLIT = 1, PT_BYTELEVEL };
+enum { PT_SPLIT = 1, PT_BYTELEVEL, PT_METASPACE };
+enum { MS_NEVER = 0, MS_FIRST, MS_ALWAYS }; /* Metaspace prepend_scheme */
 enum { SPLIT_REMOVED = 1, SPLIT_ISOLATED, SPLIT_MERGED_PREV, SPLIT_MERGED_NEXT, SPLIT_CONTIGUOUS };
 
 typedef struct tok_pretok {
@@ -32,6 +34,7 @@ typedef struct tok_pretok {
     int jit;        /* re was JIT compiled */
     int behavior, invert;
     int add_prefix_space;
+    int prepend, split; /* Metaspace: MS_*, and whether to split before each U+2581 */
 } tok_pretok;
 
 /* Open-addressing map from a vocab string to its id. Slots hold id+1 (0 = empty) and 32 bits of the hash. */
@@ -61,6 +64,15 @@ struct sl_tokenizer {
     tok_pairmap merges;
     int ignore_merges;
     int32_t unk_id;
+    /* SentencePiece-style (no ByteLevel pre-tokenizer): BPE over characters, U+2581 for spaces, characters
+     * missing from the vocab spelled as <0xNN> byte tokens (byte_fallback) or as unk_id (fused when fuse_unk). */
+    int spm, byte_fallback, fuse_unk;
+    int32_t fb_id[256]; /* id of <0xNN>, -1 if missing */
+    int strip_lead;     /* the decoder drops one leading space of the text (Strip, Metaspace) */
+    /* Unigram model: the best-scoring split (Viterbi) instead of merges; unknown characters score the lowest
+     * score minus 10, as Hugging Face's Unigram does */
+    int unigram, n_uni, uni_max_len;
+    double *uni_score, uni_unk_score;
 
     int32_t byte_id[256];  /* id of the single-character token for each byte, -1 if missing */
     char byte_chr[256][3]; /* GPT-2 byte -> UTF-8 of its printable stand-in */
@@ -73,6 +85,7 @@ struct sl_tokenizer {
     int any_added_normalized, any_added_raw;
 
     int norm[8], n_norm;
+    char *norm_arg[8][2]; /* Prepend: the prefix; Replace: the pattern and its replacement */
     tok_pretok pretok[8];
     int n_pretok;
 
@@ -92,6 +105,18 @@ static inline uint64_t tok_hash(const void *p, size_t n) {
 }
 
 int tok_strmap_find(const sl_tokenizer *t, const char *s, size_t n);
+void tok_pair_insert(tok_pairmap *m, int32_t a, int32_t b, uint32_t rank, int32_t merged);
+/* Reads decoder, Metaspace and byte_fallback settings of a SentencePiece-style tokenizer.json (tok_spm.c). */
+int tok_spm_parse_metaspace(tok_pretok *p, json_t *n, const char *path, sl_err *e);
+void tok_spm_decoder(sl_tokenizer *t, json_t *dec);
+/* Turns a Unigram model's [piece, score] list into a vocab object (in model, so the BPE loader reads it) and
+ * keeps the scores. */
+int tok_unigram_vocab(sl_tokenizer *t, json_t *model, const char *path, sl_err *e);
+/* After the vocab is loaded: unk_id, the lowest score and the longest piece. */
+int tok_unigram_finish(sl_tokenizer *t, json_t *model, const char *path, sl_err *e);
+/* Merges for a SentencePiece vocabulary given by scores (llama.cpp's GGUF): every split of a token into two
+ * vocab tokens merges into it, higher scores first, as SentencePiece's BPE does. */
+int tok_spm_score_merges(sl_tokenizer *t, const float *scores, const int32_t *types, const char *where, sl_err *e);
 static inline int64_t tok_pair_find(const tok_pairmap *m, int32_t a, int32_t b) {
     uint64_t k = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
     uint32_t i = (uint32_t)((k * 0x9E3779B97F4A7C15ULL) >> 32) & m->mask;

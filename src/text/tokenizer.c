@@ -2,6 +2,7 @@
 #include "text/tok_internal.h"
 
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,7 +73,7 @@ static void strmap_insert(sl_tokenizer *t, int32_t id) {
     m->hashes[i] = h32;
 }
 
-static void pair_insert(tok_pairmap *m, int32_t a, int32_t b, uint32_t rank, int32_t merged) {
+void tok_pair_insert(tok_pairmap *m, int32_t a, int32_t b, uint32_t rank, int32_t merged) {
     uint64_t k = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
     uint32_t i = (uint32_t)((k * 0x9E3779B97F4A7C15ULL) >> 32) & m->mask;
     while (m->keys[i] != UINT64_MAX) {
@@ -103,6 +104,29 @@ static void build_byte_table(sl_tokenizer *t) {
     }
 }
 
+static int hex_digit(char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* The bytes of a SentencePiece-style token: <0xNN> is the byte NN (with byte_fallback), U+2581 a space. */
+static size_t spm_decoded(const sl_tokenizer *t, const char *s, size_t n, char *d) {
+    if (t->byte_fallback && n == 6 && !memcmp(s, "<0x", 3) && s[5] == '>' && hex_digit(s[3]) >= 0 &&
+        hex_digit(s[4]) >= 0) {
+        d[0] = (char)(hex_digit(s[3]) << 4 | hex_digit(s[4]));
+        return 1;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i + 2 < n && !memcmp(s + i, "\xE2\x96\x81", 3)) {
+            d[k++] = ' ';
+            i += 2;
+        } else {
+            d[k++] = s[i];
+        }
+    }
+    return k;
+}
+
 /* Bytes a token stands for: each character mapped back through the byte table, or the raw string when some
  * character is not a byte stand-in (added tokens such as "<|im_end|>" or ones holding spaces). */
 static int build_decoded(sl_tokenizer *t) {
@@ -120,6 +144,11 @@ static int build_decoded(sl_tokenizer *t) {
         if (t->piece_off[id] == TOK_NONE) continue;
         const uint8_t *s = (const uint8_t *)t->strs + t->piece_off[id];
         size_t n = t->piece_len[id], k = at;
+        if (t->spm) {
+            at += spm_decoded(t, (const char *)s, n, t->dec + at);
+            t->dec_len[id] = (uint32_t)(at - t->dec_off[id]);
+            continue;
+        }
         int ok = 1;
         for (size_t i = 0; i < n && ok;) {
             uint32_t cp;
@@ -181,11 +210,30 @@ static int parse_normalizer(sl_tokenizer *t, json_t *n, const char *path, sl_err
                : !strcmp(type, "NFKC")      ? NORM_NFKC
                : !strcmp(type, "NFKD")      ? NORM_NFKD
                : !strcmp(type, "Lowercase") ? NORM_LOWER
+               : !strcmp(type, "Prepend")   ? NORM_PREPEND
+               : !strcmp(type, "Replace")   ? NORM_REPLACE
                                             : 0;
     if (!kind)
-        return sl_fail(e, "%s: unsupported normalizer type \"%s\" (expected NFC, NFD, NFKC, NFKD, Lowercase, Sequence)",
+        return sl_fail(e,
+                       "%s: unsupported normalizer type \"%s\" (expected NFC, NFD, NFKC, NFKD, Lowercase, Prepend, "
+                       "Replace, Sequence)",
                        path, type);
     if (t->n_norm == (int)(sizeof t->norm / sizeof t->norm[0])) return sl_fail(e, "%s: too many normalizers", path);
+    const char *a = NULL, *b = NULL;
+    if (kind == NORM_PREPEND) {
+        a = json_string_value(json_object_get(n, "prepend"));
+        if (!a) return sl_fail(e, "%s: Prepend normalizer without a \"prepend\" string", path);
+    } else if (kind == NORM_REPLACE) {
+        a = json_string_value(json_object_get(json_object_get(n, "pattern"), "String"));
+        b = json_string_value(json_object_get(n, "content"));
+        if (!a || !*a || !b)
+            return sl_fail(e,
+                           "%s: Replace normalizer (expected a non-empty {\"String\": ...} pattern and a \"content\" "
+                           "string; regex patterns are not supported)",
+                           path);
+    }
+    if ((a && !(t->norm_arg[t->n_norm][0] = strdup(a))) || (b && !(t->norm_arg[t->n_norm][1] = strdup(b))))
+        return sl_fail(e, "out of memory");
     t->norm[t->n_norm++] = kind;
     return 0;
 }
@@ -237,9 +285,11 @@ static int parse_pretok(sl_tokenizer *t, json_t *n, const char *path, sl_err *e)
             return sl_fail(e, "%s: unsupported Split behavior \"%s\"", path, b);
         }
         p->invert = json_is_true(json_object_get(n, "invert"));
+    } else if (!strcmp(type, "Metaspace")) {
+        if (tok_spm_parse_metaspace(p, n, path, e)) return -1;
     } else {
-        return sl_fail(e, "%s: unsupported pre_tokenizer type \"%s\" (expected Split, ByteLevel, Sequence)", path,
-                       type);
+        return sl_fail(e, "%s: unsupported pre_tokenizer type \"%s\" (expected Split, ByteLevel, Metaspace, Sequence)",
+                       path, type);
     }
     t->n_pretok++;
     return 0;
@@ -392,7 +442,7 @@ static int parse_merges(sl_tokenizer *t, json_t *merges, const char *path, sl_er
         if (ia < 0 || ib < 0 || im < 0)
             return sl_fail(e, "%s: merges[%zu] \"%.*s\" + \"%.*s\": token not in the vocab", path, i, (int)la, a,
                            (int)lb, b);
-        pair_insert(&t->merges, ia, ib, (uint32_t)i, im);
+        tok_pair_insert(&t->merges, ia, ib, (uint32_t)i, im);
     }
     return 0;
 }
@@ -474,8 +524,12 @@ static int load_json(sl_tokenizer *t, json_t *root, const char *path, sl_err *e)
     json_t *model = json_object_get(root, "model");
     if (!json_is_object(model)) return sl_fail(e, "%s: no \"model\" object (expected a tokenizer.json)", path);
     const char *type = json_string_value(json_object_get(model, "type"));
+    if (type && !strcmp(type, "Unigram")) {
+        if (tok_unigram_vocab(t, model, path, e)) return -1;
+    } else if (type && strcmp(type, "BPE")) {
+        return sl_fail(e, "%s: model type \"%s\" (expected BPE or Unigram)", path, type);
+    }
     json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model, "merges");
-    if (type && strcmp(type, "BPE")) return sl_fail(e, "%s: model type \"%s\" (expected BPE)", path, type);
     if (!json_is_object(vocab) || !json_is_array(merges))
         return sl_fail(e, "%s: model has no \"vocab\" object or \"merges\" list (expected a BPE model)", path);
     const char *cp = json_string_value(json_object_get(model, "continuing_subword_prefix"));
@@ -483,6 +537,8 @@ static int load_json(sl_tokenizer *t, json_t *root, const char *path, sl_err *e)
     if ((cp && *cp) || (ew && *ew))
         return sl_fail(e, "%s: continuing_subword_prefix/end_of_word_suffix are not supported", path);
     t->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
+    t->byte_fallback = json_is_true(json_object_get(model, "byte_fallback"));
+    t->fuse_unk = json_is_true(json_object_get(model, "fuse_unk"));
 
     json_t *added = json_object_get(root, "added_tokens");
     int64_t m = max_id(vocab, added);
@@ -526,14 +582,40 @@ static int load_json(sl_tokenizer *t, json_t *root, const char *path, sl_err *e)
     t->unk_id = -1;
     const char *unk = json_string_value(json_object_get(model, "unk_token"));
     if (unk) t->unk_id = tok_strmap_find(t, unk, strlen(unk));
+    if (t->unigram && tok_unigram_finish(t, model, path, e)) return -1;
 
     if (parse_merges(t, merges, path, e)) return -1;
     if (parse_normalizer(t, json_object_get(root, "normalizer"), path, e)) return -1;
     if (parse_pretok(t, json_object_get(root, "pre_tokenizer"), path, e)) return -1;
     if (parse_post(t, json_object_get(root, "post_processor"), path, e)) return -1;
-    int bytelevel = 0;
-    for (int i = 0; i < t->n_pretok; i++) bytelevel |= t->pretok[i].kind == PT_BYTELEVEL;
-    if (!bytelevel) return sl_fail(e, "%s: no ByteLevel pre_tokenizer (expected a byte-level BPE tokenizer)", path);
+    /* ByteLevel decides: a byte-level vocabulary never falls back to bytes, and Prepend/Replace are then plain
+     * normalizers. Without it, byte_fallback, Metaspace or those normalizers mark a SentencePiece-style one. */
+    int bytelevel = 0, metaspace = 0, spm = t->byte_fallback || t->unigram;
+    for (int i = 0; i < t->n_pretok; i++) {
+        bytelevel |= t->pretok[i].kind == PT_BYTELEVEL;
+        metaspace |= t->pretok[i].kind == PT_METASPACE;
+    }
+    for (int i = 0; i < t->n_norm; i++) spm |= t->norm[i] == NORM_PREPEND || t->norm[i] == NORM_REPLACE;
+    if (bytelevel && metaspace)
+        return sl_fail(e, "%s: both a ByteLevel and a Metaspace pre_tokenizer (expected one of them)", path);
+    if (bytelevel && t->unigram)
+        return sl_fail(e, "%s: a Unigram model with a ByteLevel pre_tokenizer (expected Metaspace or none)", path);
+    spm = !bytelevel && (spm || metaspace);
+    if (!bytelevel && !spm)
+        return sl_fail(e,
+                       "%s: no ByteLevel pre_tokenizer (expected a byte-level BPE with a ByteLevel pre_tokenizer, or "
+                       "a SentencePiece-style BPE with byte_fallback, a Metaspace pre_tokenizer or Prepend/Replace "
+                       "normalizers)",
+                       path);
+    if (spm) {
+        t->spm = 1;
+        for (int b = 0; b < 256; b++) {
+            char name[8];
+            snprintf(name, sizeof name, "<0x%02X>", b);
+            t->fb_id[b] = tok_strmap_find(t, name, 6);
+        }
+        tok_spm_decoder(t, json_object_get(root, "decoder"));
+    }
     if (build_decoded(t)) return sl_fail(e, "out of memory");
     return 0;
 }
@@ -562,15 +644,34 @@ static json_t *vocab_json(const sl_tokenizer_vocab *v) {
     }
     for (int i = 0; i < v->n_merges; i++)
         json_array_append_new(merges, json_stringn_nocheck(v->merges[i], v->merge_lens[i]));
-    if (v->nfc) json_object_set_new(root, "normalizer", json_pack("{s:s}", "type", "NFC"));
-    json_t *bl = json_pack("{s:s, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 0, "use_regex", !v->pre_regex);
-    if (v->pre_regex) {
-        json_t *split = json_pack("{s:s, s:{s:s}, s:s, s:b}", "type", "Split", "pattern", "Regex", v->pre_regex,
-                                  "behavior", "Isolated", "invert", 0);
-        json_object_set_new(root, "pre_tokenizer",
-                            json_pack("{s:s, s:[o, o]}", "type", "Sequence", "pretokenizers", split, bl));
+    if (v->spm) {
+        /* SentencePiece as llama.cpp runs it: a space before the text and after each special token (the
+         * normalizer sees the text between added tokens piece by piece), spaces as U+2581, unknown characters
+         * as <0xNN> byte tokens */
+        json_object_set_new(model, "byte_fallback", json_true());
+        if (v->unk_id >= 0)
+            json_object_set_new(model, "unk_token",
+                                json_stringn_nocheck(v->tokens[v->unk_id], v->token_lens[v->unk_id]));
+        json_t *norms = json_array();
+        if (v->add_space_prefix)
+            json_array_append_new(norms, json_pack("{s:s, s:s}", "type", "Prepend", "prepend", "\xE2\x96\x81"));
+        json_array_append_new(norms, json_pack("{s:s, s:{s:s}, s:s}", "type", "Replace", "pattern", "String", " ",
+                                               "content", "\xE2\x96\x81"));
+        json_object_set_new(root, "normalizer", json_pack("{s:s, s:o}", "type", "Sequence", "normalizers", norms));
+        if (v->add_space_prefix)
+            json_object_set_new(
+                root, "decoder",
+                json_pack("{s:s, s:s, s:i, s:i}", "type", "Strip", "content", " ", "start", 1, "stop", 0));
     } else {
-        json_object_set_new(root, "pre_tokenizer", bl);
+        if (v->nfc) json_object_set_new(root, "normalizer", json_pack("{s:s}", "type", "NFC"));
+        json_t *bl =
+            json_pack("{s:s, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 0, "use_regex", !v->n_pre_regex);
+        json_t *seq = json_array();
+        for (int i = 0; i < v->n_pre_regex; i++)
+            json_array_append_new(seq, json_pack("{s:s, s:{s:s}, s:s, s:b}", "type", "Split", "pattern", "Regex",
+                                                 v->pre_regex[i], "behavior", "Isolated", "invert", 0));
+        json_array_append_new(seq, bl);
+        json_object_set_new(root, "pre_tokenizer", json_pack("{s:s, s:o}", "type", "Sequence", "pretokenizers", seq));
     }
     /* BOS/EOS around each sequence, as a TemplateProcessing post-processor would put them */
     json_t *single = json_array(), *specials = json_object();
@@ -594,8 +695,8 @@ int sl_tokenizer_from_vocab(const sl_tokenizer_vocab *v, sl_tokenizer **out, sl_
     for (int i = 0; i < v->n_tokens; i++)
         if (v->types && (v->types[i] < 1 || v->types[i] > 6))
             return sl_fail(e, "%s: token %d has type %d (expected 1 to 6)", v->where, i, (int)v->types[i]);
-    int32_t ids[3] = {v->bos_id, v->eos_id, v->eot_id};
-    for (int i = 0; i < 3; i++)
+    int32_t ids[4] = {v->bos_id, v->eos_id, v->eot_id, v->unk_id};
+    for (int i = 0; i < 4; i++)
         if (ids[i] < -1 || ids[i] >= v->n_tokens)
             return sl_fail(e, "%s: special token id %d is outside the vocabulary of %d", v->where, (int)ids[i],
                            v->n_tokens);
@@ -604,6 +705,7 @@ int sl_tokenizer_from_vocab(const sl_tokenizer_vocab *v, sl_tokenizer **out, sl_
     sl_tokenizer *t = calloc(1, sizeof *t);
     int rc = t ? load_json(t, root, v->where, e) : sl_fail(e, "out of memory");
     json_decref(root);
+    if (!rc && v->spm) rc = tok_spm_score_merges(t, v->scores, v->types, v->where, e);
     if (!rc) {
         if (v->bos_id >= 0) t->bos = strdup(sl_tokenizer_piece(t, v->bos_id) ? sl_tokenizer_piece(t, v->bos_id) : "");
         if (v->eos_id >= 0) t->eos = strdup(sl_tokenizer_piece(t, v->eos_id) ? sl_tokenizer_piece(t, v->eos_id) : "");
@@ -666,12 +768,14 @@ void sl_tokenizer_free(sl_tokenizer *t) {
     free(t->merges.vals);
     free(t->added);
     for (int i = 0; i < t->n_pretok; i++) pcre2_code_free(t->pretok[i].re);
+    for (int i = 0; i < 8; i++) free(t->norm_arg[i][0]), free(t->norm_arg[i][1]);
     free(t->prefix_ids);
     free(t->suffix_ids);
     free(t->bos);
     free(t->eos);
     free(t->chat_template);
     free(t->eos_ids);
+    free(t->uni_score);
     free(t);
 }
 

@@ -1,4 +1,5 @@
-/* Byte-level BPE tokenizer loaded from a Hugging Face tokenizer.json (GPT-2, Llama 3, Qwen 2/3 style).
+/* BPE tokenizer loaded from a Hugging Face tokenizer.json: byte-level (GPT-2, Llama 3, Qwen 2/3 style) or
+ * SentencePiece-style (Llama 2, Mistral: U+2581 for spaces, byte fallback).
  * A loaded tokenizer is immutable: every function takes it const and may be called from several threads. */
 #ifndef SLUICE_TEXT_TOKENIZER_H
 #define SLUICE_TEXT_TOKENIZER_H
@@ -15,7 +16,7 @@ typedef struct sl_tokenizer sl_tokenizer;
 int sl_tokenizer_load(const char *dir, sl_tokenizer **out, sl_err *e);
 void sl_tokenizer_free(sl_tokenizer *t);
 
-/* A byte-level BPE vocabulary given as arrays (as GGUF metadata holds it). Strings need not be
+/* A BPE vocabulary given as arrays (as GGUF metadata holds it). Strings need not be
  * NUL-terminated. */
 typedef struct sl_tokenizer_vocab {
     const char *where; /* names the source in errors */
@@ -28,12 +29,19 @@ typedef struct sl_tokenizer_vocab {
     int n_merges;
     const char *const *merges; /* "left right" */
     const size_t *merge_lens;
-    const char *pre_regex;          /* the Split pattern applied before byte-level encoding; NULL: GPT-2's */
+    const char *const *pre_regex; /* Split patterns applied in turn before byte-level encoding; none: GPT-2's */
+    int n_pre_regex;
     int nfc;                        /* NFC-normalise text first */
     int ignore_merges;              /* whole words found in the vocab skip merging */
     int32_t bos_id, eos_id, eot_id; /* -1: none */
     int add_bos, add_eos;
     const char *chat_template; /* NULL: none */
+    /* SentencePiece (llama.cpp's "llama" model): merges come from scores (n_merges 0), spaces are U+2581,
+     * byte tokens <0xNN> spell characters missing from the vocab */
+    int spm;
+    const float *scores;  /* per token */
+    int add_space_prefix; /* a space before the text and after each special token; decoding drops it */
+    int32_t unk_id;       /* -1: none */
 } sl_tokenizer_vocab;
 
 int sl_tokenizer_from_vocab(const sl_tokenizer_vocab *v, sl_tokenizer **out, sl_err *e);
