@@ -273,8 +273,10 @@ static const sv_writer writer = {w_begin, w_event, w_finish, w_fail};
 
 /* ---- the request ---- */
 
-/* Text of message content: a string or an array of text parts (input_text, output_text, text, refusal). */
-static int content_text(json_t *c, const char *path, sv_buf *out, sv_error *er) {
+/* Text of message content: a string or an array of text parts (input_text, output_text, text, refusal). A
+ * tool's output (lenient) may also hold images or files, which a text model cannot take: each becomes a short
+ * note, so the turn goes on. */
+static int content_text(json_t *c, const char *path, int lenient, sv_buf *out, sv_error *er) {
     if (!c || json_is_null(c)) return 0;
     if (json_is_string(c)) {
         sv_buf_puts(out, json_string_value(c));
@@ -287,6 +289,11 @@ static int content_text(json_t *c, const char *path, sv_buf *out, sv_error *er) 
         const char *type = json_string_value(json_object_get(p, "type"));
         const char *text = json_string_value(json_object_get(p, "text"));
         if (type && !strcmp(type, "refusal")) text = json_string_value(json_object_get(p, "refusal"));
+        if (lenient && type && (!strcmp(type, "input_image") || !strcmp(type, "input_file"))) {
+            sv_buf_puts(out, !strcmp(type, "input_image") ? "[an image, which this model cannot see]"
+                                                          : "[a file, which this model cannot read]");
+            continue;
+        }
         if (!type || (strcmp(type, "input_text") && strcmp(type, "output_text") && strcmp(type, "text") &&
                       strcmp(type, "refusal") && strcmp(type, "summary_text") && strcmp(type, "reasoning_text")))
             return sv_bad(er, 400, path, "%s[%zu]: content parts of type '%s' are not supported (text parts only)",
@@ -346,7 +353,7 @@ static int input_messages(json_t *b, json_t *msgs, sv_error *er) {
             sv_buf t = {0};
             char cpath[80];
             snprintf(cpath, sizeof cpath, "%s.content", path);
-            if ((rc = content_text(json_object_get(it, "content"), cpath, &t, er))) {
+            if ((rc = content_text(json_object_get(it, "content"), cpath, 0, &t, er))) {
                 sv_buf_free(&t);
                 break;
             }
@@ -389,7 +396,7 @@ static int input_messages(json_t *b, json_t *msgs, sv_error *er) {
             sv_buf t = {0};
             char cpath[80];
             snprintf(cpath, sizeof cpath, "%s.output", path);
-            if ((rc = content_text(json_object_get(it, "output"), cpath, &t, er))) {
+            if ((rc = content_text(json_object_get(it, "output"), cpath, 1, &t, er))) {
                 sv_buf_free(&t);
                 break;
             }
@@ -404,7 +411,7 @@ static int input_messages(json_t *b, json_t *msgs, sv_error *er) {
             if (!json_is_array(c) || !json_array_size(c)) c = json_object_get(it, "summary");
             char cpath[80];
             snprintf(cpath, sizeof cpath, "%s.content", path);
-            if (json_is_array(c) && (rc = content_text(c, cpath, &t, er))) {
+            if (json_is_array(c) && (rc = content_text(c, cpath, 0, &t, er))) {
                 sv_buf_free(&t);
                 break;
             }

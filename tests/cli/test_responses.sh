@@ -77,6 +77,10 @@ jq -e '.error.code == "context_length_exceeded"' "$T/body" >/dev/null || fail "o
     jq -e '.store == true and .metadata == {"a":"b"} and .parallel_tool_calls == false' "$T/body" >/dev/null ||
     fail "accepted fields: $(cat "$T/body")"
 grep -q "tools\[0\] of type 'web_search' .*skipped" "$T/scripted.log" || fail "no log note for a hosted tool"
+# a tool's output with an image (Codex's view_image) goes on as text with a note in the image's place
+[ "$(post /v1/responses '{"input":[{"role":"user","content":"Look"},{"type":"function_call","call_id":"c1","name":"view_image","arguments":"{}"},
+    {"type":"function_call_output","call_id":"c1","output":[{"type":"input_text","text":"here:"},{"type":"input_image","image_url":"data:image/png;base64,AA=="}]}]}')" = 200 ] ||
+    fail "image in a tool output: $(cat "$T/body")"
 
 # namespaced tools (Codex's MCP tools): offered to the template as NAMESPACE.NAME
 NS='"tools":[{"type":"namespace","name":"weather","description":"d","tools":[{"type":"function","name":"get_weather","parameters":{"type":"object"}}]}]'
