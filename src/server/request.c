@@ -271,7 +271,7 @@ int sv_prompt_text(sv_engine *g, const char *text, size_t len, sv_job *j, sv_err
 int sv_check_context(sv_engine *g, const sv_job *j, const char *max_field, sv_error *er) {
     if (j->n_ids == 0) return sv_bad(er, 400, "", "the prompt is empty (0 tokens)");
     if (j->n_ids >= g->ctx) {
-        sv_bad(er, 400, "messages",
+        sv_bad(er, 400, "",
                "the prompt has %d tokens but the context holds %d (at least one token must be left to "
                "generate); shorten the conversation or start the server with a larger --ctx",
                j->n_ids, g->ctx);
