@@ -147,9 +147,19 @@ static int convert_message(json_t *m, size_t i, json_t *msgs, sv_error *er) {
     char path[96];
     snprintf(path, sizeof path, "messages[%zu]", i);
     const char *role = json_string_value(json_object_get(m, "role"));
-    if (!role || (strcmp(role, "user") && strcmp(role, "assistant")))
-        return sv_bad(er, 400, path, "%s.role must be \"user\" or \"assistant\"", path);
+    if (!role || (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system")))
+        return sv_bad(er, 400, path, "%s.role must be \"user\", \"assistant\" or \"system\"", path);
     json_t *c = json_object_get(m, "content");
+    if (!strcmp(role, "system")) {
+        /* a system message within the conversation: kept in place where the template renders one there,
+         * else merged into the leading system prompt (sv_prompt_chat) */
+        sv_buf s = {0};
+        snprintf(path, sizeof path, "messages[%zu].content", i);
+        int rc = block_text(c, path, &s, er);
+        if (!rc) json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "system", "content", s.p ? s.p : ""));
+        sv_buf_free(&s);
+        return rc;
+    }
     if (json_is_string(c)) {
         json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", role, "content", c));
         return 0;
@@ -323,11 +333,24 @@ fail:
     return -1;
 }
 
+/* The context checks in Anthropic's own words, which clients (Claude Code) parse to shrink max_tokens or
+ * compact the conversation. */
+static int check_context(sv_engine *g, const sv_job *j, sv_error *er) {
+    if (j->n_ids >= g->ctx)
+        return sv_bad(er, 400, "messages", "prompt is too long: %d tokens > %d maximum", j->n_ids, g->ctx - 1);
+    if (j->n_ids + j->gen.max_tokens > g->ctx)
+        return sv_bad(er, 400, "max_tokens",
+                      "input length and `max_tokens` exceed context limit: %d + %d > %d, decrease input length or "
+                      "`max_tokens` and try again",
+                      j->n_ids, j->gen.max_tokens, g->ctx);
+    return sv_check_context(g, j, "max_tokens", er);
+}
+
 enum MHD_Result sv_anthropic_messages(sv_req *r) {
     sv_error er = {0};
     sv_job *j = sv_job_for(r->srv->g, "msg_");
     if (!j) return MHD_NO;
-    if (parse(r->srv->g, r->json, j, 0, &er) || sv_check_context(r->srv->g, j, "max_tokens", &er)) {
+    if (parse(r->srv->g, r->json, j, 0, &er) || check_context(r->srv->g, j, &er)) {
         sv_job_release(j);
         return sv_reply_error(r, &er);
     }

@@ -359,6 +359,10 @@ enum MHD_Result sv_ollama_show(sv_req *r) {
                                    "capabilities", caps, "modified_at", at));
 }
 
+/* The Ollama API level the routes follow, not sluice's own version: clients gate features on it (Codex's
+ * --oss mode takes the Responses API from 0.13.4 on). */
+#define OLLAMA_API_VERSION "0.13.4"
+
 enum MHD_Result sv_ollama_version(sv_req *r) {
-    return sv_reply_json(r, 200, json_pack("{s:s}", "version", SLUICE_VERSION));
+    return sv_reply_json(r, 200, json_pack("{s:s}", "version", OLLAMA_API_VERSION));
 }

@@ -295,23 +295,16 @@ static int chat_tools(json_t *b, json_t **tools, sv_job *j, sv_error *er) {
     return 0;
 }
 
-/* response_format json_object / json_schema: asked for in the system message (best effort, not enforced). */
-static int response_format(json_t *b, json_t *msgs, sv_error *er) {
-    json_t *rf;
-    int rc = sv_get_object(b, "response_format", "response_format", &rf, er);
-    if (rc <= 0) return rc;
-    const char *type = json_string_value(json_object_get(rf, "type"));
-    if (!type) return sv_bad(er, 400, "response_format.type", "response_format.type must be a string");
+int sv_json_format_note(const char *type, json_t *schema, const char *path, json_t *msgs, sv_error *er) {
     if (!strcmp(type, "text")) return 0;
     sv_buf note = {0};
     if (!strcmp(type, "json_object")) {
         sv_buf_puts(&note, "Respond with a single JSON object and nothing else.");
     } else if (!strcmp(type, "json_schema")) {
         sv_buf_puts(&note, "Respond with a single JSON object and nothing else, following this JSON schema: ");
-        sv_buf_json(&note, json_incref(json_object_get(json_object_get(rf, "json_schema"), "schema")));
+        sv_buf_json(&note, json_incref(schema));
     } else {
-        return sv_bad(er, 400, "response_format.type",
-                      "response_format.type must be text, json_object or json_schema, got '%s'", type);
+        return sv_bad(er, 400, path, "%s must be text, json_object or json_schema, got '%s'", path, type);
     }
     json_t *first = json_array_get(msgs, 0);
     if (!strcmp(json_string_value(json_object_get(first, "role")), "system")) {
@@ -326,6 +319,17 @@ static int response_format(json_t *b, json_t *msgs, sv_error *er) {
     }
     sv_buf_free(&note);
     return 0;
+}
+
+/* response_format json_object / json_schema: asked for in the system message (best effort, not enforced). */
+static int response_format(json_t *b, json_t *msgs, sv_error *er) {
+    json_t *rf;
+    int rc = sv_get_object(b, "response_format", "response_format", &rf, er);
+    if (rc <= 0) return rc;
+    const char *type = json_string_value(json_object_get(rf, "type"));
+    if (!type) return sv_bad(er, 400, "response_format.type", "response_format.type must be a string");
+    return sv_json_format_note(type, json_object_get(json_object_get(rf, "json_schema"), "schema"),
+                               "response_format.type", msgs, er);
 }
 
 enum MHD_Result sv_openai_chat(sv_req *r) {

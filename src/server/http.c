@@ -14,6 +14,7 @@
 int sv_bad(sv_error *er, int status, const char *param, const char *fmt, ...) {
     er->status = status;
     snprintf(er->param, sizeof er->param, "%s", param ? param : "");
+    er->code[0] = 0;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(er->msg, sizeof er->msg, fmt, ap);
@@ -82,8 +83,9 @@ enum MHD_Result sv_reply_error(sv_req *r, const sv_error *er) {
         break;
     case SV_API_OLLAMA: v = json_pack("{s:s}", "error", er->msg); break;
     default:
-        v = json_pack("{s:{s:s, s:s, s:o, s:n}}", "error", "message", er->msg, "type", openai_type(er->status), "param",
-                      er->param[0] ? json_string(er->param) : json_null(), "code");
+        v = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", er->msg, "type", openai_type(er->status), "param",
+                      er->param[0] ? json_string(er->param) : json_null(), "code",
+                      er->code[0] ? json_string(er->code) : json_null());
     }
     return sv_reply_json(r, er->status, v);
 }
@@ -230,6 +232,7 @@ static const route routes[] = {
     {"POST", "/v1/completions", SV_API_OPENAI, 1, 0, sv_openai_completions},
     {"GET", "/v1/models", SV_API_OPENAI, 1, 0, sv_openai_models},
     {"GET", "/v1/models/", SV_API_OPENAI, 1, 1, sv_openai_models},
+    {"POST", "/v1/responses", SV_API_OPENAI, 1, 0, sv_openai_responses},
     {"POST", "/v1/messages", SV_API_ANTHROPIC, 1, 0, sv_anthropic_messages},
     {"POST", "/v1/messages/count_tokens", SV_API_ANTHROPIC, 1, 0, sv_anthropic_count_tokens},
     {"POST", "/api/chat", SV_API_OLLAMA, 1, 0, sv_ollama_chat},

@@ -16,6 +16,7 @@ typedef enum { SV_API_OPENAI, SV_API_ANTHROPIC, SV_API_OLLAMA, SV_API_OTHER } sv
 typedef struct sv_error {
     int status;
     char param[96];
+    char code[48]; /* OpenAI's error code ("context_length_exceeded"), "" for none */
     char msg[1024];
 } sv_error;
 
@@ -62,6 +63,7 @@ enum MHD_Result sv_reply_job(sv_req *r, sv_job *j, const char *content_type);
 enum MHD_Result sv_openai_chat(sv_req *r);
 enum MHD_Result sv_openai_completions(sv_req *r);
 enum MHD_Result sv_openai_models(sv_req *r);
+enum MHD_Result sv_openai_responses(sv_req *r);
 enum MHD_Result sv_anthropic_messages(sv_req *r);
 enum MHD_Result sv_anthropic_count_tokens(sv_req *r);
 enum MHD_Result sv_ollama_chat(sv_req *r);

@@ -159,18 +159,69 @@ int sv_tool_choice_name(json_t *tools, const char *name, const char *field, sv_e
     return sv_bad(er, 400, field, "%s names '%s', which is not among the request's tools", field, name);
 }
 
+/* A copy of messages with every system message merged, in order, into one leading system message; NULL when
+ * no system message follows another message (nothing to fold). */
+static int is_system(json_t *m) {
+    const char *role = json_string_value(json_object_get(m, "role"));
+    return role && !strcmp(role, "system");
+}
+
+static json_t *fold_system(json_t *messages) {
+    size_t i, n_late = 0;
+    json_t *m;
+    json_array_foreach(messages, i, m) {
+        if (i && is_system(m)) n_late++;
+    }
+    if (!n_late) return NULL;
+    sv_buf sys = {0};
+    json_t *out = json_array();
+    json_array_foreach(messages, i, m) {
+        if (!is_system(m)) {
+            json_array_append(out, m);
+            continue;
+        }
+        const char *c = json_string_value(json_object_get(m, "content"));
+        if (!c || !*c) continue;
+        if (sys.len) sv_buf_puts(&sys, "\n\n");
+        sv_buf_puts(&sys, c);
+    }
+    json_array_insert_new(out, 0, json_pack("{s:s, s:s}", "role", "system", "content", sys.p ? sys.p : ""));
+    sv_buf_free(&sys);
+    return out;
+}
+
 int sv_prompt_chat(sv_engine *g, json_t *messages, json_t *tools, int enable_thinking, sv_job *j, sv_error *er) {
+    return sv_prompt_chat_vars(g, messages, tools, enable_thinking, NULL, j, er);
+}
+
+int sv_prompt_chat_vars(sv_engine *g, json_t *messages, json_t *tools, int enable_thinking, json_t *vars, sv_job *j,
+                        sv_error *er) {
     if (!g->tmpl)
         return sv_bad(er, 400, "messages",
                       "the model has no chat template (tokenizer_config.json chat_template or chat_template.jinja); "
                       "use the plain-text completion endpoint");
-    sl_chat_input in = {
-        .messages = messages, .tools = tools, .add_generation_prompt = 1, .enable_thinking = enable_thinking};
+    sl_chat_input in = {.messages = messages,
+                        .tools = tools,
+                        .add_generation_prompt = 1,
+                        .enable_thinking = enable_thinking,
+                        .extra = vars};
     char *prompt = NULL;
     size_t len = 0;
     sl_err e = {{0}};
-    if (sl_chat_render(g->tmpl, &in, sl_tokenizer_bos(g->tok), sl_tokenizer_eos(g->tok), &prompt, &len, &e))
-        return sv_bad(er, 400, "messages", "messages: the chat template cannot render this conversation: %s", e.msg);
+    if (sl_chat_render(g->tmpl, &in, sl_tokenizer_bos(g->tok), sl_tokenizer_eos(g->tok), &prompt, &len, &e)) {
+        /* templates that take only a leading system message (they raise on a later one) get the system
+         * messages merged into it, in order; templates that render them in place keep them there */
+        json_t *folded = fold_system(messages);
+        sl_err e2 = {{0}};
+        in.messages = folded;
+        int rc = folded ? sl_chat_render(g->tmpl, &in, sl_tokenizer_bos(g->tok), sl_tokenizer_eos(g->tok), &prompt,
+                                         &len, &e2)
+                        : -1;
+        json_decref(folded);
+        if (rc)
+            return sv_bad(er, 400, "messages", "messages: the chat template cannot render this conversation: %s",
+                          e.msg);
+    }
     j->starts_in_reasoning = ends_in_think(prompt, len);
     if (j->force_tool) {
         sv_buf open = {0};
@@ -219,15 +270,21 @@ int sv_prompt_text(sv_engine *g, const char *text, size_t len, sv_job *j, sv_err
 
 int sv_check_context(sv_engine *g, const sv_job *j, const char *max_field, sv_error *er) {
     if (j->n_ids == 0) return sv_bad(er, 400, "", "the prompt is empty (0 tokens)");
-    if (j->n_ids >= g->ctx)
-        return sv_bad(er, 400, "",
-                      "the prompt has %d tokens but the context holds %d (at least one token must be left to "
-                      "generate); shorten the conversation or start the server with a larger --ctx",
-                      j->n_ids, g->ctx);
-    if (j->gen.max_tokens > 0 && j->n_ids + j->gen.max_tokens > g->ctx)
-        return sv_bad(er, 400, max_field,
-                      "the prompt has %d tokens and %s asks for %d more, but the context holds %d (at most %d can be "
-                      "generated)",
-                      j->n_ids, max_field, j->gen.max_tokens, g->ctx, g->ctx - j->n_ids);
+    if (j->n_ids >= g->ctx) {
+        sv_bad(er, 400, "",
+               "the prompt has %d tokens but the context holds %d (at least one token must be left to "
+               "generate); shorten the conversation or start the server with a larger --ctx",
+               j->n_ids, g->ctx);
+        snprintf(er->code, sizeof er->code, "context_length_exceeded");
+        return -1;
+    }
+    if (j->gen.max_tokens > 0 && j->n_ids + j->gen.max_tokens > g->ctx) {
+        sv_bad(er, 400, max_field,
+               "the prompt has %d tokens and %s asks for %d more, but the context holds %d (at most %d can be "
+               "generated)",
+               j->n_ids, max_field, j->gen.max_tokens, g->ctx, g->ctx - j->n_ids);
+        snprintf(er->code, sizeof er->code, "context_length_exceeded");
+        return -1;
+    }
     return 0;
 }

@@ -36,6 +36,12 @@ int sv_tool_choice_name(json_t *tools, const char *name, const char *field, sv_e
 /* Renders and tokenizes a chat. With j->force_tool set, the prompt ends with the opening of a tool call
  * (j->forced), so the model can only continue it. */
 int sv_prompt_chat(sv_engine *g, json_t *messages, json_t *tools, int enable_thinking, sv_job *j, sv_error *er);
+/* sv_prompt_chat with more template variables (vars, may be NULL: "reasoning_effort", ...). */
+int sv_prompt_chat_vars(sv_engine *g, json_t *messages, json_t *tools, int enable_thinking, json_t *vars, sv_job *j,
+                        sv_error *er);
+/* Folds a JSON-output request into the system message (msgs[0], added when absent): type "json_object" or
+ * "json_schema" with schema (may be NULL); "text" changes nothing. path names the field in errors. */
+int sv_json_format_note(const char *type, json_t *schema, const char *path, json_t *msgs, sv_error *er);
 /* Tokenizes text as is (no template). */
 int sv_prompt_text(sv_engine *g, const char *text, size_t len, sv_job *j, sv_error *er);
 /* 400 when the prompt, or the prompt plus the requested max_tokens (named max_field), does not fit. */
