@@ -18,5 +18,6 @@ int cmd_run(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_template(int argc, char **argv);
 int cmd_pack(int argc, char **argv);
+int cmd_ppl(int argc, char **argv);
 
 #endif

@@ -14,6 +14,7 @@ static const sl_command commands[] = {
     {"template", "render a chat template on a conversation", cmd_template},
     {"bench", "prefill and decode speed, and decode weight bandwidth", cmd_bench},
     {"pack", "copy each routed expert into one contiguous range, for streaming", cmd_pack},
+    {"ppl", "perplexity over a text file, chunked as llama-perplexity does", cmd_ppl},
     {NULL, NULL, NULL},
 };
 static const int n_commands = (int)(sizeof commands / sizeof commands[0]) - 1;
