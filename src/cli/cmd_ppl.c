@@ -148,7 +148,8 @@ int cmd_ppl(int argc, char **argv) {
     if (sl_tokenizer_encode(tok, text, text_len, 1, &toks, &n_tok, &e)) goto done;
     int32_t bos = added_bos(tok, &e);
     if (n_tok < 2 * o.ctx) {
-        sl_fail(&e, "%s: %d tokens, but a context of %d needs at least %d (two chunks); lower --ctx or use a longer text",
+        sl_fail(&e,
+                "%s: %d tokens, but a context of %d needs at least %d (two chunks); lower --ctx or use a longer text",
                 o.file, n_tok, o.ctx, 2 * o.ctx);
         goto done;
     }

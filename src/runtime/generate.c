@@ -75,7 +75,7 @@ int sl_generate(sl_session *s, const sl_tokenizer *tok, const int32_t *prompt, i
         k = n_prompt - 1;
     }
     /* plain greedy decoding picks each token on the backend: no logits cross to the host */
-    int greedy = sl_sampler_plain_greedy(smp);
+    int greedy = sl_sampler_plain_greedy(smp) && !p->on_token;
     int32_t next = -1;
     if (greedy ? sl_session_forward_argmax(s, prompt + k, n_prompt - k, &next, e)
                : sl_session_forward(s, prompt + k, n_prompt - k, logits, 0, e))
@@ -102,6 +102,11 @@ int sl_generate(sl_session *s, const sl_tokenizer *tok, const int32_t *prompt, i
             break;
         }
         st->generated_tokens++;
+        if (p->on_token) {
+            sl_logprobs lp;
+            sl_logprobs_compute(logits, V, id, p->top_logprobs, &lp);
+            p->on_token(p->token_ud, &lp);
+        }
         sl_sampler_accept(smp, id);
         /* embedding tables are often padded past the tokenizer's vocabulary: such ids spell nothing */
         size_t tl;
