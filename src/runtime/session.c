@@ -262,6 +262,43 @@ int sl_session_forward_argmax(sl_session *s, const int32_t *ids, int n, int32_t 
     return forward(s, ids, n, NULL, 0, next, e);
 }
 
+int sl_session_hidden(sl_session *s, const int32_t *ids, int n, float *out, int all_rows, sl_err *e) {
+    sl_model *m = s->m;
+    sl_backend *be = m->be;
+    const sl_config *c = &m->cfg;
+    if (n <= 0) return sl_fail(e, "no tokens to embed");
+    if (s->pos + n > s->max_ctx)
+        return sl_fail(e, "context overflow: %d tokens in the session + %d new exceed the context of %d", s->pos, n,
+                       s->max_ctx);
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= c->vocab_size)
+            return sl_fail(e, "token id %d at position %d is outside the vocabulary [0, %d)", ids[i], i, c->vocab_size);
+    size_t H = (size_t)c->hidden;
+    s->logit_row = -1; /* s.logits no longer holds the last token's row */
+    for (int off = 0; off < n; off += s->max_batch) {
+        int nb = n - off < s->max_batch ? n - off : s->max_batch;
+        /* never the recorded one-token step: it ends in the LM head */
+        be->ops->embed(be, &m->embed, ids + off, nb, s->s.x);
+        if (m->family->layers(m, s, s->s.x, nb, e)) return -1;
+        if (m->store && sl_store_check(m->store, e)) {
+            be->ops->check(be, &(sl_err){0});
+            sl_session_reset(s);
+            return -1;
+        }
+        int last_chunk = off + nb == n;
+        if (all_rows || last_chunk) {
+            int first = all_rows ? 0 : nb - 1;
+            be->ops->rmsnorm(be, s->s.x + (size_t)first * H, m->final_norm, nb - first, (int)H, (float)c->rms_eps,
+                             s->s.xn);
+            be->ops->download(be, all_rows ? out + (size_t)off * H : out, s->s.xn, (size_t)(nb - first) * H * 4);
+        }
+        memcpy(s->hist + s->pos, ids + off, (size_t)nb * sizeof *ids);
+        s->pos += nb;
+        if (be->ops->check(be, e)) return -1;
+    }
+    return 0;
+}
+
 int sl_session_last_logits(sl_session *s, float *logits, sl_err *e) {
     if (s->logit_row < 0) return sl_fail(e, "the session has computed no logits since its last forward");
     size_t V = (size_t)s->m->cfg.vocab_size;

@@ -73,6 +73,10 @@ int sl_session_forward(sl_session *s, const int32_t *ids, int n, float *logits, 
  * counts as -inf, the lowest id among equals; -1 when no logit is above -inf). The logits stay on the
  * backend, which picks the id. */
 int sl_session_forward_argmax(sl_session *s, const int32_t *ids, int n, int32_t *next, sl_err *e);
+/* Feeds n tokens from the current position like sl_session_forward, but instead of logits writes the
+ * final-norm hidden state (the input of the LM head, [hidden] floats a row) into out (host memory): every
+ * token's row when all_rows, else the last token's only. For embedding models (last-token pooling). */
+int sl_session_hidden(sl_session *s, const int32_t *ids, int n, float *out, int all_rows, sl_err *e);
 /* Copies the logits [vocab] of the last token the latest forward computed them for into host memory. */
 int sl_session_last_logits(sl_session *s, float *logits, sl_err *e);
 

@@ -111,6 +111,15 @@ static void log_timing(const sv_engine *g, const sv_job *j) {
     sv_buf_free(&b);
 }
 
+/* Work other than a generation (embeddings): the job's own run writes its whole response. */
+static void run_other(sv_engine *g, sv_job *j) {
+    j->run(j, g->s);
+    pthread_mutex_lock(&j->mu);
+    j->done = 1;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
 static void run_job(sv_engine *g, sv_job *j) {
     pthread_mutex_lock(&j->mu);
     int skip = j->cancelled;
@@ -124,6 +133,10 @@ static void run_job(sv_engine *g, sv_job *j) {
         return;
     }
     j->t_started = sl_now();
+    if (j->run) {
+        run_other(g, j);
+        return;
+    }
     run_ctx r = {.j = j};
     sl_err e = {{0}};
     int rc = 0;

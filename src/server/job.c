@@ -28,6 +28,7 @@ void sv_job_release(sv_job *j) {
     free(j->forced);
     json_decref(j->extra);
     json_decref(j->logprobs);
+    if (j->run_free) j->run_free(j->run_data);
     sv_buf_free(&j->content);
     sv_buf_free(&j->reasoning);
     for (int i = 0; i < j->n_tools; i++) {

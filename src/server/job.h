@@ -68,6 +68,12 @@ struct sv_job {
     json_t *logprobs;
     size_t lp_sent;
 
+    /* work other than a generation (embeddings): when run is set the worker calls it instead of generating,
+     * on its session, and run writes the whole response into out (and status); run_free frees run_data */
+    void (*run)(sv_job *j, sl_session *s);
+    void *run_data;
+    void (*run_free)(void *data);
+
     /* output, shared with the connection thread under mu */
     pthread_mutex_t mu;
     pthread_cond_t cv;
