@@ -19,7 +19,22 @@ EOF
 
 "$BIN" ppl --help | grep -q "usage: sluice ppl MODEL FILE" || fail "--help"
 
-for M in "$G" "$Q"; do
+# a tokenizer that adds a BOS (<|endoftext|> here): every chunk then starts with it
+BM=$tmp/bos
+mkdir -p "$BM"
+ln -s "$FIX/models/qwen3/config.json" "$FIX/models/qwen3/model.safetensors" "$BM/"
+python3 - "$FIX/tiny_tokenizer/tokenizer.json" "$BM/tokenizer.json" <<'EOF'
+import json, sys
+t = json.load(open(sys.argv[1]))
+eot = next(a["id"] for a in t["added_tokens"] if a["content"] == "<|endoftext|>")
+bos = {"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}
+t["post_processor"] = {"type": "TemplateProcessing", "single": [bos, {"Sequence": {"id": "A", "type_id": 0}}],
+                       "pair": [bos, {"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                       "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [eot], "tokens": ["<|endoftext|>"]}}}
+json.dump(t, open(sys.argv[2], "w"))
+EOF
+
+for M in "$G" "$Q" "$BM"; do
     for B in 64 24; do
         "$BIN" ppl "$M" "$tmp/text.txt" --ctx 64 --batch $B --chunks 3 >"$tmp/out" 2>"$tmp/err" ||
             fail "ppl: $(cat "$tmp/err")"
@@ -30,9 +45,17 @@ for M in "$G" "$Q"; do
         grep -qE '^ +3 +93 +[0-9.]+ +[0-9.]+s$' "$tmp/err" || fail "table: $(cat "$tmp/err")"
 
         # the same chunks through `sluice logits`, scored here
-        "$BIN" tokenize "$M" <"$tmp/text.txt" >"$tmp/ids.json"
+        "$BIN" tokenize "$M" --specials <"$tmp/text.txt" >"$tmp/ids.json"
+        "$BIN" tokenize "$M" <"$tmp/text.txt" >"$tmp/plain.json"
+        grep -q "BOS $([ "$M" = "$BM" ] && echo replaces || echo "not added")" "$tmp/err" || fail "BOS: $(cat "$tmp/err")"
         for c in 0 1 2; do
-            ids=$(python3 -c "import json,sys; t=json.load(open(sys.argv[1])); print(','.join(map(str,t[$c*64:$c*64+64])))" "$tmp/ids.json")
+            # with a BOS, the first token of every chunk is replaced by it
+            ids=$(python3 -c "
+import json, sys
+t, p = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+c = t[$c * 64:$c * 64 + 64]
+if len(t) > len(p): c[0] = t[0]
+print(','.join(map(str, c)))" "$tmp/ids.json" "$tmp/plain.json")
             "$BIN" logits "$M" --ids "$ids" --out "$tmp/l$c.f32"
         done
         python3 - "$tmp" "$tmp/out" <<'EOF' || fail "estimate differs from the logits: $(cat "$tmp/out")"
