@@ -22,7 +22,7 @@ typedef enum { EMB_OPENAI, EMB_OLLAMA, EMB_OLLAMA_LEGACY } emb_api;
 
 typedef struct emb_data {
     emb_api api;
-    int n;        /* inputs */
+    int n;         /* inputs */
     int32_t **ids; /* per input */
     int *len;
     int dims;   /* values kept per vector */
@@ -153,8 +153,7 @@ static int token_array(sv_engine *g, json_t *a, const char *path, int32_t **ids,
     size_t k = json_array_size(a), i;
     json_t *v;
     if (!k) return sv_bad(er, 400, path, "%s is empty", path);
-    if (k > (size_t)g->ctx)
-        return sv_bad(er, 400, path, "%s has %zu tokens but the context holds %d", path, k, g->ctx);
+    if (k > (size_t)g->ctx) return sv_bad(er, 400, path, "%s has %zu tokens but the context holds %d", path, k, g->ctx);
     if (!(*ids = malloc(k * sizeof **ids))) return sv_bad(er, 500, "", "out of memory");
     json_array_foreach(a, i, v) {
         json_int_t t = json_integer_value(v);
