@@ -21,5 +21,6 @@ int cmd_pack(int argc, char **argv);
 int cmd_pull(int argc, char **argv);
 int cmd_list(int argc, char **argv);
 int cmd_rm(int argc, char **argv);
+int cmd_ppl(int argc, char **argv);
 
 #endif

@@ -17,6 +17,7 @@ static const sl_command commands[] = {
     {"pull", "download a model from the Hugging Face Hub into the local cache", cmd_pull},
     {"list", "models in the local Hugging Face cache", cmd_list},
     {"rm", "remove a model from the local Hugging Face cache", cmd_rm},
+    {"ppl", "perplexity over a text file, chunked as llama-perplexity does", cmd_ppl},
     {NULL, NULL, NULL},
 };
 static const int n_commands = (int)(sizeof commands / sizeof commands[0]) - 1;

@@ -47,6 +47,7 @@ static int reuse_prefix(sl_session *s, const int32_t *prompt, int n) {
 
 struct sl_gen {
     const sl_tokenizer *tok;
+    int vocab;
     const sl_gen_params *p;
     sl_sampler *smp;
     sl_stop *stop;
@@ -59,6 +60,7 @@ int sl_gen_create(const sl_tokenizer *tok, int vocab, const sl_gen_params *p, co
     sl_gen *g = calloc(1, sizeof *g);
     if (!g) return sl_fail(e, "out of memory");
     g->tok = tok;
+    g->vocab = vocab;
     g->p = p;
     g->smp = sl_sampler_create(&p->sampling, vocab);
     g->stop = sl_stop_create(p->stops, p->n_stops);
@@ -81,7 +83,8 @@ void sl_gen_free(sl_gen *g) {
 }
 
 int sl_gen_greedy(const sl_gen *g) {
-    return sl_sampler_plain_greedy(g->smp);
+    /* logprobs need the logits on the host */
+    return sl_sampler_plain_greedy(g->smp) && !g->p->on_token;
 }
 
 int sl_gen_step(sl_gen *g, const float *logits, int32_t greedy, int ctx_left, sl_gen_emit_fn emit, void *ud,
@@ -94,6 +97,11 @@ int sl_gen_step(sl_gen *g, const float *logits, int32_t greedy, int ctx_left, sl
         return 1;
     }
     st->generated_tokens++;
+    if (p->on_token && logits) {
+        sl_logprobs lp;
+        sl_logprobs_compute(logits, g->vocab, id, p->top_logprobs, &lp);
+        p->on_token(p->token_ud, &lp);
+    }
     sl_sampler_accept(g->smp, id);
     /* embedding tables are often padded past the tokenizer's vocabulary: such ids spell nothing */
     const char *out = "";

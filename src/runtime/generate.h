@@ -15,6 +15,12 @@ typedef struct sl_gen_params {
     const char *const *stops; /* stop strings, never emitted */
     int n_stops;
     int ignore_eos;
+    /* When set, called once per generated token (before its text is emitted; not for the end-of-generation
+     * token) with its log-probability and the top_logprobs most likely alternatives (sampler.h). The
+     * logits then come to the host even for greedy decoding. */
+    void (*on_token)(void *ud, const sl_logprobs *lp);
+    void *token_ud;
+    int top_logprobs;
 } sl_gen_params;
 
 typedef struct sl_gen_stats {

@@ -310,3 +310,45 @@ int32_t sl_sampler_sample(sl_sampler *s, const float *logits) {
     }
     return last;
 }
+
+void sl_logprobs_compute(const float *logits, int V, int32_t chosen, int top_n, sl_logprobs *out) {
+    if (top_n < 0) top_n = 0;
+    if (top_n > SL_MAX_TOP_LOGPROBS) top_n = SL_MAX_TOP_LOGPROBS;
+    if (top_n > V) top_n = V;
+    float mx = -INFINITY;
+    for (int i = 0; i < V; i++)
+        if (logits[i] > mx) mx = logits[i]; /* NaN never compares greater */
+    double sum = 0;
+    if (mx > -INFINITY)
+        for (int i = 0; i < V; i++)
+            if (!isnan(logits[i])) sum += exp((double)logits[i] - mx);
+    /* +inf logits: the mass is uniform over them (as the draw is), so normalise by their count */
+    int n_inf = 0;
+    if (mx == INFINITY)
+        for (int i = 0; i < V; i++) n_inf += logits[i] == INFINITY;
+    double lse = mx == INFINITY ? 0 : mx + log(sum);
+#define LP(i)                                                                                                          \
+    (isnan(logits[i]) || logits[i] == -INFINITY ? -INFINITY                                                            \
+     : mx == INFINITY                           ? (logits[i] == INFINITY ? (float)-log((double)n_inf) : -INFINITY)     \
+                                                : (float)((double)logits[i] - lse))
+    out->id = chosen;
+    out->logprob = chosen >= 0 && chosen < V ? LP(chosen) : -INFINITY;
+    /* insertion into a short sorted list: top_n <= 20 */
+    int n = 0;
+    for (int i = 0; i < V && top_n > 0; i++) {
+        float v = isnan(logits[i]) ? -INFINITY : logits[i];
+        if (n == top_n && !(v > (isnan(logits[out->top_ids[n - 1]]) ? -INFINITY : logits[out->top_ids[n - 1]])))
+            continue;
+        int k = n < top_n ? n++ : n - 1;
+        while (k > 0) {
+            float u = isnan(logits[out->top_ids[k - 1]]) ? -INFINITY : logits[out->top_ids[k - 1]];
+            if (!(v > u)) break;
+            out->top_ids[k] = out->top_ids[k - 1];
+            k--;
+        }
+        out->top_ids[k] = i;
+    }
+    out->n_top = n;
+    for (int k = 0; k < n; k++) out->top_logprobs[k] = LP(out->top_ids[k]);
+#undef LP
+}

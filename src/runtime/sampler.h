@@ -52,4 +52,20 @@ int sl_sampler_plain_greedy(const sl_sampler *s);
  * Returns -1 when no token is eligible (see the header comment). Does not call accept. */
 int32_t sl_sampler_sample(sl_sampler *s, const float *logits);
 
+/* Log-probabilities reported with a generated token (OpenAI / Ollama logprobs). They are those of the
+ * model's own distribution: log-softmax of the raw logits, before penalties, temperature, top-k/p and
+ * min-p, as OpenAI reports them (the same whatever the temperature). */
+#define SL_MAX_TOP_LOGPROBS 20
+typedef struct sl_logprobs {
+    int32_t id;    /* the chosen token */
+    float logprob; /* its log-probability */
+    int n_top;     /* alternatives below, most likely first (ties: lower id first) */
+    int32_t top_ids[SL_MAX_TOP_LOGPROBS];
+    float top_logprobs[SL_MAX_TOP_LOGPROBS];
+} sl_logprobs;
+
+/* Fills out for token `chosen` and the top_n (clamped to [0, SL_MAX_TOP_LOGPROBS]) most likely tokens of
+ * vocab_size logits; the softmax sums in double. NaN counts as -inf; a token at -inf gets -inf. */
+void sl_logprobs_compute(const float *logits, int vocab_size, int32_t chosen, int top_n, sl_logprobs *out);
+
 #endif

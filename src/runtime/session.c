@@ -503,8 +503,9 @@ static sl_step_rec *step_slot(sl_session *s, const sl_batch *b, int *fresh) {
 }
 
 /* The batch's layers and, for the rows in want (host, n_want of them, ascending), the logits: into
- * s.logits rows 0.. when host is NULL (n_want <= logit_cap), else chunk by chunk into host [n_want][V]. */
-static int run(sl_session *s, const sl_batch *b, const int *want, int n_want, float *host, sl_err *e) {
+ * s.logits rows 0.. when host is NULL (n_want <= logit_cap), else chunk by chunk into host [n_want][V].
+ * With hidden set, the final-norm hidden states of those rows go there [n_want][hidden] instead. */
+static int run(sl_session *s, const sl_batch *b, const int *want, int n_want, float *host, float *hidden, sl_err *e) {
     sl_model *m = s->m;
     sl_backend *be = m->be;
     const sl_config *c = &m->cfg;
@@ -515,7 +516,8 @@ static int run(sl_session *s, const sl_batch *b, const int *want, int n_want, fl
      * between steps, and the host acts on each layer's routing: no recording then */
     sl_step_rec *sr = NULL;
     int step = -1;
-    if (decode && n_want == b->n && b->n <= SL_STEP_MAX && n_want <= s->logit_cap && be->ops->step_begin && !m->store) {
+    if (decode && !hidden && n_want == b->n && b->n <= SL_STEP_MAX && n_want <= s->logit_cap && be->ops->step_begin &&
+        !m->store) {
         int fresh = 0;
         if ((sr = step_slot(s, b, &fresh)) && !fresh) step = be->ops->step_begin(be, &sr->rec, b->n, b->ids);
     }
@@ -537,7 +539,9 @@ static int run(sl_session *s, const sl_batch *b, const int *want, int n_want, fl
                              s->s.xn + (size_t)i * H);
             i = j;
         }
-        if (!host || step == 0) {
+        if (hidden) {
+            be->ops->download(be, hidden, s->s.xn, (size_t)n_want * H * 4);
+        } else if (!host || step == 0) {
             for (int r = 0; r < n_want; r += LOGIT_ROWS) {
                 int rows = n_want - r < LOGIT_ROWS ? n_want - r : LOGIT_ROWS;
                 be->ops->matmul(be, &m->lm_head, s->s.xn + (size_t)r * H, rows, s->s.logits + (size_t)r * V);
@@ -573,7 +577,7 @@ int sl_session_decode(sl_session *s, const sl_batch *b, sl_err *e) {
     int rc = 0;
     if (n_want > s->logit_cap)
         rc = sl_fail(e, "a batch asks for %d rows of logits; the session holds %d", n_want, s->logit_cap);
-    if (!rc) rc = run(s, b, want, n_want, NULL, e);
+    if (!rc) rc = run(s, b, want, n_want, NULL, NULL, e);
     free(want);
     return rc;
 }
@@ -613,7 +617,7 @@ static int forward(sl_session *s, const int32_t *ids, int n, float *logits, int 
         sl_batch b = {.n = nb, .ids = ids + off, .seq = seq};
         float *dst = logits ? (all_logits ? logits + (size_t)off * V : logits) : NULL;
         /* a single row stays on the backend too, for argmax and sl_session_last_logits */
-        rc = run(s, &b, want, n_want, n_want == 1 ? NULL : dst, e);
+        rc = run(s, &b, want, n_want, n_want == 1 ? NULL : dst, NULL, e);
         if (!rc && n_want == 1 && dst) rc = sl_session_row_logits(s, 0, dst, e);
         /* the last row computed stays in s.logits (the last chunk's, when they went to the host) */
         s->logit_row = n_want == 0 ? -1 : n_want == 1 ? 0 : (n_want - 1) % LOGIT_ROWS;
@@ -632,6 +636,36 @@ int sl_session_forward(sl_session *s, const int32_t *ids, int n, float *logits, 
 int sl_session_forward_argmax(sl_session *s, const int32_t *ids, int n, int32_t *next, sl_err *e) {
     *next = -1;
     return forward(s, ids, n, NULL, 0, next, e);
+}
+
+int sl_session_seq_hidden(sl_session *s, int q, const int32_t *ids, int n, float *out, int all_rows, sl_err *e) {
+    if (n <= 0) return sl_fail(e, "no tokens to embed");
+    if (q < 0 || q >= s->n_seqs) return sl_fail(e, "sequence %d is outside [0, %d)", q, s->n_seqs);
+    sl_seq *sq = &s->seqs[q];
+    size_t H = (size_t)s->m->cfg.hidden;
+    if (sq->pos + n > s->max_ctx)
+        return sl_fail(e, "context overflow: %d tokens in the session + %d new exceed the context of %d", sq->pos, n,
+                       s->max_ctx);
+    int32_t *seq = malloc((size_t)s->max_batch * sizeof *seq);
+    int *want = malloc((size_t)s->max_batch * sizeof *want);
+    int rc = seq && want ? 0 : sl_fail(e, "out of memory");
+    for (int i = 0; !rc && i < s->max_batch; i++) seq[i] = q;
+    if (q == 0) s->logit_row = -1; /* s.logits no longer holds sequence 0's last row */
+    for (int off = 0; !rc && off < n; off += s->max_batch) {
+        int nb = n - off < s->max_batch ? n - off : s->max_batch, n_want = 0;
+        int last_chunk = off + nb == n;
+        if (all_rows || last_chunk)
+            for (int i = all_rows ? 0 : nb - 1; i < nb; i++) want[n_want++] = i;
+        sl_batch b = {.n = nb, .ids = ids + off, .seq = seq};
+        rc = run(s, &b, want, n_want, NULL, n_want ? (all_rows ? out + (size_t)off * H : out) : NULL, e);
+    }
+    free(seq);
+    free(want);
+    return rc;
+}
+
+int sl_session_hidden(sl_session *s, const int32_t *ids, int n, float *out, int all_rows, sl_err *e) {
+    return sl_session_seq_hidden(s, 0, ids, n, out, all_rows, e);
 }
 
 int sl_session_last_logits(sl_session *s, float *logits, sl_err *e) {

@@ -181,5 +181,11 @@ int sl_session_forward(sl_session *s, const int32_t *ids, int n, float *logits, 
 int sl_session_forward_argmax(sl_session *s, const int32_t *ids, int n, int32_t *next, sl_err *e);
 /* Copies the logits [vocab] of the last token the latest forward computed them for into host memory. */
 int sl_session_last_logits(sl_session *s, float *logits, sl_err *e);
+/* Feeds n tokens to sequence seq like sl_session_forward, but instead of logits writes the final-norm
+ * hidden state (the input of the LM head, [hidden] floats a row) into out (host memory): every token's
+ * row when all_rows, else the last token's only. For embedding models (last-token pooling). */
+int sl_session_seq_hidden(sl_session *s, int seq, const int32_t *ids, int n, float *out, int all_rows, sl_err *e);
+/* sl_session_seq_hidden on sequence 0. */
+int sl_session_hidden(sl_session *s, const int32_t *ids, int n, float *out, int all_rows, sl_err *e);
 
 #endif

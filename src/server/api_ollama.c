@@ -38,6 +38,15 @@ static json_t *tool_calls(const sv_job *j, int from, int to) {
     return a;
 }
 
+/* The logprobs of the tokens not yet written, when asked for (and, while streaming, when any is pending). */
+static void attach_logprobs(sv_job *j, json_t *o) {
+    json_t *pending = sv_job_logprobs_take(j);
+    if (pending && (json_array_size(pending) || !j->stream))
+        json_object_set_new(o, "logprobs", pending);
+    else
+        json_decref(pending);
+}
+
 static void w_begin(sv_job *j) {
     (void)j;
 }
@@ -62,6 +71,7 @@ static void w_event(sv_job *j, const sl_tc_event *ev) {
         json_object_set_new(o, field, json_stringn(ev->text, ev->len));
     }
     json_object_set_new(o, "done", json_false());
+    attach_logprobs(j, o);
     sv_job_ndjson(j, o);
 }
 
@@ -86,6 +96,7 @@ static void w_finish(sv_job *j) {
     json_object_set_new(o, "prompt_eval_duration", json_integer((json_int_t)(j->st.prefill_s * 1e9)));
     json_object_set_new(o, "eval_count", json_integer(j->st.generated_tokens));
     json_object_set_new(o, "eval_duration", json_integer((json_int_t)(j->st.decode_s * 1e9)));
+    attach_logprobs(j, o);
     if (j->stream)
         sv_job_ndjson(j, o);
     else {
@@ -106,6 +117,17 @@ static void w_fail(sv_job *j, const char *msg) {
 }
 
 static const sv_writer writer = {w_begin, w_event, w_finish, w_fail};
+
+/* Top-level logprobs (bool) and top_logprobs (0-20, which needs logprobs), as in Ollama's API. */
+static int parse_logprobs(sv_engine *g, json_t *b, sv_job *j, sv_error *er) {
+    int on = 0, rc;
+    long long n = 0;
+    if (sv_get_bool(b, "logprobs", "logprobs", &on, er) < 0) return -1;
+    if ((rc = sv_get_int(b, "top_logprobs", "top_logprobs", 0, SL_MAX_TOP_LOGPROBS, &n, er)) < 0) return -1;
+    if (rc && n > 0 && !on) return sv_bad(er, 400, "top_logprobs", "top_logprobs needs logprobs: true");
+    if (on && sv_job_want_logprobs(j, g->tok, (int)n)) return sv_bad(er, 500, "", "out of memory");
+    return 0;
+}
 
 static int parse_options(sv_engine *g, json_t *b, sv_job *j, sv_error *er) {
     json_t *o;
@@ -237,7 +259,7 @@ enum MHD_Result sv_ollama_chat(sv_req *r) {
     int think;
     sv_job *j = sv_job_for(g, "ollama-");
     if (!j) return MHD_NO;
-    if (parse_options(g, r->json, j, &er) || think_flag(r->json, &think, &er) ||
+    if (parse_options(g, r->json, j, &er) || parse_logprobs(g, r->json, j, &er) || think_flag(r->json, &think, &er) ||
         chat_messages(json_object_get(r->json, "messages"), &msgs, &er) || format_note(r->json, msgs, &er))
         goto bad;
     json_t *t;
@@ -262,7 +284,7 @@ enum MHD_Result sv_ollama_generate(sv_req *r) {
     const char *prompt = NULL, *system = NULL;
     sv_job *j = sv_job_for(g, "ollama-");
     if (!j) return MHD_NO;
-    if (parse_options(g, r->json, j, &er) || think_flag(r->json, &think, &er) ||
+    if (parse_options(g, r->json, j, &er) || parse_logprobs(g, r->json, j, &er) || think_flag(r->json, &think, &er) ||
         sv_get_string(r->json, "prompt", "prompt", &prompt, &er) < 0 ||
         sv_get_string(r->json, "system", "system", &system, &er) < 0 ||
         sv_get_bool(r->json, "raw", "raw", &raw, &er) < 0)

@@ -23,8 +23,49 @@ static const char *finish_reason(const sv_job *j) {
     return strcmp(j->st.finish_reason, "length") ? "stop" : "length";
 }
 
+/* Legacy completions' logprobs object from the shared entries: parallel arrays, top alternatives as
+ * {text: logprob} maps, and text offsets counted in bytes from the start of the completion. */
+static json_t *legacy_logprobs(sv_job *j, json_t *entries) {
+    json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    json_int_t off = json_integer_value(json_object_get(j->extra, "lp_offset"));
+    size_t i, k;
+    json_t *e, *t;
+    json_array_foreach(entries, i, e) {
+        json_array_append(toks, json_object_get(e, "token"));
+        json_array_append(lps, json_object_get(e, "logprob"));
+        json_t *m = json_object();
+        json_array_foreach(json_object_get(e, "top_logprobs"), k, t) {
+            const char *key = json_string_value(json_object_get(t, "token"));
+            if (!json_object_get(m, key)) json_object_set(m, key, json_object_get(t, "logprob"));
+        }
+        json_array_append_new(tops, m);
+        json_array_append_new(offs, json_integer(off));
+        off += (json_int_t)json_array_size(json_object_get(e, "bytes"));
+    }
+    json_object_set_new(j->extra, "lp_offset", json_integer(off));
+    json_decref(entries);
+    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops, "text_offset",
+                     offs);
+}
+
+/* The logprobs of choice 0 for the tokens not yet written (none when they are off, or, while streaming,
+ * when no token is pending). */
+static void attach_logprobs(sv_job *j, json_t *choice) {
+    json_t *pending = sv_job_logprobs_take(j);
+    if (!pending) return;
+    if (j->stream && !json_array_size(pending) && !json_is_string(json_object_get(choice, "finish_reason"))) {
+        json_decref(pending);
+        return;
+    }
+    json_object_set_new(choice, "logprobs",
+                        is_chat(j) ? json_pack("{s:o, s:n}", "content", pending, "refusal")
+                                   : legacy_logprobs(j, pending));
+}
+
 /* One streamed chunk with choice 0 (choice NULL: no choices, for the usage chunk). */
 static void chunk(sv_job *j, json_t *choice, json_t *usage_v) {
+    /* the role chunk goes out before the first token's text: its logprobs ride with that text */
+    if (choice && !json_object_get(json_object_get(choice, "delta"), "role")) attach_logprobs(j, choice);
     json_t *c = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[]}", "id", j->id, "object",
                           is_chat(j) ? "chat.completion.chunk" : "text_completion", "created", j->created, "model",
                           model_of(j), "system_fingerprint", "sluice", "choices");
@@ -100,6 +141,7 @@ static void w_finish(sv_job *j) {
     json_t *choice = is_chat(j) ? json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "message", message(j), "logprobs",
                                             "finish_reason", fr)
                                 : text_choice(j->content.p ? j->content.p : "", j->content.len, fr);
+    attach_logprobs(j, choice);
     sv_buf_json(&j->out, json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o], s:o}", "id", j->id, "object",
                                    is_chat(j) ? "chat.completion" : "text_completion", "created", j->created, "model",
                                    model_of(j), "system_fingerprint", "sluice", "choices", choice, "usage", usage(j)));
@@ -150,12 +192,25 @@ static int parse_common(sv_engine *g, json_t *b, sv_job *j, sv_error *er) {
     json_t *so;
     if ((rc = sv_get_object(b, "stream_options", "stream_options", &so, er)) < 0) return -1;
     if (rc && sv_get_bool(so, "include_usage", "stream_options.include_usage", &j->include_usage, er) < 0) return -1;
-    /* a boolean in chat completions, a count in legacy completions: only "off" is accepted */
-    json_t *lp = json_object_get(b, "logprobs");
-    if (lp && !json_is_null(lp) && !json_is_false(lp) && !(json_is_integer(lp) && json_integer_value(lp) == 0))
-        return sv_bad(er, 400, "logprobs", "logprobs is not supported");
     j->extra = json_pack("{s:s}", "model", g->name);
     j->w = &writer;
+    return 0;
+}
+
+/* Chat: logprobs true/false and top_logprobs 0-20 (which needs logprobs). Legacy completions: logprobs
+ * is the count of alternatives, 0-20 (0: the chosen token's alone). */
+static int parse_logprobs(sv_engine *g, json_t *b, sv_job *j, int chat, sv_error *er) {
+    long long n = 0;
+    int on = 0, rc;
+    if (chat) {
+        if (sv_get_bool(b, "logprobs", "logprobs", &on, er) < 0) return -1;
+        if ((rc = sv_get_int(b, "top_logprobs", "top_logprobs", 0, SL_MAX_TOP_LOGPROBS, &n, er)) < 0) return -1;
+        if (rc && !on) return sv_bad(er, 400, "top_logprobs", "top_logprobs needs logprobs: true");
+    } else if (!json_is_false(json_object_get(b, "logprobs"))) {
+        if ((rc = sv_get_int(b, "logprobs", "logprobs", 0, SL_MAX_TOP_LOGPROBS, &n, er)) < 0) return -1;
+        on = rc;
+    }
+    if (on && sv_job_want_logprobs(j, g->tok, (int)n)) return sv_bad(er, 500, "", "out of memory");
     return 0;
 }
 
@@ -339,8 +394,9 @@ enum MHD_Result sv_openai_chat(sv_req *r) {
     int think = -1;
     sv_job *j = sv_job_for(g, "chatcmpl-");
     if (!j) return MHD_NO;
-    if (parse_common(g, r->json, j, &er) || chat_messages(json_object_get(r->json, "messages"), &msgs, &er) ||
-        chat_tools(r->json, &tools, j, &er) || response_format(r->json, msgs, &er))
+    if (parse_common(g, r->json, j, &er) || parse_logprobs(g, r->json, j, 1, &er) ||
+        chat_messages(json_object_get(r->json, "messages"), &msgs, &er) || chat_tools(r->json, &tools, j, &er) ||
+        response_format(r->json, msgs, &er))
         goto bad;
     json_t *ctk = json_object_get(r->json, "chat_template_kwargs");
     if (json_is_boolean(json_object_get(ctk, "enable_thinking")))
@@ -362,7 +418,7 @@ enum MHD_Result sv_openai_completions(sv_req *r) {
     sv_job *j = sv_job_for(g, "cmpl-");
     if (!j) return MHD_NO;
     j->gen.max_tokens = 16; /* the API's documented default */
-    if (parse_common(g, r->json, j, &er)) goto bad;
+    if (parse_common(g, r->json, j, &er) || parse_logprobs(g, r->json, j, 0, &er)) goto bad;
     json_t *p = json_object_get(r->json, "prompt");
     if (json_is_array(p) && json_array_size(p) == 1) p = json_array_get(p, 0);
     if (!json_is_string(p)) {

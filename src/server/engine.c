@@ -111,6 +111,34 @@ static void log_timing(const sv_engine *g, const sv_job *j) {
     sv_buf_free(&b);
 }
 
+/* Work other than a generation (embeddings) runs between steps on an idle sequence of its own; the
+ * job's run writes its whole response. */
+static void run_other(sv_engine *g, sv_job *j) {
+    pthread_mutex_lock(&j->mu);
+    int skip = j->cancelled;
+    pthread_mutex_unlock(&j->mu);
+    if (!skip) {
+        sl_session *s = g->s;
+        int q = -1;
+        for (int i = 0; i < s->n_seqs; i++)
+            if (s->seqs[i].idle && (q < 0 || s->seqs[i].used < s->seqs[q].used)) q = i;
+        j->t_started = sl_now();
+        sl_session_seq_set_idle(s, q, 0);
+        j->seq = q;
+        j->run(j, s);
+        sl_session_seq_reset(s, q); /* nothing worth keeping: the inputs ran from an empty state */
+        sl_session_seq_set_idle(s, q, 1);
+    }
+    pthread_mutex_lock(&j->mu);
+    j->done = 1;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    pthread_mutex_lock(&g->mu);
+    if (skip) g->met.cancelled++;
+    pthread_mutex_unlock(&g->mu);
+    sv_job_release(j);
+}
+
 /* One request generating in a sequence of the session. */
 typedef struct sv_run {
     sv_job *j; /* NULL: the slot is free */
@@ -192,30 +220,40 @@ static int common_prefix(const sl_session *s, int q, const int32_t *p, int n) {
     return k;
 }
 
-/* Picks the sequence for a new request and resumes it as far as it can: the idle sequence with the
- * longest common prefix (its own cache: for hybrid models the latest snapshot within it), else the least
- * recently used idle one; an attention-only model then also takes the whole pages of a longer common
- * prefix from any other sequence, running ones included. Returns the positions kept. */
+/* Picks the sequence for a new request and resumes it as far as it can. An idle sequence whose whole
+ * content the prompt continues (the next turn of its conversation) is taken over, as is, for hybrid
+ * models (whose state cannot be shared), the idle one with the longest common prefix of at least half its
+ * content. Otherwise the request gets an empty or the least recently used idle sequence, and an
+ * attention-only model shares the whole pages of the longest common prefix of any sequence, running ones
+ * included, so a side request or another conversation never destroys a cached one. Returns the positions
+ * kept. */
 static int place(sv_engine *g, sv_run *u, const int32_t *p, int n) {
     sl_session *s = g->s;
-    int best = -1, best_k = -1, lru = -1;
+    int take = -1, take_k = -1, lru = -1;
     for (int q = 0; q < s->n_seqs; q++) {
-        if (!s->seqs[q].idle) continue;
+        const sl_seq *sq = &s->seqs[q];
+        if (!sq->idle) continue;
         int k = common_prefix(s, q, p, n);
-        if (k > best_k) {
-            best = q;
-            best_k = k;
+        int ok = sq->pos > 0 && (k == sq->pos || (s->recurrent && 2 * k >= sq->pos));
+        if (ok && k > take_k) {
+            take = q;
+            take_k = k;
         }
-        if (lru < 0 || s->seqs[q].used < s->seqs[lru].used) lru = q;
+        /* empty sequences first, then the least recently used */
+        if (lru < 0 || (sq->pos == 0) > (s->seqs[lru].pos == 0) ||
+            ((sq->pos == 0) == (s->seqs[lru].pos == 0) && sq->used < s->seqs[lru].used))
+            lru = q;
     }
-    int q = best_k > 0 ? best : lru;
+    int q = take >= 0 ? take : lru;
     sl_session_seq_set_idle(s, q, 0);
     u->seq = q;
     /* the last prompt token always runs again: its logits give the first generated token */
-    int keep = best_k > 0 ? best_k : 0;
-    if (keep >= n) keep = n - 1;
-    if (best_k <= 0) sl_session_seq_reset(s, q);
-    int k = sl_session_seq_restore(s, q, keep);
+    int k = 0;
+    if (take >= 0) {
+        k = sl_session_seq_restore(s, q, take_k < n ? take_k : n - 1);
+    } else {
+        sl_session_seq_reset(s, q);
+    }
     if (!s->recurrent) {
         int src = -1, src_k = k;
         for (int o = 0; o < s->n_seqs; o++) {
@@ -227,7 +265,10 @@ static int place(sv_engine *g, sv_run *u, const int32_t *p, int n) {
                 src_k = c / SL_KV_PAGE * SL_KV_PAGE;
             }
         }
-        if (src >= 0) k = sl_session_seq_share(s, q, src, src_k);
+        if (src >= 0) {
+            k = sl_session_seq_share(s, q, src, src_k);
+            if (s->seqs[src].idle) sl_session_seq_set_idle(s, src, 1); /* still wanted: recently used */
+        }
     }
     return k;
 }
@@ -430,6 +471,10 @@ static void *worker(void *arg) {
         }
         pthread_mutex_unlock(&g->mu);
         for (int k = 0; k < nj; k++) {
+            if (joining[k]->run) {
+                run_other(g, joining[k]);
+                continue;
+            }
             for (int i = 0; i < g->parallel; i++) {
                 if (g->runs[i].j) continue;
                 start_job(g, &g->runs[i], joining[k]);

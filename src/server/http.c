@@ -241,6 +241,9 @@ static const route routes[] = {
     {"POST", "/api/show", SV_API_OLLAMA, 1, 0, sv_ollama_show},
     {"GET", "/api/ps", SV_API_OLLAMA, 1, 0, sv_ollama_ps},
     {"GET", "/api/version", SV_API_OLLAMA, 0, 0, sv_ollama_version},
+    {"POST", "/v1/embeddings", SV_API_OPENAI, 1, 0, sv_openai_embeddings},
+    {"POST", "/api/embed", SV_API_OLLAMA, 1, 0, sv_ollama_embed},
+    {"POST", "/api/embeddings", SV_API_OLLAMA, 1, 0, sv_ollama_embeddings},
 };
 #define N_ROUTES (int)(sizeof routes / sizeof routes[0])
 

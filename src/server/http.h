@@ -72,5 +72,8 @@ enum MHD_Result sv_ollama_tags(sv_req *r);
 enum MHD_Result sv_ollama_show(sv_req *r);
 enum MHD_Result sv_ollama_ps(sv_req *r);
 enum MHD_Result sv_ollama_version(sv_req *r);
+enum MHD_Result sv_openai_embeddings(sv_req *r);
+enum MHD_Result sv_ollama_embed(sv_req *r);
+enum MHD_Result sv_ollama_embeddings(sv_req *r);
 
 #endif

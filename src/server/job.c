@@ -27,6 +27,8 @@ void sv_job_release(sv_job *j) {
     free(j->force_tool);
     free(j->forced);
     json_decref(j->extra);
+    json_decref(j->logprobs);
+    if (j->run_free) j->run_free(j->run_data);
     sv_buf_free(&j->content);
     sv_buf_free(&j->reasoning);
     for (int i = 0; i < j->n_tools; i++) {
@@ -72,4 +74,67 @@ sv_tool *sv_job_tool_start(sv_job *j, const char *name, size_t len) {
              j->id + (strlen(j->id) > 12 ? strlen(j->id) - 12 : 0), j->n_tools);
     j->n_tools++;
     return t;
+}
+
+json_t *sv_token_text(const char *b, size_t n) {
+    sv_buf o = {0};
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)b[i];
+        size_t k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        int ok = k && i + k <= n;
+        for (size_t x = 1; ok && x < k; x++) ok = ((unsigned char)b[i + x] & 0xC0) == 0x80;
+        if (ok) {
+            sv_buf_append(&o, b + i, k);
+            i += k;
+        } else {
+            sv_buf_puts(&o, "\xEF\xBF\xBD");
+            i++;
+        }
+    }
+    json_t *v = json_stringn(o.p ? o.p : "", o.len);
+    sv_buf_free(&o);
+    return v ? v : json_string("\xEF\xBF\xBD"); /* overlong or surrogate forms jansson refuses */
+}
+
+/* JSON has no -inf: OpenAI writes -9999 for a token the model rules out. */
+static json_t *lp_value(float lp) {
+    return json_real(lp > -9999.0f ? (double)lp : -9999.0);
+}
+
+static json_t *lp_token(const sl_tokenizer *t, int32_t id, float lp) {
+    size_t n = 0;
+    const char *b = sl_tokenizer_token_bytes(t, id, &n);
+    if (!b) n = 0;
+    json_t *bytes = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(bytes, json_integer((unsigned char)b[i]));
+    return json_pack("{s:o, s:o, s:o}", "token", sv_token_text(b ? b : "", n), "logprob", lp_value(lp), "bytes", bytes);
+}
+
+static void on_token(void *ud, const sl_logprobs *lp) {
+    sv_job *j = ud;
+    json_t *e = lp_token(j->lp_tok, lp->id, lp->logprob), *top = json_array();
+    for (int k = 0; k < lp->n_top; k++)
+        json_array_append_new(top, lp_token(j->lp_tok, lp->top_ids[k], lp->top_logprobs[k]));
+    json_object_set_new(e, "top_logprobs", top);
+    pthread_mutex_lock(&j->mu);
+    json_array_append_new(j->logprobs, e);
+    pthread_mutex_unlock(&j->mu);
+}
+
+int sv_job_want_logprobs(sv_job *j, const sl_tokenizer *tok, int top) {
+    if (!j->logprobs && !(j->logprobs = json_array())) return -1;
+    j->lp_tok = tok;
+    j->gen.on_token = on_token;
+    j->gen.token_ud = j;
+    j->gen.top_logprobs = top;
+    return 0;
+}
+
+json_t *sv_job_logprobs_take(sv_job *j) {
+    if (!j->logprobs) return NULL;
+    json_t *a = json_array();
+    for (size_t i = j->lp_sent; i < json_array_size(j->logprobs); i++)
+        json_array_append(a, json_array_get(j->logprobs, i));
+    j->lp_sent = json_array_size(j->logprobs);
+    return a;
 }

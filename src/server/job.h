@@ -62,6 +62,19 @@ struct sv_job {
     int n_tools, cap_tools;
     int block, block_kind; /* current streamed block (Anthropic index / kind) */
 
+    /* logprobs, when the request asks for them (sv_job_want_logprobs): one entry per generated token in the
+     * shape OpenAI chat and Ollama share ({token, logprob, bytes, top_logprobs}); [0, lp_sent) are written */
+    const sl_tokenizer *lp_tok;
+    json_t *logprobs;
+    size_t lp_sent;
+
+    /* work other than a generation (embeddings): when run is set the worker calls it instead of generating,
+     * on its session, and run writes the whole response into out (and status); run_free frees run_data */
+    void (*run)(sv_job *j, sl_session *s);
+    void *run_data;
+    void (*run_free)(void *data);
+    int seq; /* the session's sequence run may use */
+
     /* output, shared with the connection thread under mu */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -79,6 +92,14 @@ void sv_job_emit(sv_job *j, const char *s, size_t n);
 void sv_job_sse(sv_job *j, const char *event, json_t *v);
 /* Appends one NDJSON line (v decref'd). */
 void sv_job_ndjson(sv_job *j, json_t *v);
+/* Asks the generation for logprobs with top alternatives per token (0-20), collected into j->logprobs. */
+int sv_job_want_logprobs(sv_job *j, const sl_tokenizer *tok, int top);
+/* The entries not yet written (a new array, possibly empty), marking them written; NULL when logprobs are
+ * off. Lock held. */
+json_t *sv_job_logprobs_take(sv_job *j);
+/* The JSON of one token's text: its bytes as UTF-8, invalid sequences as U+FFFD (bytes keep them exact). */
+json_t *sv_token_text(const char *b, size_t n);
+
 /* Records a parsed tool call start (name) and returns its slot; NULL on OOM. */
 sv_tool *sv_job_tool_start(sv_job *j, const char *name, size_t len);
 

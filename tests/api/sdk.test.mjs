@@ -241,5 +241,49 @@ await test('ollama generate and model routes', async () => {
   await assert.rejects(ollama.chat({ model: 'm', messages: 'nope', stream: false }), /messages/);
 });
 
+await test('openai chat logprobs', async () => {
+  const r = await openai.chat.completions.create({ model: 'm', messages: ask, logprobs: true, top_logprobs: 3 });
+  const lp = r.choices[0].logprobs.content;
+  assert.equal(lp.length, r.usage.completion_tokens);
+  assert.equal(lp.map((t) => t.token).join(''), TEXT);
+  for (const t of lp) {
+    assert.ok(t.logprob <= 0);
+    assert.deepEqual(t.bytes, [...Buffer.from(t.token)]);
+    assert.equal(t.top_logprobs.length, 3);
+    const v = t.top_logprobs.map((a) => a.logprob);
+    assert.deepEqual(v, [...v].sort((a, b) => b - a));
+    assert.ok(v.reduce((a, x) => a + Math.exp(x), 0) <= 1 + 1e-6);
+  }
+  const s = await openai.chat.completions.create({ model: 'm', messages: ask, logprobs: true, stream: true });
+  const streamed = [];
+  for await (const c of s) streamed.push(...(c.choices[0]?.logprobs?.content ?? []));
+  assert.equal(streamed.map((t) => t.token).join(''), TEXT);
+});
+
+await test('openai embeddings', async () => {
+  // the SDK asks for base64 and decodes it
+  const r = await openai.embeddings.create({ model: 'm', input: ['Sunny skies', 'over Paris'] });
+  assert.equal(r.data.length, 2);
+  assert.equal(r.data[1].index, 1);
+  for (const d of r.data) {
+    assert.ok(d.embedding.length > 8);
+    assert.ok(Math.abs(Math.hypot(...d.embedding) - 1) < 1e-5);
+  }
+  const f = await openai.embeddings.create({ model: 'm', input: 'over Paris', encoding_format: 'float', dimensions: 8 });
+  assert.equal(f.data[0].embedding.length, 8);
+  const n = Math.hypot(...r.data[1].embedding.slice(0, 8)) || 1; // a zero head stays zero
+  f.data[0].embedding.forEach((x, i) => assert.ok(Math.abs(x - r.data[1].embedding[i] / n) < 1e-5));
+  assert.ok(r.usage.prompt_tokens > 0);
+});
+
+await test('ollama logprobs and embed', async () => {
+  const r = await ollama.chat({ model: 'm', messages: ask, logprobs: true, top_logprobs: 2 });
+  assert.equal(r.logprobs.map((t) => t.token).join(''), TEXT);
+  assert.ok(r.logprobs.every((t) => t.top_logprobs.length === 2));
+  const e = await ollama.embed({ model: 'm', input: ['Sunny skies', 'over Paris'] });
+  assert.equal(e.embeddings.length, 2);
+  assert.ok(Math.abs(Math.hypot(...e.embeddings[0]) - 1) < 1e-5);
+});
+
 console.log(`${passed} passed, ${failed} failed`);
 process.exit(failed ? 1 : 0);
