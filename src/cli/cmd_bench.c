@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
+#include "cli/bench_parallel.h"
 #include "cli/commands.h"
 #include "cli/stream_flags.h"
 #include "core/util.h"
@@ -47,7 +48,10 @@ static void usage(FILE *f) {
                "  --quant Q     synthetic weights: bf16 (default), mlx4 or mlx8 (MLX affine, group 64), or q4k\n"
                "                (a GGUF file: GGML Q4_K, the output head Q6_K)\n"
                "  --layers L    synthetic: only the first L layers (for disks smaller than the model)\n"
-               "  --dir DIR     synthetic: where the checkpoint is written\n");
+               "  --dir DIR     synthetic: where the checkpoint is written\n"
+               "  --parallel N[,N...]  many sequences at once instead: for each N, N prompts of -p tokens, then\n"
+               "                -n steps of one token of every sequence; aggregate and per-sequence rates (and\n"
+               "                with streamed experts the bytes read per generated token)\n");
 }
 
 /* Bytes and parameters one decoded token touches (see usage()). */
@@ -348,6 +352,7 @@ int cmd_bench(int argc, char **argv) {
     int json = 0, threads = 0, layers = 0;
     const char *synth = NULL, *quant = "bf16", *dir = NULL, *backend = NULL;
     sl_model_opts o = {0};
+    int par[16], n_par = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int bad = 0;
@@ -380,6 +385,21 @@ int cmd_bench(int argc, char **argv) {
             quant = argv[++i];
         } else if (!strcmp(a, "--layers") && i + 1 < argc) {
             bad = parse_int(argv[++i], 1, &layers);
+        } else if (!strcmp(a, "--parallel") && i + 1 < argc) {
+            char *dup = strdup(argv[++i]), *save = NULL;
+            for (char *t = strtok_r(dup, ",", &save); t && !bad; t = strtok_r(NULL, ",", &save)) {
+                if (n_par == 16)
+                    bad = 1;
+                else
+                    bad = parse_int(t, 1, &par[n_par++]);
+                if (!bad && par[n_par - 1] > 256) bad = 1;
+            }
+            free(dup);
+            if (bad || !n_par) {
+                fprintf(stderr, "sluice bench: --parallel takes up to 16 counts in [1, 256] such as 1,4,16, got '%s'\n",
+                        argv[i]);
+                return 2;
+            }
         } else if (!strcmp(a, "--dir") && i + 1 < argc) {
             dir = argv[++i];
         } else if (a[0] != '-' && !model) {
@@ -464,6 +484,14 @@ int cmd_bench(int argc, char **argv) {
     r.tok = per_token_traffic(m);
     if (m->be->ops->mem_bandwidth) r.bandwidth = m->be->ops->mem_bandwidth(m->be);
     if (m->be->ops->peak_flops) r.flops = m->be->ops->peak_flops(m->be);
+    if (n_par) {
+        sl_bench_par res[16];
+        if (sl_bench_parallel(m, par, n_par, r.prompt, r.gen, r.runs, res, &e)) goto done;
+        if (r.synthetic) printf("%s\n", r.synthetic);
+        sl_bench_parallel_print(m, res, n_par, r.prompt, r.gen);
+        rc = 0;
+        goto done;
+    }
     for (int k = 0; k < r.runs; k++) {
         double pre = 0, dec = 0;
         if (run_once(s, prompt, &r, logits, &pre, &dec, k == 0, &e)) goto done;

@@ -80,8 +80,8 @@ int sl_session_create_opts(sl_model *m, const sl_session_opts *o, sl_session **o
     s->logit_row = -1;
     s->logit_cap = imax(LOGIT_ROWS, imax(n_seqs, s->max_batch < 64 ? s->max_batch : 64));
     s->max_pages = (max_ctx + SL_KV_PAGE - 1) / SL_KV_PAGE;
-    int64_t want = o->kv_tokens > 0 ? o->kv_tokens : (int64_t)n_seqs * max_ctx;
-    int64_t pages = (want + SL_KV_PAGE - 1) / SL_KV_PAGE;
+    int64_t pages = o->kv_tokens > 0 ? ((int64_t)o->kv_tokens + SL_KV_PAGE - 1) / SL_KV_PAGE
+                                     : (int64_t)n_seqs * s->max_pages; /* every sequence's whole context */
     if (pages < s->max_pages) pages = s->max_pages; /* one sequence can always reach its whole context */
     if (pages > INT32_MAX / SL_KV_PAGE) pages = INT32_MAX / SL_KV_PAGE;
     s->n_pages = (int)pages;
