@@ -143,6 +143,27 @@ static int block_text(json_t *c, const char *path, sv_buf *out, sv_error *er) {
     return 0;
 }
 
+/* Claude Code opens its system prompt with a line "x-anthropic-billing-header: ...; cch=NONCE;" whose nonce
+ * changes with every request: left in, no request would share a cached prefix with the one before. The
+ * line means nothing to the model, so it is dropped (its own block, or its line of a longer text). */
+#define BILLING_PREFIX "x-anthropic-billing-header:"
+
+static void drop_billing_lines(sv_buf *b) {
+    if (!b->p) return;
+    char *r = b->p, *w = b->p;
+    while (*r) {
+        char *nl = strchr(r, '\n');
+        size_t len = nl ? (size_t)(nl - r) + 1 : strlen(r);
+        if (strncmp(r, BILLING_PREFIX, sizeof BILLING_PREFIX - 1) != 0) {
+            memmove(w, r, len);
+            w += len;
+        }
+        r += len;
+    }
+    *w = 0;
+    b->len = (size_t)(w - b->p);
+}
+
 static int convert_message(json_t *m, size_t i, json_t *msgs, sv_error *er) {
     char path[96];
     snprintf(path, sizeof path, "messages[%zu]", i);
@@ -265,6 +286,7 @@ static int parse(sv_engine *g, json_t *b, sv_job *j, int count_only, sv_error *e
             sv_buf_free(&s);
             goto fail;
         }
+        drop_billing_lines(&s);
         json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "system", "content", s.p ? s.p : ""));
         sv_buf_free(&s);
     }

@@ -2,7 +2,8 @@
 # sluice serve with several requests at once (continuous batching): concurrent greedy requests give exactly
 # what each gives alone, a request cancelled mid-batch leaves the others whole, conversations keep their
 # cached prefixes beside each other (and a side request shares one), and a load run of 32 clients with
-# random disconnects leaves the server healthy with a flat RSS.
+# random disconnects leaves the server healthy with a flat RSS. Claude Code's billing header does not defeat
+# the prefix cache.
 set -euo pipefail
 BIN=${SLUICE_BIN:?} FIX=${SLUICE_FIXTURES:?}
 SRC=$(cd "$FIX/../.." && pwd)
@@ -71,6 +72,18 @@ read -r _ cb < <(chat "$SYS_B" "other question" "x" "again")
 [ "$(metric sluice_prefix_cache_hits_total)" -ge 3 ] || fail "prefix hits: $(metric sluice_prefix_cache_hits_total)"
 echo "ok - conversations keep their prefixes side by side (side request $cs/$ps cached, A's turn 2 $c2/$p2)"
 
+# --- Claude Code's billing header (a nonce that changes every request) does not defeat the prefix cache ---
+billing() { # NONCE
+    jq -nc --arg sys "$SYS_A" --arg h "x-anthropic-billing-header: cc_version=2.1.37.0d9; cc_entrypoint=cli; cch=$1;" \
+        '{model:"m",max_tokens:4,temperature:0,system:[{type:"text",text:$h},{type:"text",text:$sys}],
+          messages:[{role:"user",content:"hello there"}]}' >"$T/req"
+    curl -sf "$URL/v1/messages" -d @"$T/req" | jq -r '"\(.usage.input_tokens) \(.usage.cache_read_input_tokens)"'
+}
+billing fa690 >/dev/null
+read -r in cr < <(billing 0b1c2)
+[ "$cr" -ge 300 ] && [ "$in" -le 64 ] || fail "billing header: $cr tokens read from the cache, $in new"
+echo "ok - a changing billing header leaves the prefix cached ($cr cached, $in new)"
+
 # --- a request cancelled mid-batch: the others finish whole ---
 start loop "$FIX/scripted_model" --parallel 3
 CURLS=()
@@ -102,4 +115,4 @@ kill -0 "$PID" || fail "the server died under load"
 jq -e '.bad == 0 and .ok > 0' "$T/load" >/dev/null || fail "load run: $(cat "$T/load")"
 [ "$after" -le $((before + before / 5 + 8192)) ] || fail "RSS grew from $before kB to $after kB"
 echo "ok - 400 requests from 32 clients: $(jq -c '{ok, aborted, busy, bad}' "$T/load"), RSS $before -> $after kB"
-echo "4 passed, 0 failed"
+echo "5 passed, 0 failed"
