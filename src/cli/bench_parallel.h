@@ -5,10 +5,10 @@
 #include "models/model.h"
 
 typedef struct sl_bench_par {
-    int n;                         /* sequences */
-    double prefill_s, decode_s;    /* best of the runs */
+    int n;                          /* sequences */
+    double prefill_s, decode_s;     /* best of the runs */
     double prefill_tps, decode_tps; /* tokens of all sequences per second */
-    double bytes_per_token;        /* streamed experts: bytes read per generated token */
+    double bytes_per_token;         /* streamed experts: bytes read per generated token */
 } sl_bench_par;
 
 /* For each of the count sequence counts ns[k]: the best of runs runs (prompt tokens per sequence, then gen

@@ -189,6 +189,8 @@ static int parse_common(sv_engine *g, json_t *b, sv_job *j, sv_error *er) {
     if (rc) j->gen.max_tokens = (int)n;
     if (sv_set_stops(j, json_object_get(b, "stop"), "stop", er)) return -1;
     if (sv_get_bool(b, "stream", "stream", &j->stream, er) < 0) return -1;
+    /* as llama-server and vLLM take it: generate up to max_tokens whatever the model says (benchmarks) */
+    if (sv_get_bool(b, "ignore_eos", "ignore_eos", &j->gen.ignore_eos, er) < 0) return -1;
     json_t *so;
     if ((rc = sv_get_object(b, "stream_options", "stream_options", &so, er)) < 0) return -1;
     if (rc && sv_get_bool(so, "include_usage", "stream_options.include_usage", &j->include_usage, er) < 0) return -1;
