@@ -34,6 +34,24 @@ static int is_eos(const sl_tokenizer *tok, int32_t id) {
     return 0;
 }
 
+/* The next token under a grammar: the sampler's pick when the grammar allows it, else a pick among the
+ * allowed tokens only (logits of the others at -inf). Rejecting a draw and drawing again from the allowed
+ * tokens gives each of them its probability renormalised over the allowed set, as a full mask would;
+ * with top-k / top-p the truncation is applied to the masked logits only on the second draw. */
+static int32_t pick_constrained(sl_sampler *smp, sl_gconstraint *gc, float *logits, sl_err *e) {
+    int32_t id = sl_sampler_sample(smp, logits);
+    int ok = id < 0 ? 0 : sl_gconstraint_allows(gc, id, e);
+    if (ok < 0) return -2;
+    if (ok) return id;
+    int n = sl_gconstraint_apply(gc, logits, e);
+    if (n < 0) return -2;
+    if (n == 0) {
+        sl_fail(e, "the grammar allows no token of this vocabulary here");
+        return -2;
+    }
+    return sl_sampler_sample(smp, logits);
+}
+
 /* Positions [0, k) of the session can be kept: the longest common prefix, minus one token when the whole
  * prompt is cached (its last token must run again to give logits), or less when the recurrent state can
  * only resume from a snapshot. */
@@ -58,10 +76,13 @@ int sl_generate(sl_session *s, const sl_tokenizer *tok, const int32_t *prompt, i
     sl_stop *stop = sl_stop_create(p->stops, p->n_stops);
     sl_detok dt;
     sl_detok_init(&dt, tok, 1);
+    sl_gvocab *gv = NULL;
+    sl_gconstraint *gc = NULL;
     if (!logits || !smp || !stop) {
         sl_fail(e, "out of memory");
         goto done;
     }
+    if (p->grammar && (sl_gvocab_create(tok, V, &gv, e) || sl_gconstraint_init(p->grammar, gv, &gc, e))) goto done;
     int k = reuse_prefix(s, prompt, n_prompt);
     st->cached_tokens = k;
     const sl_expert_store *xs = s->m->store;
@@ -75,7 +96,7 @@ int sl_generate(sl_session *s, const sl_tokenizer *tok, const int32_t *prompt, i
         k = n_prompt - 1;
     }
     /* plain greedy decoding picks each token on the backend: no logits cross to the host */
-    int greedy = sl_sampler_plain_greedy(smp);
+    int greedy = sl_sampler_plain_greedy(smp) && !gc;
     int32_t next = -1;
     if (greedy ? sl_session_forward_argmax(s, prompt + k, n_prompt - k, &next, e)
                : sl_session_forward(s, prompt + k, n_prompt - k, logits, 0, e))
@@ -92,7 +113,8 @@ int sl_generate(sl_session *s, const sl_tokenizer *tok, const int32_t *prompt, i
     const char *out;
     size_t len;
     for (;;) {
-        int32_t id = greedy ? next : sl_sampler_sample(smp, logits);
+        int32_t id = greedy ? next : gc ? pick_constrained(smp, gc, logits, e) : sl_sampler_sample(smp, logits);
+        if (id == -2) goto done;
         if (id < 0) {
             sl_fail(e, "the model produced no finite logits (NaN or -inf everywhere)");
             goto done;
@@ -101,6 +123,7 @@ int sl_generate(sl_session *s, const sl_tokenizer *tok, const int32_t *prompt, i
             st->finish_reason = "stop";
             break;
         }
+        if (gc && sl_gconstraint_accept(gc, id, e)) goto done;
         st->generated_tokens++;
         sl_sampler_accept(smp, id);
         /* embedding tables are often padded past the tokenizer's vocabulary: such ids spell nothing */
@@ -117,7 +140,7 @@ int sl_generate(sl_session *s, const sl_tokenizer *tok, const int32_t *prompt, i
             st->finish_reason = "cancelled";
             break;
         }
-        if (stopped) {
+        if (stopped || (gc && sl_gconstraint_done(gc))) {
             st->finish_reason = "stop";
             break;
         }
@@ -142,6 +165,8 @@ int sl_generate(sl_session *s, const sl_tokenizer *tok, const int32_t *prompt, i
     if (s->recurrent && strcmp(st->finish_reason, "cancelled") != 0 && sl_session_snapshot(s, e)) goto done;
     rc = 0;
 done:
+    sl_gconstraint_free(gc);
+    sl_gvocab_free(gv);
     sl_detok_free(&dt);
     sl_stop_free(stop);
     sl_sampler_free(smp);

@@ -7,6 +7,7 @@
 #include "experts/store.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
+#include "text/grammar.h"
 #include "text/tokenizer.h"
 
 typedef struct sl_gen_params {
@@ -15,6 +16,9 @@ typedef struct sl_gen_params {
     const char *const *stops; /* stop strings, never emitted */
     int n_stops;
     int ignore_eos;
+    /* NULL: free text. Else every token must continue a sentence of the grammar, end-of-generation comes
+     * only where it can end, and generation stops once it is complete ("stop"). */
+    const sl_grammar *grammar;
 } sl_gen_params;
 
 typedef struct sl_gen_stats {
