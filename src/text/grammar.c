@@ -676,6 +676,7 @@ typedef struct gstate {
     int n;
     uint8_t accept; /* an empty stack: the input so far is a complete sentence */
     uint8_t need;   /* continuation bytes still to come */
+    uint8_t len;    /* length of the pending character in bytes */
     uint32_t pcp;   /* the bits of the pending character so far */
 } gstate;
 
@@ -805,38 +806,56 @@ static int advance_cp(gmatch *m, const gstate *st, uint32_t cp, gstate *out) {
 /* Advances st over one byte into out (empty when the byte cannot come next). */
 static int advance_byte(gmatch *m, const gstate *st, uint8_t b, gstate *out) {
     memset(out, 0, sizeof *out);
+    /* the smallest and largest code point of each UTF-8 length: shorter (overlong) forms, surrogates and
+     * points past U+10FFFF are not characters */
+    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000}, max_cp[5] = {0, 0x7F, 0x7FF, 0xFFFF, 0x10FFFF};
     uint32_t pcp;
-    int need;
+    int need, len;
     if (st->need) {
         if ((b & 0xC0) != 0x80) return 0;
         pcp = st->pcp << 6 | (b & 0x3Fu);
         need = st->need - 1;
-        if (!need) return advance_cp(m, st, pcp, out);
+        len = st->len;
+        if (!need) {
+            if (pcp < min_cp[len] || pcp > max_cp[len] || (pcp >= 0xD800 && pcp <= 0xDFFF)) return 0;
+            return advance_cp(m, st, pcp, out);
+        }
     } else if (b < 0x80) {
         return advance_cp(m, st, b, out);
     } else if ((b & 0xE0) == 0xC0) {
         pcp = b & 0x1Fu;
         need = 1;
+        len = 2;
     } else if ((b & 0xF0) == 0xE0) {
         pcp = b & 0x0Fu;
         need = 2;
+        len = 3;
     } else if ((b & 0xF8) == 0xF0) {
         pcp = b & 0x07u;
         need = 3;
+        len = 4;
     } else {
         return 0;
     }
     /* mid-character: keep the stacks whose class some completion of it could still match */
     uint32_t lo = pcp << (6 * need), hi = lo | ((1u << (6 * need)) - 1);
+    if (lo < min_cp[len]) lo = min_cp[len];
+    if (hi > max_cp[len]) hi = max_cp[len];
+    if (lo > hi) return 0;
+    /* the parts of [lo, hi] outside the surrogates */
+    uint32_t alo = lo, ahi = hi < 0xD800 ? hi : 0xD7FF, blo = lo > 0xE000 ? lo : 0xE000, bhi = hi;
     const sl_grammar *g = m->g;
-    for (int i = 0; i < st->n; i++)
-        if (class_meets(g, &g->classes[g->el[st->v[i]->pos].v], lo, hi)) {
+    for (int i = 0; i < st->n; i++) {
+        const gclass *c = &g->classes[g->el[st->v[i]->pos].v];
+        if ((alo <= ahi && class_meets(g, c, alo, ahi)) || (blo <= bhi && class_meets(g, c, blo, bhi))) {
             *out = *st;
             out->accept = 0;
             out->need = (uint8_t)need;
+            out->len = (uint8_t)len;
             out->pcp = pcp;
             return 0;
         }
+    }
     return 0;
 }
 

@@ -276,3 +276,38 @@ Test(grammar, mask_real_vocab) {
     free(dir);
     free(src);
 }
+
+Test(grammar, overlong_and_invalid_utf8) {
+    /* 0xC1 0xBB would be '{' in an overlong form; 0xE0 0x81 0xBB too; surrogates are not characters */
+    yes("root ::= [^a]", (const char *[]){"\xc3\xa9", NULL},
+        (const char *[]){"\xc1\xbb", "\xe0\x81\xbb", "\xed\xa0\x80", "\xf4\x90\x80\x80", NULL});
+    sl_tokenizer *t = load_tok("tiny_tokenizer");
+    sl_grammar *g = compile("root ::= \"{\" [a-z]* \"}\"");
+    sl_gvocab *v;
+    sl_gconstraint *c;
+    sl_err e = {{0}};
+    cr_assert_eq(sl_gvocab_create(t, 512, &v, &e), 0);
+    cr_assert_eq(sl_gconstraint_init(g, v, &c, &e), 0);
+    uint8_t m[512];
+    cr_assert_eq(sl_gconstraint_mask(c, m, &e), 1, "only '{' (no lead byte of an overlong '{')");
+    cr_assert_eq(m[sl_tokenizer_token_id(t, "{")], 1);
+    sl_gconstraint_free(c);
+    sl_grammar_free(g);
+    /* a token ending in 0xED 0xA0 could only become a surrogate: not allowed, so generation cannot get stuck */
+    g = compile("root ::= [^a]+");
+    cr_assert_eq(sl_gconstraint_init(g, v, &c, &e), 0);
+    int32_t ed = -1, a0 = -1;
+    for (int id = 0; id < 448; id++) {
+        size_t l;
+        const char *b = sl_tokenizer_token_bytes(t, id, &l);
+        if (b && l == 1 && (unsigned char)b[0] == 0xED) ed = id;
+        if (b && l == 1 && (unsigned char)b[0] == 0xA0) a0 = id;
+    }
+    cr_assert(ed >= 0 && a0 >= 0);
+    cr_assert_eq(sl_gconstraint_accept(c, ed, &e), 0, "%s", e.msg);
+    cr_assert_eq(sl_gconstraint_allows(c, a0, &e), 0);
+    sl_gconstraint_free(c);
+    sl_gvocab_free(v);
+    sl_grammar_free(g);
+    sl_tokenizer_free(t);
+}
