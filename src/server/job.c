@@ -26,6 +26,7 @@ void sv_job_release(sv_job *j) {
     json_decref(j->tools);
     free(j->force_tool);
     free(j->forced);
+    sl_grammar_free(j->grammar);
     json_decref(j->extra);
     sv_buf_free(&j->content);
     sv_buf_free(&j->reasoning);
