@@ -150,6 +150,8 @@ static int parse_options(sv_engine *g, json_t *b, sv_job *j, sv_error *er) {
         if (sv_set_grammar_schema(j, NULL, "format", er)) return -1;
     } else if (json_is_object(f)) {
         if (sv_set_grammar_schema(j, f, "format", er)) return -1;
+    } else if (f && !json_is_null(f) && !(json_is_string(f) && !*json_string_value(f))) {
+        return sv_bad(er, 400, "format", "format must be \"json\" or a JSON schema object");
     }
     const char *model;
     if (sv_get_string(b, "model", "model", &model, er) <= 0)

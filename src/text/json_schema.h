@@ -2,7 +2,8 @@
  *
  * Supported: type (and arrays of types), object (properties in the schema's order, required, and
  * additionalProperties false / true / a schema; when it is absent and properties are given, no other key
- * is generated, which still satisfies the schema), array (items, minItems, maxItems), string (minLength,
+ * is generated, which still satisfies the schema; the names of additional keys are not kept apart from
+ * the described ones), array (items, minItems, maxItems), string (minLength,
  * maxLength, pattern, format date / time / date-time / uuid; other formats are plain strings), number and
  * integer (a minimum >= 0 drops the sign, a maximum < 0 forces it; other bounds are not enforced),
  * boolean, null, enum, const, anyOf, oneOf (as anyOf), allOf of one schema, $ref to #/$defs/... or

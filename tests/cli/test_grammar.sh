@@ -86,6 +86,8 @@ echo "ok - ollama format and options.grammar"
     jq -e '.error | test("format.pattern.*lookarounds")' "$T/body" >/dev/null || fail "ollama bad format: $(cat "$T/body")"
 [ "$(post /api/generate '{"model":"m","prompt":"x","options":{"grammar":"root ::= root \"a\""}}')" = 400 ] &&
     jq -e '.error | test("left-recursive")' "$T/body" >/dev/null || fail "ollama bad grammar: $(cat "$T/body")"
+[ "$(post /api/generate '{"model":"m","prompt":"x","raw":true,"format":"yaml"}')" = 400 ] &&
+    jq -e '.error | test("format must be")' "$T/body" >/dev/null || fail "ollama format yaml: $(cat "$T/body")"
 echo "ok - errors"
 
 # a forced tool call: the scripted model would write {"city": "Paris"}, but the arguments must follow the
@@ -109,4 +111,9 @@ done
     jq -e '.error.param == "tools[0].function.parameters" and (.error.message | test("does not resolve"))' "$T/body" >/dev/null ||
     fail "bad tool schema: $(cat "$T/body")"
 echo "ok - forced tool calls follow the parameters schema"
+# a prompt that opens a reasoning block: it is closed first, so the constrained text is the content
+[ "$(post /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"enable_thinking":true,"max_tokens":20,"grammar":"root ::= \"o\" \"k\"+"}')" = 200 ] &&
+    jq -e '(.choices[0].message.content | test("^ok+$")) and ((.choices[0].message.reasoning_content // "") == "")' "$T/body" >/dev/null ||
+    fail "grammar after an opened <think>: $(cat "$T/body")"
+echo "ok - a reasoning block the prompt opened is closed before the constrained text"
 echo "grammar: all checks passed"
