@@ -179,8 +179,9 @@ static int forced_call_grammar(sv_job *j, json_t *tools, sv_error *er) {
     if (!rc && !alts.len) rc = sv_bad(er, 400, "tool_choice", "tool_choice names a function the tools do not list");
     if (!rc) {
         sv_buf root = {0};
-        sv_buf_printf(&root, "%s(%s) \"}\" \"\\n</tool_call>\"", *j->force_tool ? "" : "\"\\n{\\\"name\\\": \" ",
-                      alts.p);
+        /* the newlines around the JSON are optional: templates differ */
+        sv_buf_printf(&root, "%s(%s) \"}\" \"\\n\"? \"</tool_call>\"",
+                      *j->force_tool ? "" : "\"\\n\"? \"{\\\"name\\\": \" ", alts.p);
         sl_err e = {{0}};
         if (alts.oom || root.oom || sl_jsgen_rule(b, "root", root.p, &e)) {
             rc = sv_bad(er, 500, "", "out of memory");
