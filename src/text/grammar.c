@@ -156,7 +156,7 @@ static int add_class(gparser *P, const uint32_t *rg, size_t n, int neg, uint32_t
         grow((void **)&g->classes, &g->cap_classes, g->n_classes + 1, sizeof *g->classes))
         return sl_fail(P->e, "out of memory");
     gclass c = {.off = (uint32_t)g->n_ranges, .n = (uint32_t)n, .neg = neg};
-    memcpy(g->ranges + 2 * g->n_ranges, rg, 2 * n * sizeof *rg);
+    if (n) memcpy(g->ranges + 2 * g->n_ranges, rg, 2 * n * sizeof *rg);
     g->n_ranges += n;
     for (uint32_t cp = 0; cp < 128; cp++) {
         int in = 0;
