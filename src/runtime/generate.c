@@ -34,6 +34,24 @@ static int is_eos(const sl_tokenizer *tok, int32_t id) {
     return 0;
 }
 
+/* The next token under a grammar: the sampler's pick when the grammar allows it, else a pick among the
+ * allowed tokens only (logits of the others at -inf). Rejecting a draw and drawing again from the allowed
+ * tokens gives each of them its probability renormalised over the allowed set, as a full mask would;
+ * with top-k / top-p the truncation is applied to the masked logits only on the second draw. */
+static int32_t pick_constrained(sl_sampler *smp, sl_gconstraint *gc, float *logits, sl_err *e) {
+    int32_t id = sl_sampler_sample(smp, logits);
+    int ok = id < 0 ? 0 : sl_gconstraint_allows(gc, id, e);
+    if (ok < 0) return -2;
+    if (ok) return id;
+    int n = sl_gconstraint_apply(gc, logits, e);
+    if (n < 0) return -2;
+    if (n == 0) {
+        sl_fail(e, "the grammar allows no token of this vocabulary here");
+        return -2;
+    }
+    return sl_sampler_sample(smp, logits);
+}
+
 /* Positions [0, k) of the session can be kept: the longest common prefix, minus one token when the whole
  * prompt is cached (its last token must run again to give logits), or less when the recurrent state can
  * only resume from a snapshot. */
@@ -47,6 +65,8 @@ static int reuse_prefix(sl_session *s, const int32_t *prompt, int n) {
 
 struct sl_gen {
     const sl_tokenizer *tok;
+    sl_gvocab *gv; /* grammar-constrained generation */
+    sl_gconstraint *gc;
     int vocab;
     const sl_gen_params *p;
     sl_sampler *smp;
@@ -69,6 +89,10 @@ int sl_gen_create(const sl_tokenizer *tok, int vocab, const sl_gen_params *p, co
         sl_gen_free(g);
         return sl_fail(e, "out of memory");
     }
+    if (p->grammar && (sl_gvocab_create(tok, vocab, &g->gv, e) || sl_gconstraint_init(p->grammar, g->gv, &g->gc, e))) {
+        sl_gen_free(g);
+        return -1;
+    }
     for (int i = 0; i < n_prompt; i++) sl_sampler_accept(g->smp, prompt[i]);
     *out = g;
     return 0;
@@ -76,6 +100,8 @@ int sl_gen_create(const sl_tokenizer *tok, int vocab, const sl_gen_params *p, co
 
 void sl_gen_free(sl_gen *g) {
     if (!g) return;
+    sl_gconstraint_free(g->gc);
+    sl_gvocab_free(g->gv);
     sl_detok_free(&g->dt);
     sl_stop_free(g->stop);
     sl_sampler_free(g->smp);
@@ -84,18 +110,22 @@ void sl_gen_free(sl_gen *g) {
 
 int sl_gen_greedy(const sl_gen *g) {
     /* logprobs need the logits on the host */
-    return sl_sampler_plain_greedy(g->smp) && !g->p->on_token;
+    return sl_sampler_plain_greedy(g->smp) && !g->p->on_token && !g->gc;
 }
 
-int sl_gen_step(sl_gen *g, const float *logits, int32_t greedy, int ctx_left, sl_gen_emit_fn emit, void *ud,
-                int32_t *next, sl_gen_stats *st, sl_err *e) {
+int sl_gen_step(sl_gen *g, float *logits, int32_t greedy, int ctx_left, sl_gen_emit_fn emit, void *ud, int32_t *next,
+                sl_gen_stats *st, sl_err *e) {
     const sl_gen_params *p = g->p;
-    int32_t id = logits ? sl_sampler_sample(g->smp, logits) : greedy;
+    int32_t id = !logits ? greedy
+                 : g->gc ? pick_constrained(g->smp, g->gc, logits, e)
+                         : sl_sampler_sample(g->smp, logits);
+    if (id == -2) return -1;
     if (id < 0) return sl_fail(e, "the model produced no finite logits (NaN or -inf everywhere)");
     if (!p->ignore_eos && is_eos(g->tok, id)) {
         st->finish_reason = "stop";
         return 1;
     }
+    if (g->gc && sl_gconstraint_accept(g->gc, id, e)) return -1;
     st->generated_tokens++;
     if (p->on_token && logits) {
         sl_logprobs lp;
@@ -114,7 +144,7 @@ int sl_gen_step(sl_gen *g, const float *logits, int32_t greedy, int ctx_left, sl
         g->cancelled = 1;
         return 1;
     }
-    if (stopped) {
+    if (stopped || (g->gc && sl_gconstraint_done(g->gc))) {
         st->finish_reason = "stop";
         return 1;
     }

@@ -7,6 +7,7 @@
 #include "experts/store.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
+#include "text/grammar.h"
 #include "text/tokenizer.h"
 
 typedef struct sl_gen_params {
@@ -21,6 +22,9 @@ typedef struct sl_gen_params {
     void (*on_token)(void *ud, const sl_logprobs *lp);
     void *token_ud;
     int top_logprobs;
+    /* NULL: free text. Else every token must continue a sentence of the grammar, end-of-generation comes
+     * only where it can end, and generation stops once it is complete ("stop"). */
+    const sl_grammar *grammar;
 } sl_gen_params;
 
 typedef struct sl_gen_stats {
@@ -57,12 +61,12 @@ void sl_gen_free(sl_gen *g);
 /* 1 when the next token is the plain argmax of the logits, which the backend can pick (pass it as greedy
  * to sl_gen_step, logits NULL); 0 when sl_gen_step needs the logits on the host. */
 int sl_gen_greedy(const sl_gen *g);
-/* One generated token: picks it from logits (or takes greedy), and unless it ends the generation (an
- * end-of-generation token, a stop string, the token limit, or ctx_left == 0 positions left for it),
+/* One generated token: picks it from logits (or takes greedy; a grammar may mask logits on the way), and unless it ends
+ * the generation (an end-of-generation token, a stop string, the token limit, or ctx_left == 0 positions left for it),
  * emits the text it completes and sets *next to feed. Returns 1 when the generation is over
  * (st->finish_reason says why; call sl_gen_finish), 0 to go on, -1 on failure. */
-int sl_gen_step(sl_gen *g, const float *logits, int32_t greedy, int ctx_left, sl_gen_emit_fn emit, void *ud,
-                int32_t *next, sl_gen_stats *st, sl_err *e);
+int sl_gen_step(sl_gen *g, float *logits, int32_t greedy, int ctx_left, sl_gen_emit_fn emit, void *ud, int32_t *next,
+                sl_gen_stats *st, sl_err *e);
 /* Emits what the detokeniser and the stop strings still hold (nothing for a cancelled generation) and
  * fills st->stop_index. */
 int sl_gen_finish(sl_gen *g, sl_gen_emit_fn emit, void *ud, sl_gen_stats *st, sl_err *e);

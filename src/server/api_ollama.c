@@ -162,6 +162,18 @@ static int parse_options(sv_engine *g, json_t *b, sv_job *j, sv_error *er) {
                           "options.num_ctx %lld exceeds this server's context of %d (start it with a larger --ctx)", n,
                           g->ctx);
         if (sv_set_stops(j, json_object_get(o, "stop"), "options.stop", er)) return -1;
+        const char *gbnf;
+        if ((rc = sv_get_string(o, "grammar", "options.grammar", &gbnf, er)) < 0) return -1;
+        if (rc && *gbnf && sv_set_grammar_gbnf(j, gbnf, "options.grammar", er)) return -1;
+    }
+    /* format "json" (any JSON object) or a JSON schema; it replaces options.grammar */
+    json_t *f = json_object_get(b, "format");
+    if (json_is_string(f) && !strcmp(json_string_value(f), "json")) {
+        if (sv_set_grammar_schema(j, NULL, "format", er)) return -1;
+    } else if (json_is_object(f)) {
+        if (sv_set_grammar_schema(j, f, "format", er)) return -1;
+    } else if (f && !json_is_null(f) && !(json_is_string(f) && !*json_string_value(f))) {
+        return sv_bad(er, 400, "format", "format must be \"json\" or a JSON schema object");
     }
     const char *model;
     if (sv_get_string(b, "model", "model", &model, er) <= 0)
@@ -173,7 +185,8 @@ static int parse_options(sv_engine *g, json_t *b, sv_job *j, sv_error *er) {
     return 0;
 }
 
-/* format "json" or a JSON schema: asked for in the system message (best effort, not enforced). */
+/* format "json" or a JSON schema: asked for in the system message as well (parse_options sets the grammar
+ * that enforces it). */
 static int format_note(json_t *b, json_t *msgs, sv_error *er) {
     json_t *f = json_object_get(b, "format");
     if (!f || json_is_null(f) || (json_is_string(f) && !*json_string_value(f))) return 0;

@@ -163,6 +163,36 @@ static void w_fail(sv_job *j, const char *msg) {
 
 static const sv_writer writer = {w_begin, w_event, w_finish, w_fail};
 
+/* The output's grammar: response_format json_object / json_schema (strict or not, always enforced), or
+ * llama-server's `grammar` (GBNF) and `json_schema` fields. */
+static int constraint(json_t *b, sv_job *j, sv_error *er) {
+    json_t *rf, *js;
+    const char *gbnf;
+    int rc, n_given = 0;
+    if ((rc = sv_get_object(b, "response_format", "response_format", &rf, er)) < 0) return -1;
+    const char *type = rc ? json_string_value(json_object_get(rf, "type")) : NULL;
+    if (rc && !type) return sv_bad(er, 400, "response_format.type", "response_format.type must be a string");
+    if (type && !strcmp(type, "json_object")) {
+        n_given++;
+        if (sv_set_grammar_schema(j, json_object_get(rf, "schema"), "response_format.schema", er)) return -1;
+    } else if (type && !strcmp(type, "json_schema")) {
+        json_t *schema = json_object_get(json_object_get(rf, "json_schema"), "schema");
+        if (!json_is_object(schema) && !json_is_boolean(schema))
+            return sv_bad(er, 400, "response_format.json_schema.schema",
+                          "response_format.json_schema.schema must be a JSON schema (an object)");
+        n_given++;
+        if (sv_set_grammar_schema(j, schema, "response_format.json_schema.schema", er)) return -1;
+    }
+    if ((rc = sv_get_object(b, "json_schema", "json_schema", &js, er)) < 0) return -1;
+    if (rc && (n_given++, sv_set_grammar_schema(j, js, "json_schema", er))) return -1;
+    if ((rc = sv_get_string(b, "grammar", "grammar", &gbnf, er)) < 0) return -1;
+    if (rc && *gbnf && (n_given++, sv_set_grammar_gbnf(j, gbnf, "grammar", er))) return -1;
+    if (n_given > 1)
+        return sv_bad(er, 400, "grammar",
+                      "grammar, json_schema and a JSON response_format exclude each other; give one");
+    return 0;
+}
+
 /* Settings both endpoints share. */
 static int parse_common(sv_engine *g, json_t *b, sv_job *j, sv_error *er) {
     double d;
@@ -196,7 +226,7 @@ static int parse_common(sv_engine *g, json_t *b, sv_job *j, sv_error *er) {
     if (rc && sv_get_bool(so, "include_usage", "stream_options.include_usage", &j->include_usage, er) < 0) return -1;
     j->extra = json_pack("{s:s}", "model", g->name);
     j->w = &writer;
-    return 0;
+    return constraint(b, j, er);
 }
 
 /* Chat: logprobs true/false and top_logprobs 0-20 (which needs logprobs). Legacy completions: logprobs
@@ -378,7 +408,8 @@ int sv_json_format_note(const char *type, json_t *schema, const char *path, json
     return 0;
 }
 
-/* response_format json_object / json_schema: asked for in the system message (best effort, not enforced). */
+/* response_format json_object / json_schema: asked for in the system message as well, since models follow a
+ * format better when told (the grammar, set in constraint(), enforces it). */
 static int response_format(json_t *b, json_t *msgs, sv_error *er) {
     json_t *rf;
     int rc = sv_get_object(b, "response_format", "response_format", &rf, er);

@@ -672,6 +672,9 @@ static int parse(sv_engine *g, json_t *b, sv_job *j, json_t **msgs_out, json_t *
         if (!strcmp(type, "json_schema") && !json_is_object(schema))
             return sv_bad(er, 400, "text.format.schema", "text.format.schema must be an object (a JSON schema)");
         if (sv_json_format_note(type, schema, "text.format.type", msgs, er)) return -1;
+        /* enforced as chat's response_format is: a grammar from the schema (any JSON object for json_object) */
+        if (!strcmp(type, "json_schema") && sv_set_grammar_schema(j, schema, "text.format.schema", er)) return -1;
+        if (!strcmp(type, "json_object") && sv_set_grammar_schema(j, NULL, "text.format", er)) return -1;
     }
     json_object_set_new(j->extra, "echo", echo(g, b, model, j));
     return 0;

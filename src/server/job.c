@@ -26,6 +26,7 @@ void sv_job_release(sv_job *j) {
     json_decref(j->tools);
     free(j->force_tool);
     free(j->forced);
+    sl_grammar_free(j->grammar);
     json_decref(j->extra);
     json_decref(j->logprobs);
     if (j->run_free) j->run_free(j->run_data);

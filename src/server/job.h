@@ -47,6 +47,7 @@ struct sv_job {
     json_t *tools;           /* OpenAI-style tool list for the parser, may be NULL */
     char *force_tool;        /* tool_choice that forces a call: "" any tool, else the function name */
     char *forced;            /* the call's opening the prompt ends with; the parser sees it before the output */
+    sl_grammar *grammar;     /* constrains the output (gen.grammar points here); NULL: free text */
     json_t *extra;           /* API-specific settings the writer reads (model name, ...) */
     char id[48];
     char route[64];          /* "POST /v1/chat/completions", for the --timing log */

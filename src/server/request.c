@@ -8,6 +8,7 @@
 
 #include "core/util.h"
 #include "text/chat.h"
+#include "text/json_schema.h"
 
 static const char *type_name(json_t *v) {
     switch (json_typeof(v)) {
@@ -119,10 +120,95 @@ static int ends_in_think(const char *p, size_t n) {
     return 1;
 }
 
+static void set_grammar(sv_job *j, sl_grammar *g) {
+    sl_grammar_free(j->grammar);
+    j->grammar = g;
+    j->gen.grammar = g;
+}
+
+int sv_set_grammar_gbnf(sv_job *j, const char *gbnf, const char *field, sv_error *er) {
+    sl_grammar *g;
+    sl_err e = {{0}};
+    if (sl_grammar_parse(gbnf, strlen(gbnf), &g, &e)) return sv_bad(er, 400, field, "%s: %s", field, e.msg);
+    set_grammar(j, g);
+    return 0;
+}
+
+int sv_set_grammar_schema(sv_job *j, json_t *schema, const char *field, sv_error *er) {
+    sl_grammar *g;
+    sl_err e = {{0}};
+    if (sl_json_schema_grammar(schema, field, &g, &e)) return sv_bad(er, 400, field, "%s", e.msg);
+    set_grammar(j, g);
+    return 0;
+}
+
+/* The arguments of a forced Hermes-style call, which the prompt opened up to `"name": "NAME", ` (a named
+ * function) or up to <tool_call> (any function): they must follow the tool's parameters schema. */
+static int forced_call_grammar(sv_job *j, json_t *tools, sv_error *er) {
+    sl_jsgen *b = sl_jsgen_new();
+    sv_buf alts = {0};
+    int rc = b ? 0 : sv_bad(er, 500, "", "out of memory");
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        if (rc) break;
+        json_t *fn = json_object_get(t, "function");
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        if (!name || (*j->force_tool && strcmp(name, j->force_tool))) continue;
+        json_t *params = json_object_get(fn, "parameters");
+        char where[64], rule[48];
+        snprintf(where, sizeof where, "tools[%zu].function.parameters", i);
+        sl_err e = {{0}};
+        if (sl_jsgen_add(b, json_is_object(params) ? params : NULL, where, rule, sizeof rule, &e)) {
+            rc = sv_bad(er, 400, where, "%s", e.msg);
+            break;
+        }
+        /* any function: the model writes the name too */
+        if (!*j->force_tool) {
+            json_t *q = json_string(name);
+            char *qs = q ? json_dumps(q, JSON_ENCODE_ANY) : NULL;
+            char *lit = qs ? sl_gbnf_literal(qs, strlen(qs)) : NULL;
+            sv_buf_printf(&alts, "%s%s \", \" ", alts.len ? " | " : "", lit ? lit : "");
+            json_decref(q);
+            free(qs);
+            if (!lit) alts.oom = 1;
+            free(lit);
+        }
+        sv_buf_printf(&alts, "\"\\\"arguments\\\": \" %s", rule);
+    }
+    if (!rc && !alts.len) rc = sv_bad(er, 400, "tool_choice", "tool_choice names a function the tools do not list");
+    if (!rc) {
+        sv_buf root = {0};
+        /* the newlines around the JSON are optional: templates differ */
+        sv_buf_printf(&root, "%s(%s) \"}\" \"\\n\"? \"</tool_call>\"",
+                      *j->force_tool ? "" : "\"\\n\"? \"{\\\"name\\\": \" ", alts.p);
+        sl_err e = {{0}};
+        if (alts.oom || root.oom || sl_jsgen_rule(b, "root", root.p, &e)) {
+            rc = sv_bad(er, 500, "", "out of memory");
+        } else {
+            sl_grammar *g;
+            const char *text = sl_jsgen_text(b);
+            if (sl_grammar_parse(text, strlen(text), &g, &e))
+                rc = sv_bad(er, 400, "tools", "tools: the grammar of the forced call: %s", e.msg);
+            else
+                set_grammar(j, g);
+        }
+        sv_buf_free(&root);
+    }
+    sv_buf_free(&alts);
+    sl_jsgen_free(b);
+    return rc;
+}
+
 /* The opening of a tool call in the template's own syntax, which the prompt ends with when tool_choice
- * demands a call: Qwen3-Coder's XML form when the template writes <function=...>, else Hermes JSON. */
+ * demands a call: Qwen3-Coder's XML form when the template writes <function=...>, else Hermes JSON. A
+ * constrained output closes an opened reasoning block the same way (its grammar starts after it). */
 static int forced_opening(const sv_engine *g, sv_job *j, int in_reasoning, sv_buf *out, sv_error *er) {
     const char *src = g->tmpl_src ? g->tmpl_src : "";
+    if (!j->force_tool) {
+        if (in_reasoning) sv_buf_puts(out, "\n</think>\n\n");
+        return 0;
+    }
     if (!strstr(src, "<tool_call>"))
         return sv_bad(er, 400, "tool_choice",
                       "tool_choice asks for a tool call, but this model's chat template has no <tool_call> syntax "
@@ -223,7 +309,7 @@ int sv_prompt_chat_vars(sv_engine *g, json_t *messages, json_t *tools, int enabl
                           e.msg);
     }
     j->starts_in_reasoning = ends_in_think(prompt, len);
-    if (j->force_tool) {
+    if (j->force_tool || (j->grammar && j->starts_in_reasoning)) {
         sv_buf open = {0};
         if (forced_opening(g, j, j->starts_in_reasoning, &open, er)) {
             sv_buf_free(&open);
@@ -243,6 +329,11 @@ int sv_prompt_chat_vars(sv_engine *g, json_t *messages, json_t *tools, int enabl
         prompt = full;
         len += open.len;
         sv_buf_free(&open);
+        /* a forced call in Hermes JSON: its arguments follow the tool's schema */
+        if (j->force_tool && !strstr(g->tmpl_src, "<function=") && forced_call_grammar(j, tools, er)) {
+            free(prompt);
+            return -1;
+        }
     }
     /* the template wrote any BOS itself, so no post-processor specials here */
     int rc = sl_tokenizer_encode(g->tok, prompt, len, 0, &j->ids, &j->n_ids, &e);

@@ -47,6 +47,11 @@ int sv_prompt_text(sv_engine *g, const char *text, size_t len, sv_job *j, sv_err
 /* 400 when the prompt, or the prompt plus the requested max_tokens (named max_field), does not fit. */
 int sv_check_context(sv_engine *g, const sv_job *j, const char *max_field, sv_error *er);
 
+/* Constrains the job's output: GBNF text, or an instance of a JSON schema (NULL: any JSON object). A
+ * grammar that does not compile is a 400 naming `field`. A later call replaces an earlier grammar. */
+int sv_set_grammar_gbnf(sv_job *j, const char *gbnf, const char *field, sv_error *er);
+int sv_set_grammar_schema(sv_job *j, json_t *schema, const char *field, sv_error *er);
+
 /* Tool-call arguments as the chat templates want them: an object parsed from the JSON string that the
  * APIs carry (kept as the string when it is not JSON). New reference. */
 json_t *sv_args_object(json_t *arguments);
