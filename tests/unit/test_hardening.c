@@ -1,0 +1,165 @@
+/* Hostile input: every case here once crashed, hung or computed garbage. Each must now end in a clear error
+ * (or the right answer) without exhausting the stack, the heap or the CPU. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "text/jinja.h"
+
+/* Renders tmpl with no variables; returns the output (caller frees) or NULL with e set. */
+static char *render(const char *tmpl, sl_err *e) {
+    sl_jinja *t;
+    if (sl_jinja_parse(tmpl, strlen(tmpl), &t, e)) return NULL;
+    char *out = NULL;
+    size_t len;
+    int r = sl_jinja_render(t, NULL, &out, &len, e);
+    sl_jinja_free(t);
+    return r ? NULL : out;
+}
+
+static void expect_error(const char *tmpl, const char *want) {
+    sl_err e = {0};
+    char *out = render(tmpl, &e);
+    cr_expect_null(out, "expected an error from %.80s, got '%.80s'", tmpl, out ? out : "");
+    free(out);
+    cr_expect(strstr(e.msg, want), "%.80s: '%s' should mention '%s'", tmpl, e.msg, want);
+}
+
+static void expect_output(const char *tmpl, const char *want) {
+    sl_err e = {0};
+    char *out = render(tmpl, &e);
+    cr_expect(out, "%.80s: %s", tmpl, e.msg);
+    if (out) cr_expect_str_eq(out, want, "%.80s", tmpl);
+    free(out);
+}
+
+/* prefix repeated n times, then middle, then suffix n times */
+static char *nest(const char *prefix, const char *middle, const char *suffix, size_t n) {
+    size_t lp = strlen(prefix), lm = strlen(middle), ls = strlen(suffix);
+    char *s = malloc(n * (lp + ls) + lm + 1), *p = s;
+    for (size_t i = 0; i < n; i++, p += lp) memcpy(p, prefix, lp);
+    memcpy(p, middle, lm);
+    p += lm;
+    for (size_t i = 0; i < n; i++, p += ls) memcpy(p, suffix, ls);
+    *p = 0;
+    return s;
+}
+
+Test(hardening, jinja_range_length_does_not_overflow) {
+    expect_error("{{ range(-9223372036854775807 - 1, 9223372036854775807, 1)|length }}", "Range too big");
+    expect_error("{{ range(9223372036854775807, -9223372036854775807 - 1, -1)|length }}", "Range too big");
+    expect_output("{{ range(0, 9223372036854775807, 4611686018427387904)|list }}", "[0, 4611686018427387904]");
+    expect_output("{{ range(9223372036854775807, 0, -4611686018427387904)|list }}",
+                  "[9223372036854775807, 4611686018427387903]");
+    expect_output("{{ range(5, -5, -9223372036854775807 - 1)|list }}", "[5]");
+    expect_output("{{ range(3)|list }}{{ range(10, 0, -3)|list }}", "[0, 1, 2][10, 7, 4, 1]");
+}
+
+Test(hardening, jinja_integer_division_overflow) {
+    expect_error("{{ (-9223372036854775807 - 1) // -1 }}", "OverflowError");
+    expect_output("{{ (-9223372036854775807 - 1) % -1 }}", "0");
+    expect_output("{{ 7 // -1 }} {{ -7 % -1 }} {{ -7 // 2 }} {{ -7 % 2 }}", "-7 0 -4 1");
+}
+
+Test(hardening, jinja_checked_arithmetic) {
+    expect_error("{{ 9223372036854775807 + 1 }}", "OverflowError");
+    expect_error("{{ -9223372036854775807 - 2 }}", "OverflowError");
+    expect_error("{{ 4294967296 * 4294967296 }}", "OverflowError");
+    expect_error("{{ -(-9223372036854775807 - 1) }}", "OverflowError");
+    expect_error("{{ 9223372036854775808 }}", "does not fit in 64 bits");
+    expect_error("{{ 99999999999999999999999999999999999999999999999999999999999999999999999 }}", "64 bits");
+    expect_output("{{ 9223372036854775807 }} {{ 3 * -4 }} {{ 1 + 2 - 5 }}", "9223372036854775807 -12 -2");
+}
+
+Test(hardening, jinja_power_is_fast_and_checked, .timeout = 60) {
+    expect_error("{{ 2 ** 100000000000 }}", "OverflowError");
+    expect_error("{{ 3 ** 40 }}", "OverflowError");
+    expect_output("{{ 2 ** 62 }} {{ (-2) ** 63 }} {{ 1 ** 9223372036854775807 }} {{ (-1) ** 9223372036854775807 }}",
+                  "4611686018427387904 -9223372036854775808 1 -1");
+    expect_output("{{ 0 ** 0 }} {{ 7 ** 1 }} {{ 3 ** 3 }} {{ 2 ** -1 }}", "1 7 27 0.5");
+}
+
+Test(hardening, jinja_repetition_is_bounded, .timeout = 60) {
+    expect_error("{{ 'a' * 9223372036854775807 }}", "MemoryError");
+    expect_error("{{ [1, 2, 3] * 4611686018427387904 }}", "MemoryError");
+    expect_error("{{ 4611686018427387904 * [1, 2, 3] }}", "MemoryError");
+    expect_output("{{ 'ab' * 3 }}{{ [1] * 2 }}{{ 'x' * -1 }}{{ [1] * 0 }}", "ababab[1, 1][]");
+}
+
+Test(hardening, jinja_widths_are_bounded, .timeout = 60) {
+    expect_error("{{ 'x'|center(9223372036854775807) }}", "ValueError");
+    expect_error("{{ 'x'|indent(9223372036854775807, true) }}", "ValueError");
+    expect_error("{{ '{:99999999999999999999}'.format(1) }}", "ValueError");
+    expect_output("{{ [1, 2, 3]|batch(9223372036854775807)|list }}", "[[1, 2, 3]]");
+    expect_output("{{ 'x'|center(5) }}|{{ '{:>4}'.format(7) }}", "  x  |   7");
+}
+
+Test(hardening, jinja_deep_parentheses_are_an_error) {
+    char *t = nest("(", "1", ")", 20000);
+    char *src = malloc(strlen(t) + 8);
+    sprintf(src, "{{ %s }}", t);
+    expect_error(src, "nested more than");
+    free(src);
+    free(t);
+    t = nest("(", "1", ")", 50);
+    src = malloc(strlen(t) + 8);
+    sprintf(src, "{{ %s }}", t);
+    expect_output(src, "1");
+    free(src);
+    free(t);
+}
+
+Test(hardening, jinja_deep_blocks_are_an_error) {
+    char *t = nest("{% if true %}", "x", "{% endif %}", 20000);
+    expect_error(t, "nested more than");
+    free(t);
+    t = nest("{% if true %}", "x", "{% endif %}", 40);
+    expect_output(t, "x");
+    free(t);
+}
+
+Test(hardening, jinja_unary_chains_are_an_error) {
+    for (int k = 0; k < 2; k++) {
+        char *t = nest(k ? "-" : "+", "1", "", 100000);
+        char *src = malloc(strlen(t) + 8);
+        sprintf(src, "{{ %s }}", t);
+        expect_error(src, "nested more than");
+        free(src);
+        free(t);
+    }
+    char *t = nest("not ", "1", "", 100000);
+    char *src = malloc(strlen(t) + 8);
+    sprintf(src, "{{ %s }}", t);
+    expect_error(src, "nested more than");
+    free(src);
+    free(t);
+    expect_output("{{ - - 1 }} {{ -+-1 }} {{ not not 1 }}", "1 1 True");
+}
+
+/* Chains the parser builds in a loop still nest in the tree; evaluation bounds them. */
+Test(hardening, jinja_long_operator_chains_are_an_error) {
+    char *t = nest("", "{{ 1", " + 1", 100000);
+    char *src = malloc(strlen(t) + 8);
+    sprintf(src, "%s }}", t);
+    expect_error(src, "RecursionError");
+    free(src);
+    free(t);
+    t = nest("", "{{ 'a'", "|lower", 100000);
+    src = malloc(strlen(t) + 8);
+    sprintf(src, "%s }}", t);
+    expect_error(src, "RecursionError");
+    free(src);
+    free(t);
+    t = nest("", "{{ 1", " + 1", 100);
+    src = malloc(strlen(t) + 8);
+    sprintf(src, "%s }}", t);
+    expect_output(src, "101");
+    free(src);
+    free(t);
+}
+
+Test(hardening, jinja_macro_recursion_still_bounded) {
+    expect_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "RecursionError");
+    expect_output("{% macro f(n) %}{% if n %}{{ f(n - 1) }}{{ n }}{% endif %}{% endmacro %}{{ f(150)|length }}", "342");
+}
