@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "formats/config.h"
 #include "text/jinja.h"
 
 /* Renders tmpl with no variables; returns the output (caller frees) or NULL with e set. */
@@ -162,4 +163,73 @@ Test(hardening, jinja_long_operator_chains_are_an_error) {
 Test(hardening, jinja_macro_recursion_still_bounded) {
     expect_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "RecursionError");
     expect_output("{% macro f(n) %}{% if n %}{{ f(n - 1) }}{{ n }}{% endif %}{% endmacro %}{{ f(150)|length }}", "342");
+}
+
+/* ---- config.json integers ---- */
+
+/* Parses a llama config with one field set to the JSON text value; returns 0 or -1 with e set. */
+static int config_with(const char *field, const char *value, sl_config *c, sl_err *e) {
+    char text[512];
+    snprintf(text, sizeof text,
+             "{\"model_type\": \"mistral\", \"vocab_size\": 256, \"hidden_size\": 64, \"num_hidden_layers\": 2, "
+             "\"num_attention_heads\": 4, \"%s\": %s}",
+             field, value);
+    json_t *root = json_loads(text, 0, NULL);
+    cr_assert(root, "%s", text);
+    int r = sl_config_parse(root, "config.json", c, e);
+    json_decref(root);
+    return r;
+}
+
+static void config_rejects(const char *field, const char *value) {
+    sl_config c;
+    sl_err e = {0};
+    cr_expect_neq(config_with(field, value, &c, &e), 0, "%s = %s was accepted", field, value);
+    cr_expect(strstr(e.msg, field), "'%s' should name %s", e.msg, field);
+    cr_expect(strstr(e.msg, "config.json"), "'%s' should name the file", e.msg);
+    sl_config_free(&c);
+}
+
+Test(hardening, config_integers_out_of_range_are_errors) {
+    config_rejects("sliding_window", "4294967300");
+    config_rejects("sliding_window", "-4294967295");
+    config_rejects("sliding_window", "1e19");
+    config_rejects("sliding_window", "-1");
+    config_rejects("sliding_window", "4096.5");
+    config_rejects("sliding_window", "\"4096\"");
+    config_rejects("max_position_embeddings", "1e300");
+    config_rejects("intermediate_size", "2147483648");
+    config_rejects("num_key_value_heads", "4294967298");
+    config_rejects("head_dim", "-9223372036854775808");
+    config_rejects("num_experts", "1e19");
+    config_rejects("num_experts_per_tok", "-1");
+    config_rejects("decoder_sparse_step", "4294967297");
+    config_rejects("linear_conv_kernel_dim", "4294967300");
+    config_rejects("full_attention_interval", "0");
+    config_rejects("hidden_size", "4294967360");
+    config_rejects("vocab_size", "1e19");
+    config_rejects("rope_scaling",
+                   "{\"rope_type\": \"llama3\", \"factor\": 8, \"original_max_position_embeddings\": 1e19}");
+    config_rejects("quantization", "{\"bits\": 4, \"group_size\": 4294967360}");
+    config_rejects("quantization", "{\"bits\": 4294967300, \"group_size\": 64}");
+    config_rejects("quantization", "{\"bits\": 4, \"group_size\": 64, \"lm_head\": {\"bits\": 1e19}}");
+    config_rejects("quantization", "{\"bits\": 4, \"group_size\": 64, \"lm_head\": {\"group_size\": 4294967360}}");
+}
+
+Test(hardening, config_integers_in_range_are_read) {
+    sl_config c;
+    sl_err e = {0};
+    cr_assert_eq(config_with("sliding_window", "4096", &c, &e), 0, "%s", e.msg);
+    cr_expect_eq(c.sliding_window, 4096);
+    sl_config_free(&c);
+    cr_assert_eq(config_with("sliding_window", "null", &c, &e), 0, "%s", e.msg);
+    cr_expect_eq(c.sliding_window, 0);
+    sl_config_free(&c);
+    cr_assert_eq(config_with("max_position_embeddings", "32768.0", &c, &e), 0, "%s", e.msg);
+    cr_expect_eq(c.max_pos, 32768);
+    sl_config_free(&c);
+    cr_assert_eq(config_with("num_key_value_heads", "2", &c, &e), 0, "%s", e.msg);
+    cr_expect_eq(c.n_kv_heads, 2);
+    cr_expect_eq(c.head_dim, 16);
+    sl_config_free(&c);
 }
