@@ -7,6 +7,7 @@
 
 #include "formats/config.h"
 #include "text/jinja.h"
+#include "text/tokenizer.h"
 
 /* Renders tmpl with no variables; returns the output (caller frees) or NULL with e set. */
 static char *render(const char *tmpl, sl_err *e) {
@@ -232,4 +233,29 @@ Test(hardening, config_integers_in_range_are_read) {
     cr_expect_eq(c.n_kv_heads, 2);
     cr_expect_eq(c.head_dim, 16);
     sl_config_free(&c);
+}
+
+/* ---- tokenizer ---- */
+
+/* A vocabulary with only the byte-level characters for 'a' and 'b', no unknown token and no merges: any other
+ * word maps to no ids at all (which once did pointer arithmetic on NULL; SLUICE_SANITIZE builds caught it). */
+Test(hardening, bpe_word_with_no_ids) {
+    const char *toks[] = {"a", "b"};
+    size_t lens[] = {1, 1};
+    sl_tokenizer_vocab v = {
+        .where = "test", .n_tokens = 2, .tokens = toks, .token_lens = lens, .bos_id = -1, .eos_id = -1, .eot_id = -1};
+    sl_tokenizer *t = NULL;
+    sl_err e = {0};
+    cr_assert_eq(sl_tokenizer_from_vocab(&v, &t, &e), 0, "%s", e.msg);
+    const char *texts[] = {"xyz", "xyz xyz", "xy ab xy", "ab"};
+    const int want[] = {0, 0, 1, 1};
+    for (int round = 0; round < 2; round++) /* the second round reads the word cache */
+        for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
+            int32_t *ids = NULL;
+            int n = -1;
+            cr_assert_eq(sl_tokenizer_encode(t, texts[i], strlen(texts[i]), 0, &ids, &n, &e), 0, "%s", e.msg);
+            cr_expect_eq(n >= 1, want[i], "'%s' gave %d ids", texts[i], n);
+            free(ids);
+        }
+    sl_tokenizer_free(t);
 }
