@@ -1,5 +1,7 @@
 #include "runtime/session.h"
 
+#include "runtime/finite.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -249,6 +251,9 @@ static int forward(sl_session *s, const int32_t *ids, int n, float *logits, int 
         memcpy(s->hist + s->pos, ids + off, (size_t)nb * sizeof *ids);
         s->pos += nb;
         if (be->ops->check(be, e)) return -1;
+        /* rows now on the host: all of this chunk's, or the last one */
+        if (logits && all_logits && sl_check_logits(logits + (size_t)off * V, (size_t)nb, V, s->pos - nb, e)) return -1;
+        if (logits && !all_logits && last_chunk && sl_check_logits(logits, 1, V, s->pos - 1, e)) return -1;
     }
     return 0;
 }
@@ -266,7 +271,8 @@ int sl_session_last_logits(sl_session *s, float *logits, sl_err *e) {
     if (s->logit_row < 0) return sl_fail(e, "the session has computed no logits since its last forward");
     size_t V = (size_t)s->m->cfg.vocab_size;
     s->m->be->ops->download(s->m->be, logits, s->s.logits + (size_t)s->logit_row * V, V * sizeof *logits);
-    return s->m->be->ops->check(s->m->be, e);
+    if (s->m->be->ops->check(s->m->be, e)) return -1;
+    return sl_check_logits(logits, 1, V, s->pos - 1, e);
 }
 
 int sl_session_rewind(sl_session *s, int pos) {
