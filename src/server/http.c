@@ -40,6 +40,10 @@ static void add_cors(struct MHD_Response *resp) {
 }
 
 enum MHD_Result sv_reply(sv_req *r, int status, const char *content_type, const char *body, size_t len) {
+    if (!r->c) { /* a request checked without a connection (sv_http_check): only the status is kept */
+        r->status = status;
+        return MHD_YES;
+    }
     struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!resp) return MHD_NO;
     if (content_type) MHD_add_response_header(resp, "Content-Type", content_type);
@@ -156,6 +160,11 @@ static void stream_free(void *cls) {
 
 enum MHD_Result sv_reply_job(sv_req *r, sv_job *j, const char *content_type) {
     sv_engine *g = r->srv->g;
+    if (!r->c) { /* checked only: the job was built, nothing runs */
+        sv_job_release(j);
+        r->status = 200;
+        return MHD_YES;
+    }
     j->t_received = sl_now();
     snprintf(j->route, sizeof j->route, "%s %s", r->method, r->url);
     if (sv_engine_submit(g, j)) {
@@ -265,6 +274,7 @@ static sv_api api_of(const char *url) {
 static int key_ok(sv_req *r) {
     const char *want = r->srv->o.api_key;
     if (!want || !*want) return 1;
+    if (!r->c) return 0;
     const char *got = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "x-api-key");
     const char *auth = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "Authorization");
     if (!got && auth && !strncasecmp(auth, "Bearer ", 7)) got = auth + 7;
@@ -277,6 +287,7 @@ static int key_ok(sv_req *r) {
 }
 
 static enum MHD_Result preflight(sv_req *r) {
+    if (!r->c) return sv_reply(r, 204, NULL, "", 0);
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     if (!resp) return MHD_NO;
     const char *hdrs = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
@@ -411,6 +422,22 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     json_decref(r->json);
     free(r);
     *con_cls = NULL;
+}
+
+int sv_http_check(sv_server *srv, const char *method, const char *url, const char *body, size_t len) {
+    sv_req r = {.srv = srv, .method = method, .url = url};
+    if (len > srv->o.max_body)
+        r.too_big = 1;
+    else if (len) {
+        if (!(r.body = malloc(len + 1))) return 500;
+        memcpy(r.body, body, len);
+        r.body[len] = 0;
+        r.body_len = len;
+    }
+    enum MHD_Result rc = dispatch(&r);
+    free(r.body);
+    json_decref(r.json);
+    return rc == MHD_YES ? r.status : 500;
 }
 
 int sv_server_start(sv_server *srv, sv_engine *g, const sv_server_opts *o, sl_err *e) {

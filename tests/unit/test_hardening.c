@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "formats/config.h"
+#include "server/http.h"
 #include "text/jinja.h"
 #include "text/tokenizer.h"
 
@@ -258,4 +259,32 @@ Test(hardening, bpe_word_with_no_ids) {
             free(ids);
         }
     sl_tokenizer_free(t);
+}
+
+/* ---- requests checked without a socket (the boundary the API fuzzers drive) ---- */
+
+Test(hardening, requests_checked_without_a_connection) {
+    const char *fix = getenv("SLUICE_FIXTURES");
+    cr_assert(fix, "SLUICE_FIXTURES is not set");
+    char model[1024];
+    snprintf(model, sizeof model, "%s/scripted_model", fix);
+    sv_engine g;
+    sl_err e = {0};
+    sv_engine_opts eo = {.model = model, .backend = "cpu", .threads = 1, .queue = 2};
+    cr_assert_eq(sv_engine_init(&g, eo.queue, &e), 0, "%s", e.msg);
+    cr_assert_eq(sv_engine_load(&g, &eo, &e), 0, "%s", e.msg);
+    sv_server srv = {.g = &g, .o = {.max_body = 200}};
+    const char *chat = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}]}";
+    cr_expect_eq(sv_http_check(&srv, "POST", "/v1/chat/completions", chat, strlen(chat)), 200);
+    cr_expect_eq(sv_http_check(&srv, "POST", "/api/chat", chat, strlen(chat)), 200);
+    cr_expect_eq(sv_http_check(&srv, "POST", "/v1/chat/completions", "{", 1), 400);
+    cr_expect_eq(sv_http_check(&srv, "POST", "/v1/chat/completions", "{\"messages\": 5}", 15), 400);
+    char big[300];
+    memset(big, ' ', sizeof big);
+    cr_expect_eq(sv_http_check(&srv, "POST", "/v1/messages", big, sizeof big), 413);
+    cr_expect_eq(sv_http_check(&srv, "GET", "/v1/chat/completions", "", 0), 405);
+    cr_expect_eq(sv_http_check(&srv, "GET", "/nowhere", "", 0), 404);
+    cr_expect_eq(sv_http_check(&srv, "GET", "/health", "", 0), 200);
+    sv_engine_shutdown(&g);
+    sv_engine_free(&g);
 }
