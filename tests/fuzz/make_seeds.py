@@ -164,3 +164,10 @@ bodies = {
 for target, items in bodies.items():
     for i, (route, body) in enumerate(items):
         put(target, "req%d" % i, bytes([route]) + json.dumps(body).encode())
+
+# ---- expert pack: a head of the right shape for the qwen3_moe fixture, then zeroed tables
+with open(os.path.join(FIX, "models/qwen3_moe/config.json")) as f:
+    moe = json.load(f)
+head = b"SLXPACK1" + struct.pack("<IIIIQQ", moe["num_hidden_layers"], moe.get("num_experts") or moe["num_local_experts"], 1, 0, 8192, 8192)
+put("pack", "head", head + bytes(8192 - len(head)))
+put("pack", "bad_magic", b"SLXPACK0" + head[8:])
