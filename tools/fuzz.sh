@@ -16,9 +16,7 @@ mapfile -t all < <(sed -n 's/^set(SLUICE_FUZZERS \(.*\))$/\1/p' tests/fuzz/CMake
 fuzzers=("$@")
 [ ${#fuzzers[@]} -gt 0 ] || fuzzers=("${all[@]}")
 cmake --build "$BUILD" -j"$(nproc)" --target "${fuzzers[@]/#/fuzz_}"
-# leaks are reported by the replay under the sanitizer build, not here: libFuzzer's leak check on a
-# long run mostly finds the targets' own once-per-process caches
-opts=(-max_total_time="$SECS" -timeout=20 -rss_limit_mb=2048 -detect_leaks=0 -print_final_stats=1)
+opts=(-max_total_time="$SECS" -timeout=20 -rss_limit_mb=2048 -print_final_stats=1)
 [ -z "${FUZZ_JOBS:-}" ] || opts+=(-jobs="$FUZZ_JOBS")
 [ -z "${FUZZ_WORKERS:-}" ] || opts+=(-workers="$FUZZ_WORKERS")
 failed=()

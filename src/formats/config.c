@@ -120,8 +120,17 @@ static int parse_rope(json_t *tc, const char *where, sl_rope_cfg *r, int max_pos
     return 0;
 }
 
+static int parse_config(json_t *root, const char *where, sl_config *c, sl_err *e);
+
+/* On failure nothing is left to free: the per-layer tables a failed parse allocated go with it. */
 int sl_config_parse(json_t *root, const char *where, sl_config *c, sl_err *e) {
     memset(c, 0, sizeof *c);
+    if (!parse_config(root, where, c, e)) return 0;
+    sl_config_free(c);
+    return -1;
+}
+
+static int parse_config(json_t *root, const char *where, sl_config *c, sl_err *e) {
     json_t *tc = json_object_get(root, "text_config");
     if (!json_is_object(tc)) tc = root;
     json_t *mt = json_object_get(tc, "model_type");
