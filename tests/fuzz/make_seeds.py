@@ -90,7 +90,12 @@ b, kv_end, ti_end = gguf_header(os.path.join(FIX, "gguf/llama-Q8_0/model.gguf"))
 no_tensors = b[:8] + struct.pack("<Q", 0) + b[16:kv_end]
 put("gguf", "llama_no_tensors", no_tensors)
 put("gguf", "llama_table_only", b[:ti_end + 64])
-put("gguf_split", "llama_no_tensors", struct.pack("<H", len(no_tensors) // 2) + no_tensors + no_tensors[:24])
+# a split set: the metadata plus split.count = 2 (u16), then a second file with nothing in it
+key = b"split.count"
+first = (b[:8] + struct.pack("<QQ", 0, struct.unpack("<Q", b[16:24])[0] + 1) + b[24:kv_end] +
+         struct.pack("<Q", len(key)) + key + struct.pack("<IH", 2, 2))
+second = b[:8] + struct.pack("<QQ", 0, 0)
+put("gguf_split", "llama_two_files", struct.pack("<H", len(first)) + first + second)
 
 # ---- config.json
 for m in sorted(os.listdir(os.path.join(FIX, "models"))):
