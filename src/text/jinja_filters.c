@@ -514,16 +514,17 @@ static int f_indent(jctx *c, jv in, const fargs *a, jv *out) {
     jv w = A(a, 0, "width", jv_int(4));
     int first = jv_truthy(A(a, 1, "first", jv_bool(0)));
     int blank = jv_truthy(A(a, 2, "blank", jv_bool(0)));
-    jbuf ind = {0};
     if (w.t != JV_STR && jv_ival(w) > JX_MAX_WIDTH)
         return jx_fail(c, "ValueError: indent width %lld exceeds the template limit of %d", jv_ival(w), JX_MAX_WIDTH);
+    /* the input is checked before the indent buffer exists, so failing leaks nothing */
+    if (in.t == JV_UNDEF) return jx_undef_fail(c, in);
+    if (in.t != JV_STR)
+        return jx_fail(c, "TypeError: unsupported operand type(s) for +=: '%s' and 'str'", jv_typename(in));
+    jbuf ind = {0};
     if (w.t == JV_STR)
         jb_put(&ind, w.u.s.p, w.u.s.n);
     else
         for (long long i = 0; i < jv_ival(w); i++) jb_putc(&ind, ' ');
-    if (in.t == JV_UNDEF) return jx_undef_fail(c, in);
-    if (in.t != JV_STR)
-        return jx_fail(c, "TypeError: unsupported operand type(s) for +=: '%s' and 'str'", jv_typename(in));
     jv s = in;
     /* Jinja appends a newline before splitlines(), so a trailing newline is dropped */
     jbuf tmp = {0};
