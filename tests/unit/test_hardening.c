@@ -167,6 +167,25 @@ Test(hardening, jinja_macro_recursion_still_bounded) {
     expect_output("{% macro f(n) %}{% if n %}{{ f(n - 1) }}{{ n }}{% endif %}{% endmacro %}{{ f(150)|length }}", "342");
 }
 
+/* Values nested by a loop, or a list holding itself, are walked with a bound too: printing, comparing and
+ * JSON-encoding them once overflowed the stack. */
+Test(hardening, jinja_deeply_nested_values) {
+    const char *deep = "{% set ns = namespace(x=[], y=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}"
+                       "{% set ns.y = [ns.y] %}{% endfor %}";
+    char src[512];
+    snprintf(src, sizeof src, "%s{{ ns.x|length }} {{ '[...]' in ns.x|string }}", deep);
+    expect_output(src, "1 True");
+    snprintf(src, sizeof src, "%s{{ ns.x|tojson }}", deep);
+    expect_error(src, "RecursionError");
+    /* past the bound two values compare as different, where Python would raise RecursionError */
+    snprintf(src, sizeof src, "%s{{ ns.x == ns.y }} {{ ns.x == ns.x }}", deep);
+    expect_output(src, "False True");
+    snprintf(src, sizeof src, "%s{{ ns.x < ns.y }}", deep);
+    expect_error(src, "RecursionError");
+    expect_output("{{ [[1, [2]], {'a': [3]}] }} {{ [[1]] == [[1]] }} {{ [[1]] < [[2]] }}",
+                  "[[1, [2]], {'a': [3]}] True True");
+}
+
 /* ---- config.json integers ---- */
 
 /* Parses a llama config with one field set to the JSON text value; returns 0 or -1 with e set. */
