@@ -173,6 +173,6 @@ for target, items in bodies.items():
 # ---- expert pack: a head of the right shape for the qwen3_moe fixture, then zeroed tables
 with open(os.path.join(FIX, "models/qwen3_moe/config.json")) as f:
     moe = json.load(f)
-head = b"SLXPACK1" + struct.pack("<IIIIQQ", moe["num_hidden_layers"], moe.get("num_experts") or moe["num_local_experts"], 1, 0, 8192, 8192)
-put("pack", "head", head + bytes(8192 - len(head)))
+head = b"SLXPACK1" + struct.pack("<IIIIQQ", moe["num_hidden_layers"], moe.get("num_experts") or moe["num_local_experts"], 1, 0, 20480, 20480)
+put("pack", "head", head + bytes(20480 - len(head)))  # room for the file and cell tables
 put("pack", "bad_magic", b"SLXPACK0" + head[8:])

@@ -156,7 +156,8 @@ static void fuzz_config(const uint8_t *data, size_t size) {
 }
 
 /* An expert pack beside the fixture MoE checkpoint. Its file stamps (sizes, modification times) cannot be
- * guessed, so inputs mostly exercise the header and table checks; the seed is a header of the right shape. */
+ * guessed, so the harness writes the real ones over the input where the pack keeps them (src/experts/pack.c:
+ * a 40-byte head, then {size, mtime_s, mtime_ns} per checkpoint file), and the checks past them are reached. */
 static void fuzz_pack(const uint8_t *data, size_t size) {
     static sl_st_set *set;
     static sl_config c;
@@ -175,7 +176,17 @@ static void fuzz_pack(const uint8_t *data, size_t size) {
     }
     memset(x, 0, nx * sizeof *x);
     const char *p = scratch_path("experts.sluice-pack");
-    write_file(p, data, size);
+    size_t stamps = 40 + 24 * (size_t)set->n_files;
+    uint8_t *buf = malloc(size + 1);
+    memcpy(buf, data, size);
+    for (int i = 0; i < set->n_files && size >= stamps; i++) {
+        struct stat sb;
+        if (stat(set->paths[i], &sb)) abort();
+        int64_t f[3] = {(int64_t)sb.st_size, (int64_t)sb.st_mtim.tv_sec, (int64_t)sb.st_mtim.tv_nsec};
+        memcpy(buf + 40 + 24 * (size_t)i, f, sizeof f);
+    }
+    write_file(p, buf, size);
+    free(buf);
     sl_err e = {0};
     (void)sl_pack_apply(p, set, c.n_layers, c.n_experts, x, set->n_files, &e);
 }
