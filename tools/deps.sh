@@ -14,6 +14,10 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 pkgs=(build-essential cmake pkg-config libjansson-dev libpcre2-dev libutf8proc-dev libedit-dev libcriterion-dev
       xz-utils jq libmicrohttpd-dev liburing-dev libcurl4-openssl-dev curl ca-certificates python3 libssl-dev)
+# the fuzzers (tools/fuzz.sh, run by CI) need clang and libFuzzer's runtime; Debian 12 ships them as clang 14
+if [ -z "${SLUICE_NO_FUZZ:-}" ] && apt-cache show libclang-rt-14-dev >/dev/null 2>&1; then
+    pkgs+=(clang libclang-rt-14-dev)
+fi
 # the server tests drive it with the JavaScript SDKs; any node >= 18 with npm will do (Debian's or another)
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then pkgs+=(nodejs npm); fi
 

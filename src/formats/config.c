@@ -11,6 +11,10 @@
 /* Far beyond any real checkpoint; keeps a corrupt value from turning into huge per-layer allocations. */
 #define MAX_LAYERS 4096
 
+/* Far beyond any real head count, head size or expert count; a corrupt value fails here, not in an allocation. */
+#define MAX_HEADS (1 << 16)
+
+/* A value already checked by read_int (per-module quantization overrides), or a default. */
 static int get_int(json_t *o, const char *k, int dflt) {
     json_t *v = json_object_get(o, k);
     if (json_is_integer(v)) return (int)json_integer_value(v);
@@ -23,15 +27,56 @@ static double get_num(json_t *o, const char *k, double dflt) {
     return json_is_number(v) ? json_number_value(v) : dflt;
 }
 
-static int need_int(json_t *o, const char *where, const char *k, int *out, sl_err *e) {
+/* The one reader of integer fields: absent or null gives dflt (as transformers' defaults do); a number must
+ * be a whole number within [lo, hi] (an integral float such as 4096.0 is accepted), anything else is an
+ * error naming the field and the value, never a silent truncation. */
+static int read_int(json_t *o, const char *where, const char *prefix, const char *k, long long lo, long long hi,
+                    int dflt, int *out, sl_err *e) {
     json_t *v = json_object_get(o, k);
-    if (!json_is_integer(v) || json_integer_value(v) <= 0 || json_integer_value(v) > INT_MAX)
-        return sl_fail(e, "%s: field '%s' missing or not a positive integer", where, k);
-    *out = (int)json_integer_value(v);
+    if (!v || json_is_null(v)) {
+        *out = dflt;
+        return 0;
+    }
+    if (json_is_integer(v)) {
+        json_int_t x = json_integer_value(v);
+        if (x >= lo && x <= hi) {
+            *out = (int)x;
+            return 0;
+        }
+        return sl_fail(e, "%s: field '%s%s' = %lld is out of range (expected an integer in [%lld, %lld])", where,
+                       prefix, k, (long long)x, lo, hi);
+    }
+    if (json_is_real(v)) {
+        double x = json_real_value(v);
+        if (x == floor(x) && x >= (double)lo && x <= (double)hi) {
+            *out = (int)x;
+            return 0;
+        }
+        return sl_fail(e, "%s: field '%s%s' = %.17g is not an integer in [%lld, %lld]", where, prefix, k, x, lo, hi);
+    }
+    if (json_is_boolean(v) || json_is_string(v) || json_is_array(v) || json_is_object(v))
+        return sl_fail(e, "%s: field '%s%s' is a %s, expected an integer in [%lld, %lld]", where, prefix, k,
+                       json_is_boolean(v)  ? "boolean"
+                       : json_is_string(v) ? "string"
+                       : json_is_array(v)  ? "array"
+                                           : "object",
+                       lo, hi);
+    *out = dflt;
     return 0;
 }
 
-static int parse_rope(json_t *tc, const char *where, sl_rope_cfg *r, sl_err *e) {
+static int need_int(json_t *o, const char *where, const char *k, long long hi, int *out, sl_err *e) {
+    json_t *v = json_object_get(o, k);
+    if (json_is_integer(v) && json_integer_value(v) > 0 && json_integer_value(v) <= hi) {
+        *out = (int)json_integer_value(v);
+        return 0;
+    }
+    if (json_is_integer(v))
+        return sl_fail(e, "%s: field '%s' missing or not a positive integer (got %lld, expected [1, %lld])", where, k,
+                       (long long)json_integer_value(v), hi);
+    return sl_fail(e, "%s: field '%s' missing or not a positive integer", where, k);
+}
+static int parse_rope(json_t *tc, const char *where, sl_rope_cfg *r, int max_pos, sl_err *e) {
     /* transformers 5 writes rope_parameters; Hub checkpoints often write rope_theta + rope_scaling. */
     json_t *rp = json_object_get(tc, "rope_parameters");
     json_t *rs = json_object_get(tc, "rope_scaling");
@@ -47,7 +92,9 @@ static int parse_rope(json_t *tc, const char *where, sl_rope_cfg *r, sl_err *e) 
     if (!t) t = json_object_get(src, "type");
     const char *ty = json_is_string(t) ? json_string_value(t) : "default";
     r->factor = get_num(src, "factor", 1.0);
-    r->original_max_pos = get_int(src, "original_max_position_embeddings", get_int(tc, "max_position_embeddings", 0));
+    if (read_int(src, where, "rope_scaling.", "original_max_position_embeddings", 0, INT_MAX, max_pos,
+                 &r->original_max_pos, e))
+        return -1;
     if (!strcmp(ty, "default")) {
         r->type = SL_ROPE_DEFAULT;
     } else if (!strcmp(ty, "linear")) {
@@ -73,48 +120,62 @@ static int parse_rope(json_t *tc, const char *where, sl_rope_cfg *r, sl_err *e) 
     return 0;
 }
 
+static int parse_config(json_t *root, const char *where, sl_config *c, sl_err *e);
+
+/* On failure nothing is left to free: the per-layer tables a failed parse allocated go with it. */
 int sl_config_parse(json_t *root, const char *where, sl_config *c, sl_err *e) {
     memset(c, 0, sizeof *c);
+    if (!parse_config(root, where, c, e)) return 0;
+    sl_config_free(c);
+    return -1;
+}
+
+static int parse_config(json_t *root, const char *where, sl_config *c, sl_err *e) {
     json_t *tc = json_object_get(root, "text_config");
     if (!json_is_object(tc)) tc = root;
     json_t *mt = json_object_get(tc, "model_type");
     if (!json_is_string(mt)) mt = json_object_get(root, "model_type");
     if (!json_is_string(mt)) return sl_fail(e, "%s: missing string field 'model_type'", where);
     snprintf(c->model_type, sizeof c->model_type, "%s", json_string_value(mt));
-    if (need_int(tc, where, "vocab_size", &c->vocab_size, e) || need_int(tc, where, "hidden_size", &c->hidden, e) ||
-        need_int(tc, where, "num_hidden_layers", &c->n_layers, e) ||
-        need_int(tc, where, "num_attention_heads", &c->n_heads, e))
+    if (need_int(tc, where, "vocab_size", INT_MAX, &c->vocab_size, e) ||
+        need_int(tc, where, "hidden_size", INT_MAX, &c->hidden, e) ||
+        need_int(tc, where, "num_hidden_layers", INT_MAX, &c->n_layers, e) ||
+        need_int(tc, where, "num_attention_heads", MAX_HEADS, &c->n_heads, e) ||
+        read_int(tc, where, "", "num_key_value_heads", 1, MAX_HEADS, c->n_heads, &c->n_kv_heads, e) ||
+        read_int(tc, where, "", "head_dim", 1, MAX_HEADS, c->hidden / c->n_heads, &c->head_dim, e) ||
+        read_int(tc, where, "", "intermediate_size", 0, INT_MAX, 0, &c->intermediate, e) ||
+        read_int(tc, where, "", "max_position_embeddings", 0, INT_MAX, 4096, &c->max_pos, e) ||
+        read_int(tc, where, "", "sliding_window", 0, INT_MAX, 0, &c->sliding_window, e))
         return -1;
-    c->n_kv_heads = get_int(tc, "num_key_value_heads", c->n_heads);
     if (c->n_layers > MAX_LAYERS)
         return sl_fail(e, "%s: num_hidden_layers %d exceeds the supported %d", where, c->n_layers, MAX_LAYERS);
-    c->head_dim = get_int(tc, "head_dim", c->hidden / c->n_heads);
     if (c->head_dim <= 0)
         return sl_fail(e, "%s: head_dim %d is not a positive integer (defaults to hidden_size / num_attention_heads)",
                        where, c->head_dim);
-    c->intermediate = get_int(tc, "intermediate_size", 0);
-    c->max_pos = get_int(tc, "max_position_embeddings", 4096);
     c->rms_eps = get_num(tc, "rms_norm_eps", 1e-6);
     /* The top level decides tying for nested configs (the text_config copy may disagree). */
     json_t *tie = json_object_get(root, "tie_word_embeddings");
     if (!json_is_boolean(tie)) tie = json_object_get(tc, "tie_word_embeddings");
     c->tie_embeddings = json_is_boolean(tie) ? json_is_true(tie) : 0;
     json_t *usw = json_object_get(tc, "use_sliding_window");
-    c->sliding_window = get_int(tc, "sliding_window", 0);
     if (json_is_false(usw) && strcmp(c->model_type, "mistral")) c->sliding_window = 0;
-    if (c->sliding_window < 0) c->sliding_window = 0;
     if (c->n_kv_heads <= 0 || c->n_heads % c->n_kv_heads)
         return sl_fail(e, "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", where, c->n_heads,
                        c->n_kv_heads);
-    if (parse_rope(tc, where, &c->rope, e)) return -1;
+    if (parse_rope(tc, where, &c->rope, json_is_number(json_object_get(tc, "max_position_embeddings")) ? c->max_pos : 0,
+                   e))
+        return -1;
 
-    c->n_experts = get_int(tc, "num_experts", get_int(tc, "num_local_experts", 0));
-    c->top_k = get_int(tc, "num_experts_per_tok", 0);
-    c->moe_intermediate = get_int(tc, "moe_intermediate_size", 0);
-    c->shared_intermediate = get_int(tc, "shared_expert_intermediate_size", 0);
+    int local_experts = 0;
+    if (read_int(tc, where, "", "num_local_experts", 0, MAX_HEADS, 0, &local_experts, e) ||
+        read_int(tc, where, "", "num_experts", 0, MAX_HEADS, local_experts, &c->n_experts, e) ||
+        read_int(tc, where, "", "num_experts_per_tok", 0, MAX_HEADS, 0, &c->top_k, e) ||
+        read_int(tc, where, "", "moe_intermediate_size", 0, INT_MAX, 0, &c->moe_intermediate, e) ||
+        read_int(tc, where, "", "shared_expert_intermediate_size", 0, INT_MAX, 0, &c->shared_intermediate, e) ||
+        read_int(tc, where, "", "decoder_sparse_step", 0, MAX_LAYERS, 1, &c->decoder_sparse_step, e))
+        return -1;
     json_t *ntp = json_object_get(tc, "norm_topk_prob");
     c->norm_topk_prob = json_is_boolean(ntp) ? json_is_true(ntp) : 1;
-    c->decoder_sparse_step = get_int(tc, "decoder_sparse_step", 1);
     if (c->n_experts && (c->top_k <= 0 || c->top_k > c->n_experts))
         return sl_fail(e, "%s: num_experts_per_tok %d must be in [1, %d]", where, c->top_k, c->n_experts);
     c->mlp_only = calloc((size_t)c->n_layers, sizeof *c->mlp_only);
@@ -144,23 +205,38 @@ int sl_config_parse(json_t *root, const char *where, sl_config *c, sl_err *e) {
         }
     } else if (json_is_integer(json_object_get(tc, "full_attention_interval"))) {
         /* older hybrid configs: every interval-th layer is full attention, the rest delta-net */
-        int every = get_int(tc, "full_attention_interval", 4);
-        if (every <= 0) return sl_fail(e, "%s: full_attention_interval must be positive", where);
+        int every = 4;
+        if (read_int(tc, where, "", "full_attention_interval", 1, MAX_LAYERS, 4, &every, e)) return -1;
         for (int l = 0; l < c->n_layers; l++)
             c->layer_kind[l] = (l + 1) % every == 0 ? SL_LAYER_ATTENTION : SL_LAYER_LINEAR;
     }
-    c->conv_kernel = get_int(tc, "linear_conv_kernel_dim", 0);
-    c->lin_k_head_dim = get_int(tc, "linear_key_head_dim", 0);
-    c->lin_v_head_dim = get_int(tc, "linear_value_head_dim", 0);
-    c->lin_n_k_heads = get_int(tc, "linear_num_key_heads", 0);
-    c->lin_n_v_heads = get_int(tc, "linear_num_value_heads", 0);
+    if (read_int(tc, where, "", "linear_conv_kernel_dim", 0, 1 << 10, 0, &c->conv_kernel, e) ||
+        read_int(tc, where, "", "linear_key_head_dim", 0, MAX_HEADS, 0, &c->lin_k_head_dim, e) ||
+        read_int(tc, where, "", "linear_value_head_dim", 0, MAX_HEADS, 0, &c->lin_v_head_dim, e) ||
+        read_int(tc, where, "", "linear_num_key_heads", 0, MAX_HEADS, 0, &c->lin_n_k_heads, e) ||
+        read_int(tc, where, "", "linear_num_value_heads", 0, MAX_HEADS, 0, &c->lin_n_v_heads, e))
+        return -1;
 
     json_t *q = json_object_get(root, "quantization");
     if (!json_is_object(q)) q = json_object_get(root, "quantization_config");
     if (json_is_object(q) && json_is_integer(json_object_get(q, "bits"))) {
+        if (read_int(q, where, "quantization.", "bits", 1, 32, 0, &c->quant_bits, e) ||
+            read_int(q, where, "quantization.", "group_size", 1, 1 << 20, 64, &c->quant_group, e))
+            return -1;
+        /* per-module overrides are read later by sl_config_quant_for, which has no way to fail: check them now */
+        const char *mod;
+        json_t *o;
+        json_object_foreach(q, mod, o) {
+            if (!json_is_object(o)) continue;
+            char prefix[300];
+            int tmp;
+            snprintf(prefix, sizeof prefix, "quantization.%.200s.", mod);
+            /* only truncation is checked here: the loader names the tensor whose format the value cannot be */
+            if (read_int(o, where, prefix, "bits", INT_MIN, INT_MAX, 0, &tmp, e) ||
+                read_int(o, where, prefix, "group_size", INT_MIN, INT_MAX, 64, &tmp, e))
+                return -1;
+        }
         c->quant = json_incref(q);
-        c->quant_bits = get_int(q, "bits", 0);
-        c->quant_group = get_int(q, "group_size", 64);
     }
     return 0;
 }

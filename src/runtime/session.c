@@ -1,5 +1,7 @@
 #include "runtime/session.h"
 
+#include "runtime/finite.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,8 +100,9 @@ int sl_session_create_opts(sl_model *m, const sl_session_opts *o, sl_session **o
     s->h_pos = calloc((size_t)s->max_batch, sizeof *s->h_pos);
     s->h_seq = calloc((size_t)s->max_batch, sizeof *s->h_seq);
     s->runs = calloc((size_t)s->max_batch, sizeof *s->runs);
+    s->row_pos = calloc((size_t)s->logit_cap, sizeof *s->row_pos);
     if (!s->kc || !s->vc || !s->conv || !s->ssm || !s->seqs || !s->pt || !s->pt_dirty || !s->page_ref ||
-        !s->free_pages || !s->h_pos || !s->h_seq || !s->runs)
+        !s->free_pages || !s->h_pos || !s->h_seq || !s->runs || !s->row_pos)
         goto oom;
     for (int i = 0; i < s->n_pages; i++) s->free_pages[i] = s->n_pages - 1 - i; /* page 0 is taken first */
     s->n_free = s->n_pages;
@@ -184,6 +187,7 @@ void sl_session_free(sl_session *s) {
     free(s->h_pos);
     free(s->h_seq);
     free(s->runs);
+    free(s->row_pos);
     free(s);
 }
 
@@ -531,6 +535,7 @@ static int run(sl_session *s, const sl_batch *b, const int *want, int n_want, fl
             be->ops->check(be, &(sl_err){0});
             goto fail;
         }
+        for (int i = 0; i < n_want && i < s->logit_cap; i++) s->row_pos[i] = s->h_pos[want[i]];
         /* final norm of the wanted rows, packed, then the output head */
         for (int i = 0; i < n_want;) {
             int j = i + 1;
@@ -555,8 +560,13 @@ static int run(sl_session *s, const sl_batch *b, const int *want, int n_want, fl
         }
     }
     if (step == 0) be->ops->step_end(be, &sr->rec);
+    if (step >= 0) /* a replayed step issued no ops of its own: the rows are the batch's, in order */
+        for (int i = 0; i < n_want && i < s->logit_cap; i++) s->row_pos[i] = s->h_pos[want[i]];
     if (step >= 0 && host) be->ops->download(be, host, s->s.logits, (size_t)n_want * V * 4);
     if (be->ops->check(be, e)) goto fail;
+    /* rows now on the host are checked: corrupt weights would otherwise go on silently as garbage text */
+    for (int i = 0; host && i < n_want; i++)
+        if (sl_check_logits(host + (size_t)i * V, 1, V, s->h_pos[want[i]], e)) goto fail;
     for (int r = 0; r < s->n_runs; r++) {
         sl_seq *sq = &s->seqs[s->runs[r].seq];
         memcpy(sq->hist + sq->pos, b->ids + s->runs[r].start, (size_t)s->runs[r].len * sizeof *b->ids);
@@ -586,7 +596,8 @@ int sl_session_row_logits(sl_session *s, int r, float *logits, sl_err *e) {
     if (r < 0 || r >= s->logit_cap) return sl_fail(e, "logits row %d is outside [0, %d)", r, s->logit_cap);
     size_t V = (size_t)s->m->cfg.vocab_size;
     s->m->be->ops->download(s->m->be, logits, s->s.logits + (size_t)r * V, V * sizeof *logits);
-    return s->m->be->ops->check(s->m->be, e);
+    if (s->m->be->ops->check(s->m->be, e)) return -1;
+    return sl_check_logits(logits, 1, V, s->row_pos[r], e);
 }
 
 int sl_session_rows_argmax(sl_session *s, int n, int32_t *ids, sl_err *e) {

@@ -93,7 +93,8 @@ struct sl_session {
     float **conv, **ssm;
     size_t conv_stride, ssm_stride;
     sl_scratch s;
-    int logit_cap; /* rows s.logits holds */
+    int logit_cap;    /* rows s.logits holds */
+    int32_t *row_pos; /* [logit_cap] the position of each logits row's token, for error messages */
     /* the batch being run: its map (pos and seq in backend memory) and its runs */
     sl_batch_map bm;
     int32_t *bm_pos, *bm_seq; /* backend memory [max_batch] */

@@ -11,6 +11,13 @@
 
 #include "core/util.h"
 
+/* Connection limits against clients that hold connections open (slowloris): all clients together, one
+ * address, and the seconds a connection may sit idle (headers or body not arriving, keep-alive with no next
+ * request). While a request is generating the timeout is off: the reply itself may take minutes. */
+#define SV_MAX_CONNECTIONS 512u
+#define SV_MAX_PER_ADDRESS 64u
+#define SV_IDLE_TIMEOUT_S 15u
+
 int sv_bad(sv_error *er, int status, const char *param, const char *fmt, ...) {
     er->status = status;
     snprintf(er->param, sizeof er->param, "%s", param ? param : "");
@@ -34,6 +41,10 @@ static void add_cors(struct MHD_Response *resp) {
 }
 
 enum MHD_Result sv_reply(sv_req *r, int status, const char *content_type, const char *body, size_t len) {
+    if (!r->c) { /* a request checked without a connection (sv_http_check): only the status is kept */
+        r->status = status;
+        return MHD_YES;
+    }
     struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!resp) return MHD_NO;
     if (content_type) MHD_add_response_header(resp, "Content-Type", content_type);
@@ -151,6 +162,11 @@ static void stream_free(void *cls) {
 
 enum MHD_Result sv_reply_job(sv_req *r, sv_job *j, const char *content_type) {
     sv_engine *g = r->srv->g;
+    if (!r->c) { /* checked only: the job was built, nothing runs */
+        sv_job_release(j);
+        r->status = 200;
+        return MHD_YES;
+    }
     j->t_received = sl_now();
     snprintf(j->route, sizeof j->route, "%s %s", r->method, r->url);
     if (sv_engine_submit(g, j)) {
@@ -160,6 +176,8 @@ enum MHD_Result sv_reply_job(sv_req *r, sv_job *j, const char *content_type) {
         return sv_reply_error(r, &er);
     }
     int fd = conn_fd(r->c);
+    /* generation may outlast any idle timeout; a client that leaves is seen by client_gone instead */
+    MHD_set_connection_option(r->c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
     if (j->stream) {
         stream_ctx *sc = malloc(sizeof *sc);
         struct MHD_Response *resp =
@@ -262,6 +280,7 @@ static sv_api api_of(const char *url) {
 static int key_ok(sv_req *r) {
     const char *want = r->srv->o.api_key;
     if (!want || !*want) return 1;
+    if (!r->c) return 0;
     const char *got = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "x-api-key");
     const char *auth = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "Authorization");
     if (!got && auth && !strncasecmp(auth, "Bearer ", 7)) got = auth + 7;
@@ -274,6 +293,7 @@ static int key_ok(sv_req *r) {
 }
 
 static enum MHD_Result preflight(sv_req *r) {
+    if (!r->c) return sv_reply(r, 204, NULL, "", 0);
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     if (!resp) return MHD_NO;
     const char *hdrs = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
@@ -338,6 +358,23 @@ static enum MHD_Result dispatch(sv_req *r) {
     return rt->fn(r);
 }
 
+/* Whether a Content-Length header value exceeds max (a malformed one is left to the body reader). */
+static int body_too_big(const char *cl, size_t max) {
+    errno = 0;
+    char *end;
+    unsigned long long n = strtoull(cl, &end, 10);
+    if (end == cl || *end || cl[0] == '-') return 0;
+    return errno == ERANGE || n > max;
+}
+
+static enum MHD_Result reply_too_big(sv_req *r) {
+    sv_error er;
+    r->too_big = 1;
+    r->api = api_of(r->url);
+    sv_bad(&er, 413, "", "the request body exceeds the limit of %zu bytes (--max-body)", r->srv->o.max_body);
+    return sv_reply_error(r, &er);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)version;
@@ -350,14 +387,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r->url = url;
         r->method = method;
         *con_cls = r;
+        /* a declared length past the limit is refused before a byte of the body is read */
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && body_too_big(cl, srv->o.max_body)) return reply_too_big(r);
         return MHD_YES;
     }
     if (*upload_size) {
         if (!r->too_big && r->body_len + *upload_size > srv->o.max_body) {
-            r->too_big = 1;
+            /* a chunked body (no length) is refused as soon as it passes the limit: with a 413 where
+               libmicrohttpd lets a reply be queued mid-upload, else (0.9.75) by closing the connection */
             free(r->body);
             r->body = NULL;
             r->body_len = 0;
+            r->too_big = 1;
+            *upload_size = 0;
+            return reply_too_big(r);
         }
         if (!r->too_big) {
             char *p = realloc(r->body, r->body_len + *upload_size + 1);
@@ -375,14 +419,31 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     (void)cls;
-    (void)c;
-    (void)toe;
+    /* a kept-alive connection waits for its next request under the idle timeout again */
+    if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+        MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, SV_IDLE_TIMEOUT_S);
     sv_req *r = *con_cls;
     if (!r) return;
     free(r->body);
     json_decref(r->json);
     free(r);
     *con_cls = NULL;
+}
+
+int sv_http_check(sv_server *srv, const char *method, const char *url, const char *body, size_t len) {
+    sv_req r = {.srv = srv, .method = method, .url = url};
+    if (len > srv->o.max_body)
+        r.too_big = 1;
+    else if (len) {
+        if (!(r.body = malloc(len + 1))) return 500;
+        memcpy(r.body, body, len);
+        r.body[len] = 0;
+        r.body_len = len;
+    }
+    enum MHD_Result rc = dispatch(&r);
+    free(r.body);
+    json_decref(r.json);
+    return rc == MHD_YES ? r.status : 500;
 }
 
 int sv_server_start(sv_server *srv, sv_engine *g, const sv_server_opts *o, sl_err *e) {
@@ -406,7 +467,8 @@ int sv_server_start(sv_server *srv, sv_engine *g, const sv_server_opts *o, sl_er
     errno = 0;
     srv->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR, &sa,
                               MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_CONNECTION_TIMEOUT,
-                              (unsigned)600, MHD_OPTION_CONNECTION_LIMIT, (unsigned)512, MHD_OPTION_END);
+                              SV_IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT, SV_MAX_CONNECTIONS,
+                              MHD_OPTION_PER_IP_CONNECTION_LIMIT, SV_MAX_PER_ADDRESS, MHD_OPTION_END);
     if (!srv->d)
         return sl_fail(e, "cannot listen on %s port %d%s%s", o->host, o->port, errno ? ": " : "",
                        errno ? strerror(errno) : "");

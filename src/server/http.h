@@ -46,10 +46,16 @@ typedef struct sv_req {
     size_t body_len;
     int too_big;
     json_t *json; /* the body parsed, for POST routes */
+    int status;   /* the reply's status, where there is no connection (sv_http_check) */
 } sv_req;
 
 int sv_server_start(sv_server *srv, sv_engine *g, const sv_server_opts *o, sl_err *e);
 void sv_server_stop(sv_server *srv);
+
+/* Routes and parses one request as a connection would (body limit, JSON, the API's request parser, the job
+ * it builds) without a socket and without running anything: returns the HTTP status of the reply. For
+ * tests and fuzzing; srv needs only g and o (no API key: the headers it would be sent in are absent). */
+int sv_http_check(sv_server *srv, const char *method, const char *url, const char *body, size_t len);
 
 enum MHD_Result sv_reply(sv_req *r, int status, const char *content_type, const char *body, size_t len);
 /* v is decref'd. */

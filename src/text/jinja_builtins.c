@@ -161,13 +161,19 @@ static int call_global(jctx *c, const char *name, jv *args, size_t nargs, const 
         } else
             return jx_fail(c, "TypeError: range expected 1 to 3 arguments, got %zu", nargs);
         if (!step) return jx_fail(c, "ValueError: range() arg 3 must not be zero");
-        long long n = step > 0 ? (stop > start ? (stop - start + step - 1) / step : 0)
-                               : (start > stop ? (start - stop - step - 1) / -step : 0);
+        /* The span and the step as unsigned magnitudes: stop - start overflows a long long for the widest
+           ranges, and -step does for LLONG_MIN. */
+        unsigned long long span = 0, mag = step > 0 ? (unsigned long long)step : 0ULL - (unsigned long long)step;
+        if (step > 0 && stop > start) span = (unsigned long long)stop - (unsigned long long)start;
+        if (step < 0 && start > stop) span = (unsigned long long)start - (unsigned long long)stop;
+        unsigned long long n = span / mag + (span % mag != 0);
         if (n > 100000) /* the sandbox's MAX_RANGE */
             return jx_fail(c,
                            "OverflowError: Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
         jv l = jv_list(c->a, (size_t)n);
-        for (long long i = start; step > 0 ? i < stop : i > stop; i += step) jl_push(c->a, l.u.l, jv_int(i));
+        /* by count, in unsigned steps: start + k * step stays in range, while i += step past stop would not */
+        for (unsigned long long k = 0; k < n; k++)
+            jl_push(c->a, l.u.l, jv_int((long long)((unsigned long long)start + k * (unsigned long long)step)));
         *out = l;
         return 0;
     }
@@ -236,12 +242,15 @@ static int format_spec(jctx *c, jbuf *b, jv v, const char *spec) {
         s++;
     }
     int width = 0, prec = -1;
-    while (*s >= '0' && *s <= '9') width = width * 10 + (*s++ - '0');
+    while (*s >= '0' && *s <= '9' && width <= JX_MAX_WIDTH) width = width * 10 + (*s++ - '0');
     if (*s == '.') {
         prec = 0;
         s++;
-        while (*s >= '0' && *s <= '9') prec = prec * 10 + (*s++ - '0');
+        while (*s >= '0' && *s <= '9' && prec <= JX_MAX_WIDTH) prec = prec * 10 + (*s++ - '0');
     }
+    if (width > JX_MAX_WIDTH || prec > JX_MAX_WIDTH)
+        return jx_fail(c, "ValueError: format width or precision in '%s' exceeds the template limit of %d", spec,
+                       JX_MAX_WIDTH);
     if (*s) type = *s++;
     if (*s) return jx_fail(c, "ValueError: Invalid format specifier '%s'", spec);
     jbuf t = {0};
@@ -262,7 +271,7 @@ static int format_spec(jctx *c, jbuf *b, jv v, const char *spec) {
                      : type == 'x' ? "llx"
                      : type == 'X' ? "llX"
                                    : "llo");
-            jb_printf(&t, fmt, (long long)f);
+            jb_printf(&t, fmt, jv_ival(jv_float(f)));
         } else {
             snprintf(fmt, sizeof fmt, "%%%s.%d%c",
                      sign == '+'   ? "+"

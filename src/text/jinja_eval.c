@@ -1,5 +1,6 @@
 /* Jinja evaluator: walks the AST with Python/Jinja2 semantics. Scopes chain upwards; every for-loop iteration
  * and macro call gets a fresh scope, so a plain {% set %} inside a loop does not leak out (namespace() does). */
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -194,7 +195,7 @@ static int eval_slice(evalctx *x, jscope *s, const jnode *n, jv *out) {
     return 0;
 }
 
-static int eval(evalctx *x, jscope *s, const jnode *n, jv *out) {
+static int eval_node(evalctx *x, jscope *s, const jnode *n, jv *out) {
     jctx *c = &x->c;
     c->line = n->line;
     switch (n->k) {
@@ -269,6 +270,8 @@ static int eval(evalctx *x, jscope *s, const jnode *n, jv *out) {
         if (eval(x, s, n->a, &v)) return -1;
         c->line = n->line;
         if (v.t == JV_BOOL) v = jv_int(v.u.b);
+        if (v.t == JV_INT && n->k == E_NEG && v.u.i == LLONG_MIN)
+            return jx_fail(c, "OverflowError: -(%lld) does not fit in a 64-bit integer", v.u.i);
         if (v.t == JV_INT)
             *out = jv_int(n->k == E_NEG ? -v.u.i : v.u.i);
         else if (v.t == JV_FLOAT)
@@ -478,12 +481,28 @@ static int exec_one(evalctx *x, jscope *s, const jnode *n, jbuf *out) {
     }
 }
 
+/* Every evaluation and statement body counts one level: expressions the parser builds without recursion
+ * (long operator or filter chains) and recursive macros are bounded by this count, not by the C stack. */
+static int deeper(jctx *c) {
+    if (++c->nest <= JX_MAX_NEST) return 0;
+    c->nest--;
+    return jx_fail(c, "RecursionError: maximum recursion depth exceeded (the template nests more than %d levels)",
+                   JX_MAX_NEST);
+}
+
+static int eval(evalctx *x, jscope *s, const jnode *n, jv *out) {
+    if (deeper(&x->c)) return -1;
+    int r = eval_node(x, s, n, out);
+    x->c.nest--;
+    return r;
+}
+
 static int exec(evalctx *x, jscope *s, jnode *const *body, size_t nb, jbuf *out) {
-    for (size_t i = 0; i < nb; i++) {
-        int r = exec_one(x, s, body[i], out);
-        if (r) return r;
-    }
-    return 0;
+    if (deeper(&x->c)) return -1;
+    int r = 0;
+    for (size_t i = 0; i < nb && !r; i++) r = exec_one(x, s, body[i], out);
+    x->c.nest--;
+    return r;
 }
 
 int jeval_render(jarena *a, jnode *const *body, size_t nb, json_t *vars, time_t now, jbuf *out, sl_err *e) {

@@ -514,14 +514,17 @@ static int f_indent(jctx *c, jv in, const fargs *a, jv *out) {
     jv w = A(a, 0, "width", jv_int(4));
     int first = jv_truthy(A(a, 1, "first", jv_bool(0)));
     int blank = jv_truthy(A(a, 2, "blank", jv_bool(0)));
+    if (w.t != JV_STR && jv_ival(w) > JX_MAX_WIDTH)
+        return jx_fail(c, "ValueError: indent width %lld exceeds the template limit of %d", jv_ival(w), JX_MAX_WIDTH);
+    /* the input is checked before the indent buffer exists, so failing leaks nothing */
+    if (in.t == JV_UNDEF) return jx_undef_fail(c, in);
+    if (in.t != JV_STR)
+        return jx_fail(c, "TypeError: unsupported operand type(s) for +=: '%s' and 'str'", jv_typename(in));
     jbuf ind = {0};
     if (w.t == JV_STR)
         jb_put(&ind, w.u.s.p, w.u.s.n);
     else
         for (long long i = 0; i < jv_ival(w); i++) jb_putc(&ind, ' ');
-    if (in.t == JV_UNDEF) return jx_undef_fail(c, in);
-    if (in.t != JV_STR)
-        return jx_fail(c, "TypeError: unsupported operand type(s) for +=: '%s' and 'str'", jv_typename(in));
     jv s = in;
     /* Jinja appends a newline before splitlines(), so a trailing newline is dropped */
     jbuf tmp = {0};
@@ -553,6 +556,8 @@ static int f_center(jctx *c, jv in, const fargs *a, jv *out) {
         *out = s;
         return 0;
     }
+    if (width > JX_MAX_WIDTH)
+        return jx_fail(c, "ValueError: center width %lld exceeds the template limit of %d", width, JX_MAX_WIDTH);
     long long total = width - len, left = total / 2 + (total & width & 1);
     jbuf b = {0};
     for (long long i = 0; i < left; i++) jb_putc(&b, ' ');
@@ -635,7 +640,7 @@ static int f_batch(jctx *c, jv in, const fargs *a, jv *out) {
     if (jx_iter(c, in, &l)) return -1;
     jv r = jv_list(c->a, 0), cur = jv_none();
     for (size_t i = 0; i < l->n; i++) {
-        if (cur.t == JV_NONE) cur = jv_list(c->a, (size_t)n);
+        if (cur.t == JV_NONE) cur = jv_list(c->a, (size_t)(n < (long long)l->n ? n : (long long)l->n));
         jl_push(c->a, cur.u.l, l->v[i]);
         if ((long long)cur.u.l->n == n) {
             jl_push(c->a, r.u.l, cur);
@@ -643,6 +648,8 @@ static int f_batch(jctx *c, jv in, const fargs *a, jv *out) {
         }
     }
     if (cur.t != JV_NONE) {
+        if (has_fill && n > JX_MAX_WIDTH)
+            return jx_fail(c, "ValueError: batch size %lld exceeds the template limit of %d", n, JX_MAX_WIDTH);
         while (has_fill && (long long)cur.u.l->n < n) jl_push(c->a, cur.u.l, fill);
         jl_push(c->a, r.u.l, cur);
     }

@@ -101,8 +101,14 @@ int jd_getc(const jdict *d, const char *k, jv *out);
 static inline int jv_is_int(jv v) {
     return v.t == JV_INT || v.t == JV_BOOL;
 }
+/* Floats truncate toward zero; NaN and values past the 64-bit range (undefined in a C cast) clamp. */
 static inline long long jv_ival(jv v) {
-    return v.t == JV_INT ? v.u.i : v.t == JV_BOOL ? v.u.b : (long long)v.u.f;
+    if (v.t == JV_INT) return v.u.i;
+    if (v.t == JV_BOOL) return v.u.b;
+    if (!(v.u.f == v.u.f)) return 0;
+    if (v.u.f >= 9223372036854775807.0) return 9223372036854775807LL;
+    if (v.u.f <= -9223372036854775807.0) return -9223372036854775807LL - 1;
+    return (long long)v.u.f;
 }
 
 jv jv_from_json(jarena *a, json_t *j);
@@ -206,7 +212,13 @@ typedef struct jctx {
     int line;
     time_t now;
     int depth; /* macro recursion guard */
+    int nest;  /* evaluation depth, bounded by JX_MAX_NEST */
 } jctx;
+
+/* Evaluation depth: room for the macro recursion limit (200) times a few levels each. */
+#define JX_MAX_NEST 3000
+/* Widths, indents and precisions a template may ask for (Python's would build any size memory allows). */
+#define JX_MAX_WIDTH (1 << 20)
 
 int jx_fail(jctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int jx_undef_fail(jctx *c, jv v); /* UndefinedError for using an undefined value */

@@ -1,6 +1,7 @@
 /* Jinja lexer. Source newlines are normalised to \n and one trailing newline is dropped
  * (keep_trailing_newline=False), as Jinja2 does before lexing. */
 #include <ctype.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -215,10 +216,15 @@ static int lex_tag(lexer *L, char close, int *minus) {
                 if (p[j] != '_') tmp[m++] = p[j];
             tmp[m] = 0;
             jtok t = {.t = isf ? T_FLOAT : T_INT, .line = L->line, .p = p, .n = k};
+            errno = 0;
             if (isf)
                 t.f = strtod(tmp, NULL);
             else
                 t.i = strtoll(tmp, NULL, 10);
+            /* strtoll saturates; Python's ints would not, so a literal past 64 bits is an error, not a clamp */
+            if (!isf && (errno == ERANGE || m + 1 >= sizeof tmp))
+                return sl_fail(L->e, "template syntax error at line %d: integer literal %.*s does not fit in 64 bits",
+                               L->line, (int)(k > 40 ? 40 : k), p);
             emit(L, t);
             L->pos += k;
             continue;

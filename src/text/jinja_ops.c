@@ -1,5 +1,6 @@
 /* Operators and iteration with Python semantics: arithmetic, comparison, membership, concatenation and
  * printf-style str % args. */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -46,19 +47,45 @@ static const char *opname(int op) {
     return names[op];
 }
 
-static jv repeat(jctx *c, jv s, long long k) {
+/* Python's str/list * n. Python would build any size that memory allows; a template has no use for more
+ * than 16 MiB of text or 1 Mi items, and a hostile one must not make us try. */
+static int repeat(jctx *c, jv s, long long k, jv *out) {
+    size_t unit = s.t == JV_STR ? s.u.s.n : s.u.l->n, max = s.t == JV_STR ? 16u << 20 : 1u << 20;
+    if (k > 0 && unit && (unsigned long long)k > max / unit)
+        return jx_fail(c, "MemoryError: repeating a %s of length %zu %lld times exceeds the template limit of %zu %s",
+                       jv_typename(s), unit, k, max, s.t == JV_STR ? "bytes" : "items");
+    if (k < 0 || !unit) k = 0;
     if (s.t == JV_STR) {
         jbuf b = {0};
         for (long long i = 0; i < k; i++) jb_put(&b, s.u.s.p, s.u.s.n);
-        jv r = jv_strdup(c->a, b.p ? b.p : "", b.n);
+        *out = jv_strdup(c->a, b.p ? b.p : "", b.n);
         jb_free(&b);
-        return r;
+        return 0;
     }
-    jv r = jv_list(c->a, 0);
+    jv r = jv_list(c->a, (size_t)k * unit);
     r.u.l->tuple = s.u.l->tuple;
     for (long long i = 0; i < k; i++)
         for (size_t j = 0; j < s.u.l->n; j++) jl_push(c->a, r.u.l, s.u.l->v[j]);
-    return r;
+    *out = r;
+    return 0;
+}
+
+/* Python ints do not overflow; ours are 64-bit, so a result that does not fit is an error, not a wrap. */
+static int int_overflow(jctx *c, const char *op, long long x, long long y) {
+    return jx_fail(c, "OverflowError: %lld %s %lld does not fit in a 64-bit integer", x, op, y);
+}
+
+/* x ** y for y >= 0 by squaring: log2(y) steps, each checked. */
+static int int_pow(jctx *c, long long x, long long y, long long *out) {
+    long long r = 1, b = x, e = y;
+    for (;;) {
+        if ((e & 1) && __builtin_mul_overflow(r, b, &r)) return int_overflow(c, "**", x, y);
+        e >>= 1;
+        if (!e) break;
+        if (__builtin_mul_overflow(b, b, &b)) return int_overflow(c, "**", x, y);
+    }
+    *out = r;
+    return 0;
 }
 
 static int contains(jctx *c, jv item, jv box, int *r) {
@@ -123,9 +150,21 @@ int jx_binop(jctx *c, int op, jv a, jv b, jv *out) {
         long long x = ints ? jv_ival(a) : 0, y = ints ? jv_ival(b) : 0;
         double fx = fval(a), fy = fval(b);
         switch (op) {
-        case OP_ADD: *out = ints ? jv_int(x + y) : jv_float(fx + fy); return 0;
-        case OP_SUB: *out = ints ? jv_int(x - y) : jv_float(fx - fy); return 0;
-        case OP_MUL: *out = ints ? jv_int(x * y) : jv_float(fx * fy); return 0;
+        case OP_ADD:
+        case OP_SUB:
+        case OP_MUL: {
+            if (!ints) {
+                *out = jv_float(op == OP_ADD ? fx + fy : op == OP_SUB ? fx - fy : fx * fy);
+                return 0;
+            }
+            long long r = 0;
+            int ovf = op == OP_ADD   ? __builtin_add_overflow(x, y, &r)
+                      : op == OP_SUB ? __builtin_sub_overflow(x, y, &r)
+                                     : __builtin_mul_overflow(x, y, &r);
+            if (ovf) return int_overflow(c, opname(op), x, y);
+            *out = jv_int(r);
+            return 0;
+        }
         case OP_DIV:
             if (fy == 0) return jx_fail(c, "ZeroDivisionError: division by zero");
             *out = jv_float(fx / fy);
@@ -134,6 +173,12 @@ int jx_binop(jctx *c, int op, jv a, jv b, jv *out) {
         case OP_MOD:
             if (ints) {
                 if (!y) return jx_fail(c, "ZeroDivisionError: integer division or modulo by zero");
+                /* LLONG_MIN // -1 is the one quotient that does not fit (and traps in C); the remainder is 0 */
+                if (y == -1) {
+                    if (op == OP_FDIV && x == LLONG_MIN) return int_overflow(c, "//", x, y);
+                    *out = jv_int(op == OP_FDIV ? -x : 0);
+                    return 0;
+                }
                 long long q = x / y, m = x % y;
                 if (m && ((m < 0) != (y < 0))) {
                     q--;
@@ -155,8 +200,8 @@ int jx_binop(jctx *c, int op, jv a, jv b, jv *out) {
             return 0;
         case OP_POW:
             if (ints && y >= 0) {
-                long long r = 1;
-                for (long long i = 0; i < y; i++) r *= x;
+                long long r = 0;
+                if (int_pow(c, x, y, &r)) return -1;
                 *out = jv_int(r);
             } else
                 *out = jv_float(pow(fx, fy));
@@ -185,14 +230,10 @@ int jx_binop(jctx *c, int op, jv a, jv b, jv *out) {
         *out = r;
         return 0;
     }
-    if (op == OP_MUL && (a.t == JV_STR || (a.t == JV_LIST && !a.u.l->gen)) && jv_is_int(b)) {
-        *out = repeat(c, a, jv_ival(b));
-        return 0;
-    }
-    if (op == OP_MUL && (b.t == JV_STR || (b.t == JV_LIST && !b.u.l->gen)) && jv_is_int(a)) {
-        *out = repeat(c, b, jv_ival(a));
-        return 0;
-    }
+    if (op == OP_MUL && (a.t == JV_STR || (a.t == JV_LIST && !a.u.l->gen)) && jv_is_int(b))
+        return repeat(c, a, jv_ival(b), out);
+    if (op == OP_MUL && (b.t == JV_STR || (b.t == JV_LIST && !b.u.l->gen)) && jv_is_int(a))
+        return repeat(c, b, jv_ival(a), out);
     if (op == OP_MOD && a.t == JV_STR) return jx_percent_format(c, a, b, out);
     if (op == OP_ADD && a.t == JV_STR)
         return jx_fail(c, "TypeError: can only concatenate str (not \"%s\") to str", jv_typename(b));
@@ -266,7 +307,7 @@ int jx_percent_format(jctx *c, jv fmt, jv args, jv *out) {
             spec[k++] = 'l';
             spec[k++] = conv == 'i' ? 'd' : conv;
             spec[k] = 0;
-            jb_printf(&b, spec, v.t == JV_FLOAT ? (long long)v.u.f : jv_ival(v));
+            jb_printf(&b, spec, jv_ival(v));
             break;
         case 'f':
         case 'F':

@@ -10,8 +10,12 @@ typedef struct parser {
     jtok *t;
     size_t i, n;
     sl_err *e;
-    int soft; /* inside an if: unknown filters/tests fail only when reached, as in Jinja2 */
+    int soft;  /* inside an if: unknown filters/tests fail only when reached, as in Jinja2 */
+    int depth; /* nesting of expressions and blocks, bounded so that hostile input cannot exhaust the stack */
 } parser;
+
+/* Deep enough for any real template (they nest a few levels), shallow enough for a small thread stack. */
+#define JP_MAX_DEPTH 200
 
 typedef struct nvec {
     jnode **v;
@@ -96,7 +100,15 @@ static jnode *mk(parser *P, jn_kind k, int line) {
     return n;
 }
 
+static int deeper(parser *P) {
+    if (++P->depth <= JP_MAX_DEPTH) return 0;
+    sl_fail(P->e, "template syntax error at line %d: expressions or blocks nested more than %d levels deep",
+            cur(P)->line, JP_MAX_DEPTH);
+    return -1;
+}
+
 static jnode *p_expr(parser *P);
+static jnode *p_not(parser *P);
 static jnode *p_unary(parser *P, int with_filter);
 static jnode *p_or(parser *P);
 
@@ -419,7 +431,7 @@ static jnode *p_filter_expr(parser *P, jnode *n) {
     }
 }
 
-static jnode *p_unary(parser *P, int with_filter) {
+static jnode *p_unary_(parser *P, int with_filter) {
     jtok *t = cur(P);
     jnode *n;
     if (is_op(t, "-") || is_op(t, "+")) {
@@ -434,6 +446,12 @@ static jnode *p_unary(parser *P, int with_filter) {
     n = p_postfix(P, n);
     if (n && with_filter) n = p_filter_expr(P, n);
     return n;
+}
+
+static jnode *p_unary(parser *P, int with_filter) {
+    jnode *r = deeper(P) ? NULL : p_unary_(P, with_filter);
+    P->depth--;
+    return r;
 }
 
 static jnode *bin(parser *P, int op, jnode *a, jnode *b, int line) {
@@ -541,7 +559,7 @@ static jnode *p_compare(parser *P) {
     }
 }
 
-static jnode *p_not(parser *P) {
+static jnode *p_not_(parser *P) {
     jtok *t = cur(P);
     if (is_name(t, "not")) {
         P->i++;
@@ -550,6 +568,12 @@ static jnode *p_not(parser *P) {
         return n->a ? n : NULL;
     }
     return p_compare(P);
+}
+
+static jnode *p_not(parser *P) {
+    jnode *r = deeper(P) ? NULL : p_not_(P);
+    P->depth--;
+    return r;
 }
 
 static jnode *p_and(parser *P) {
@@ -578,7 +602,7 @@ static jnode *p_or(parser *P) {
     return a;
 }
 
-static jnode *p_expr(parser *P) {
+static jnode *p_expr_(parser *P) {
     jnode *a = p_or(P);
     while (a && is_name(cur(P), "if")) {
         jnode *n = mk(P, E_COND, cur(P)->line);
@@ -594,6 +618,12 @@ static jnode *p_expr(parser *P) {
         a = n;
     }
     return a;
+}
+
+static jnode *p_expr(parser *P) {
+    jnode *r = deeper(P) ? NULL : p_expr_(P);
+    P->depth--;
+    return r;
 }
 
 /* ---- statements ---- */
@@ -842,16 +872,25 @@ fail:
     return -1;
 }
 
-/* Whether any expression under n reads the variable name. */
-static int mentions(const jnode *n, const char *name) {
+/* Whether any expression under n reads the variable name. Chains of binary operators, filters and
+ * attributes nest deeper than the parser's recursion, so the walk is bounded too: past the bound the answer
+ * is yes, which only lets a macro accept extra arguments (evaluating such a body fails on its depth anyway). */
+static int mentions_at(const jnode *n, const char *name, int depth) {
     if (!n) return 0;
+    if (depth > 4 * JP_MAX_DEPTH) return 1;
     if (n->k == E_NAME && !strcmp(n->name, name)) return 1;
-    if (mentions(n->a, name) || mentions(n->b, name) || mentions(n->c, name) || mentions(n->d, name)) return 1;
+    if (mentions_at(n->a, name, depth + 1) || mentions_at(n->b, name, depth + 1) ||
+        mentions_at(n->c, name, depth + 1) || mentions_at(n->d, name, depth + 1))
+        return 1;
     for (size_t i = 0; i < n->nv; i++)
-        if (mentions(n->v[i], name)) return 1;
+        if (mentions_at(n->v[i], name, depth + 1)) return 1;
     for (size_t i = 0; i < n->nw; i++)
-        if (mentions(n->w[i], name)) return 1;
+        if (mentions_at(n->w[i], name, depth + 1)) return 1;
     return 0;
+}
+
+static int mentions(const jnode *n, const char *name) {
+    return mentions_at(n, name, 0);
 }
 
 static jnode *s_macro(parser *P, int line) {
@@ -940,7 +979,7 @@ static jnode *s_generation(parser *P, int line) {
     return n;
 }
 
-static jnode *p_statement(parser *P) {
+static jnode *p_statement_(parser *P) {
     jtok *kw = cur(P);
     int line = kw->line;
     if (kw->t != T_NAME) {
@@ -967,6 +1006,12 @@ static jnode *p_statement(parser *P) {
     }
     sl_fail(P->e, "template syntax error at line %d: unknown tag '%.*s'", line, (int)kw->n, kw->p);
     return NULL;
+}
+
+static jnode *p_statement(parser *P) {
+    jnode *r = deeper(P) ? NULL : p_statement_(P);
+    P->depth--;
+    return r;
 }
 
 /* Parses nodes until a block whose keyword is in ends (consumed; *found names it) or, with ends NULL, EOF. */

@@ -245,7 +245,19 @@ static double num(jv v) {
     return v.t == JV_FLOAT ? v.u.f : v.t == JV_INT ? (double)v.u.i : v.u.b;
 }
 
+/* Values nest as deep as a template makes them (a loop of set x = [x]; a list appended to itself), so the
+ * walks over them stop at JV_MAX_DEPTH instead of exhausting the stack. */
+#define JV_MAX_DEPTH 200
+
+static int eq_at(jv a, jv b, int depth);
+
 int jv_eq(jv a, jv b) {
+    return eq_at(a, b, 0);
+}
+
+/* Past the depth bound two values count as different (Python would raise RecursionError). */
+static int eq_at(jv a, jv b, int depth) {
+    if (depth > JV_MAX_DEPTH) return 0;
     if (is_num(a) && is_num(b)) {
         if (a.t != JV_FLOAT && b.t != JV_FLOAT)
             return (a.t == JV_INT ? a.u.i : a.u.b) == (b.t == JV_INT ? b.u.i : b.u.b);
@@ -260,14 +272,14 @@ int jv_eq(jv a, jv b) {
         if (a.u.l == b.u.l) return 1;
         if (a.u.l->gen || b.u.l->gen || a.u.l->tuple != b.u.l->tuple || a.u.l->n != b.u.l->n) return 0;
         for (size_t i = 0; i < a.u.l->n; i++)
-            if (!jv_eq(a.u.l->v[i], b.u.l->v[i])) return 0;
+            if (!eq_at(a.u.l->v[i], b.u.l->v[i], depth + 1)) return 0;
         return 1;
     case JV_DICT:
         if (a.u.d == b.u.d) return 1;
         if (a.u.d->ns || b.u.d->ns || a.u.d->n != b.u.d->n) return 0;
         for (size_t i = 0; i < a.u.d->n; i++) {
             jv o;
-            if (!jd_get(b.u.d, a.u.d->k[i], &o) || !jv_eq(a.u.d->v[i], o)) return 0;
+            if (!jd_get(b.u.d, a.u.d->k[i], &o) || !eq_at(a.u.d->v[i], o, depth + 1)) return 0;
         }
         return 1;
     case JV_FUNC: return a.u.fn == b.u.fn;
@@ -378,34 +390,52 @@ static void repr_str(jbuf *b, const char *s, size_t n) {
     jb_putc(b, quote);
 }
 
-static void seq_to(jbuf *b, jv v) {
+static void str_at(jbuf *b, jv v, int depth);
+
+static void repr_at(jbuf *b, jv v, int depth) {
+    if (v.t == JV_STR)
+        repr_str(b, v.u.s.p, v.u.s.n);
+    else
+        str_at(b, v, depth);
+}
+
+/* Past the depth bound a container prints as Python prints one that contains itself. */
+static void seq_to(jbuf *b, jv v, int depth) {
     jlist *l = v.u.l;
     if (l->gen) {
         jb_puts(b, "<generator object>");
         return;
     }
+    if (depth > JV_MAX_DEPTH) {
+        jb_puts(b, l->tuple ? "(...)" : "[...]");
+        return;
+    }
     jb_putc(b, l->tuple ? '(' : '[');
     for (size_t i = 0; i < l->n; i++) {
         if (i) jb_puts(b, ", ");
-        jv_repr_to(b, l->v[i]);
+        repr_at(b, l->v[i], depth + 1);
     }
     if (l->tuple && l->n == 1) jb_putc(b, ',');
     jb_putc(b, l->tuple ? ')' : ']');
 }
 
-static void dict_to(jbuf *b, jv v) {
+static void dict_to(jbuf *b, jv v, int depth) {
     jdict *d = v.u.d;
+    if (depth > JV_MAX_DEPTH) {
+        jb_puts(b, "{...}");
+        return;
+    }
     jb_puts(b, d->ns ? "<Namespace {" : "{");
     for (size_t i = 0; i < d->n; i++) {
         if (i) jb_puts(b, ", ");
-        jv_repr_to(b, d->k[i]);
+        repr_at(b, d->k[i], depth + 1);
         jb_puts(b, ": ");
-        jv_repr_to(b, d->v[i]);
+        repr_at(b, d->v[i], depth + 1);
     }
     jb_puts(b, d->ns ? "}>" : "}");
 }
 
-void jv_str_to(jbuf *b, jv v) {
+static void str_at(jbuf *b, jv v, int depth) {
     switch (v.t) {
     case JV_UNDEF: return;
     case JV_NONE: jb_puts(b, "None"); return;
@@ -413,17 +443,18 @@ void jv_str_to(jbuf *b, jv v) {
     case JV_INT: jb_printf(b, "%lld", v.u.i); return;
     case JV_FLOAT: jv_float_repr(b, v.u.f); return;
     case JV_STR: jb_put(b, v.u.s.p, v.u.s.n); return;
-    case JV_LIST: seq_to(b, v); return;
-    case JV_DICT: dict_to(b, v); return;
+    case JV_LIST: seq_to(b, v, depth); return;
+    case JV_DICT: dict_to(b, v, depth); return;
     default: jb_printf(b, "<function %s>", v.u.fn->name ? v.u.fn->name : "?"); return;
     }
 }
 
+void jv_str_to(jbuf *b, jv v) {
+    str_at(b, v, 0);
+}
+
 void jv_repr_to(jbuf *b, jv v) {
-    if (v.t == JV_STR)
-        repr_str(b, v.u.s.p, v.u.s.n);
-    else
-        jv_str_to(b, v);
+    repr_at(b, v, 0);
 }
 
 jv jv_to_str(jarena *a, jv v) {
@@ -525,6 +556,8 @@ static int json_key(jbuf *b, jv k, int ensure_ascii, sl_err *e) {
 
 static int json_rec(jbuf *b, jv v, int indent, const char *istr, int sort_keys, int ensure_ascii, int level,
                     sl_err *e) {
+    if (level > JV_MAX_DEPTH)
+        return sl_fail(e, "RecursionError: maximum recursion depth exceeded while encoding a JSON object");
     int pretty = indent >= 0 || istr;
     switch (v.t) {
     case JV_NONE: jb_puts(b, "null"); return 0;
@@ -602,7 +635,14 @@ int jv_json(jbuf *b, jv v, int indent, const char *istr, int sort_keys, int ensu
     return json_rec(b, v, indent, istr, sort_keys, ensure_ascii, 0, e);
 }
 
+static int cmp_at(jv a, jv b, int *r, int depth, sl_err *e);
+
 int jv_cmp(jv a, jv b, int *r, sl_err *e) {
+    return cmp_at(a, b, r, 0, e);
+}
+
+static int cmp_at(jv a, jv b, int *r, int depth, sl_err *e) {
+    if (depth > JV_MAX_DEPTH) return sl_fail(e, "RecursionError: maximum recursion depth exceeded in comparison");
     if (is_num(a) && is_num(b)) {
         if (a.t != JV_FLOAT && b.t != JV_FLOAT) {
             long long x = a.t == JV_INT ? a.u.i : a.u.b, y = b.t == JV_INT ? b.u.i : b.u.b;
@@ -622,8 +662,8 @@ int jv_cmp(jv a, jv b, int *r, sl_err *e) {
     if (a.t == JV_LIST && b.t == JV_LIST && !a.u.l->gen && !b.u.l->gen && a.u.l->tuple == b.u.l->tuple) {
         size_t n = a.u.l->n < b.u.l->n ? a.u.l->n : b.u.l->n;
         for (size_t i = 0; i < n; i++) {
-            if (jv_eq(a.u.l->v[i], b.u.l->v[i])) continue;
-            return jv_cmp(a.u.l->v[i], b.u.l->v[i], r, e);
+            if (eq_at(a.u.l->v[i], b.u.l->v[i], depth + 1)) continue;
+            return cmp_at(a.u.l->v[i], b.u.l->v[i], r, depth + 1, e);
         }
         *r = (a.u.l->n > b.u.l->n) - (a.u.l->n < b.u.l->n);
         return 0;

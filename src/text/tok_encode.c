@@ -111,7 +111,7 @@ static void cache_put(enc_ctx *c, const uint8_t *s, size_t n, uint64_t h, const 
     sl->n_ids = (uint16_t)k;
     memcpy(c->ckeys + c->ckeys_len, s, n);
     c->ckeys_len += n;
-    memcpy(c->cids + c->cids_len, ids, k * sizeof *ids);
+    if (k) memcpy(c->cids + c->cids_len, ids, k * sizeof *ids); /* a word may map to no ids: cids may be NULL */
     c->cids_len += k;
     c->n_cached++;
 }
@@ -336,7 +336,8 @@ static int bpe_piece(enc_ctx *c, const uint8_t *s, size_t n) {
     }
     size_t start = c->n;
     if (word(c, s, n)) return -1;
-    cache_put(c, s, n, h, c->ids + start, c->n - start);
+    /* no ids yet at all (the word mapped to none) leaves c->ids NULL, where NULL + 0 is undefined */
+    cache_put(c, s, n, h, c->n > start ? c->ids + start : NULL, c->n - start);
     return 0;
 }
 

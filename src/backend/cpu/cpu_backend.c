@@ -5,6 +5,15 @@
 
 #include "backend/cpu/cpu.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+/* F16C from CPUID leaf 1 (ECX bit 29): clang before 16 does not know "f16c" in __builtin_cpu_supports. */
+static int cpu_has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+#endif
+
 int cpu_scratch_reserve(cpu_impl *c, size_t floats) {
     for (int t = 0; t < c->n_threads; t++) {
         if (c->scratch_len[t] >= floats) continue;
@@ -308,7 +317,7 @@ int sl_cpu_backend_create(int threads, sl_backend **out, sl_err *e) {
     const char *isa = getenv("SLUICE_CPU_ISA");
 #if defined(__x86_64__)
     c->avx512 = __builtin_cpu_supports("avx512f") && !(isa && (!strcmp(isa, "generic") || !strcmp(isa, "avx2")));
-    c->avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
+    c->avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c() &&
               !(isa && !strcmp(isa, "generic"));
 #else
     (void)isa;

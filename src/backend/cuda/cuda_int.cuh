@@ -65,7 +65,7 @@ struct cu_impl {
     cublasHandle_t blas;
     int sms;
     int gemm_exact; /* prefill GEMMs in split bf16 (near fp32); SLUICE_CUDA_PREFILL=bf16 turns it off */
-    int gemv_max; /* largest batch that runs through the GEMV kernels (SLUICE_CUDA_GEMV_MAX) */
+    int gemv_max; /* largest batch that runs through the GEMV kernels (SLUICE_CUDA_GEMV_MAX; 0: per format) */
     sl_err failure;
     int failed;
     /* resident weights: bump-allocated from large blocks, freed together */

@@ -1024,6 +1024,16 @@ static int has_kernel(const sl_weight *w) {
     return w->fmt == SL_WF_F32 || w->fmt == SL_WF_F16 || w->fmt == SL_WF_BF16 || w->fmt == SL_WF_MLX;
 }
 
+/* The largest batch a weight's GEMV kernels take before the tensor-core GEMM does. Float weights go to the
+ * GEMM from 5 tokens: its two bf16 passes read them twice, which beats the GEMV kernels' time growing with
+ * every token (llama3-8b bf16, 16 sequences decoding: 1046 against 302 tok/s on H100). Quantized weights
+ * keep the GEMV kernels to 16 tokens, since the GEMM first dequantizes the whole matrix.
+ * SLUICE_CUDA_GEMV_MAX sets one limit for all. */
+static int gemv_max(const cu_impl *c, const sl_weight *w) {
+    if (c->gemv_max > 0) return c->gemv_max;
+    return w->fmt == SL_WF_F32 || w->fmt == SL_WF_F16 || w->fmt == SL_WF_BF16 ? 4 : 16;
+}
+
 void cu_matmul(sl_backend *b, const sl_weight *sw, const float *x, int n, float *y) {
     cu_impl *c = cu_of(b);
     if (!has_kernel(sw) && !(sw->fmt == SL_WF_GGML && cu_ggml_supported(sw->gtype))) {
@@ -1032,7 +1042,7 @@ void cu_matmul(sl_backend *b, const sl_weight *sw, const float *x, int n, float 
         return;
     }
     cu_w w = cu_w_of(sw);
-    if (n <= c->gemv_max) {
+    if (n <= gemv_max(c, sw)) {
         cu_gemv_launch(c, &w, NULL, NULL, 0, 1, 1, x, 0, n, y, 0);
         return;
     }
@@ -1107,7 +1117,7 @@ static void matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const
     for (int i = 0; i < nw && i < SL_MATMUL_MULTI; i++) {
         if (done[i]) continue;
         /* tensor-core batches and formats without a GEMV kernel go one by one (the latter fail there) */
-        if (n > c->gemv_max || !has_kernel(w[i])) {
+        if (n > gemv_max(c, w[i]) || !has_kernel(w[i])) {
             cu_matmul(b, w[i], x, n, y[i]);
             continue;
         }
@@ -1143,7 +1153,7 @@ void cu_swiglu_matmul(sl_backend *b, const sl_weight *sw, const float *gt, const
     /* Forming the SwiGLU while staging pays when the input is staged once per block; wider inputs are
      * restaged per row group and per chunk (an MLP's down projection: 1.4 ms/token slower on llama3-8b
      * than the separate SwiGLU), so those and tensor-core batches take it from a scratch buffer. */
-    if (n > c->gemv_max || !has_kernel(sw) || sw->cols > chunk_for(8)) {
+    if (n > gemv_max(c, sw) || !has_kernel(sw) || sw->cols > chunk_for(8)) {
         size_t len = (size_t)n * (size_t)sw->cols, out = gate ? (size_t)n * (size_t)sw->rows : 0;
         if (cu_grow(c, (void **)&c->act, &c->act_len, (len + out) * sizeof(float), "SwiGLU input")) return;
         cu_swiglu(b, gt, u, len, c->act);
@@ -1169,12 +1179,12 @@ void cu_shared_down(cu_impl *c, const sl_weight *sw, const float *gt, const floa
 }
 
 int cu_gemv_takes(cu_impl *c, const sl_weight *w, int n) {
-    return n <= c->gemv_max && has_kernel(w);
+    return n <= gemv_max(c, w) && has_kernel(w);
 }
 
 void cu_sigmoid_matmul(sl_backend *b, const sl_weight *sw, const float *x, const float *gt, int n, float *y) {
     cu_impl *c = cu_of(b);
-    if (n > c->gemv_max || !has_kernel(sw)) {
+    if (n > gemv_max(c, sw) || !has_kernel(sw)) {
         size_t len = (size_t)n * (size_t)sw->cols;
         if (cu_grow(c, (void **)&c->act, &c->act_len, len * sizeof(float), "gated input")) return;
         cudaMemcpyAsync(c->act, x, len * sizeof(float), cudaMemcpyDeviceToDevice, c->st);
@@ -1200,7 +1210,7 @@ static int groups_fit(int cols, int gdim) {
 void cu_gated_rmsnorm_matmul(sl_backend *b, const sl_weight *sw, float *x, const float *z, const float *nw, int dim,
                              float eps, int n, float *y) {
     cu_impl *c = cu_of(b);
-    if (n > c->gemv_max || !has_kernel(sw) || !groups_fit(sw->cols, dim)) {
+    if (n > gemv_max(c, sw) || !has_kernel(sw) || !groups_fit(sw->cols, dim)) {
         cu_gated_rmsnorm(b, x, z, nw, n * (sw->cols / dim), dim, eps);
         cu_matmul(b, sw, x, n, y);
         return;
