@@ -13,9 +13,12 @@
 
 /* Connection limits against clients that hold connections open (slowloris): all clients together, one
  * address, and the seconds a connection may sit idle (headers or body not arriving, keep-alive with no next
- * request). While a request is generating the timeout is off: the reply itself may take minutes. */
-#define SV_MAX_CONNECTIONS 512u
-#define SV_MAX_PER_ADDRESS 64u
+ * request). While a request is generating the timeout is off: the reply itself may take minutes. One address
+ * may hold a quarter of all: a proxy or an agent in front of the server sends everything from one address, and
+ * with dozens of requests running plus clients that left (their connections close at the next step) 64 was
+ * too few. */
+#define SV_MAX_CONNECTIONS 1024u
+#define SV_MAX_PER_ADDRESS 256u
 #define SV_IDLE_TIMEOUT_S 15u
 
 int sv_bad(sv_error *er, int status, const char *param, const char *fmt, ...) {
