@@ -4,27 +4,8 @@
 # cached prefixes beside each other (and a side request shares one), and a load run of 32 clients with
 # random disconnects leaves the server healthy with a flat RSS. Claude Code's billing header does not defeat
 # the prefix cache.
-set -euo pipefail
-BIN=${SLUICE_BIN:?} FIX=${SLUICE_FIXTURES:?}
-SRC=$(cd "$FIX/../.." && pwd)
-T=$(mktemp -d)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$T"; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+. "$(dirname "$0")/serve_lib.sh"
 
-start() {
-    local name=$1; shift
-    "$BIN" serve "$@" --port 0 >"$T/$name.log" 2>&1 &
-    PIDS+=($!)
-    PID=$!
-    for _ in $(seq 100); do
-        grep -q "ready:" "$T/$name.log" && break
-        sleep 0.1
-    done
-    grep -q "ready:" "$T/$name.log" || { cat "$T/$name.log"; fail "$name did not start"; }
-    URL=$(grep -o 'http://127.0.0.1:[0-9]*' "$T/$name.log" | head -1)
-}
 metric() { curl -s "$URL/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
 
 # --- concurrent requests equal the same requests alone (greedy, random-weight model) ---

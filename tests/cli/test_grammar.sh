@@ -2,26 +2,7 @@
 # Constrained output through the server: response_format, Ollama format, the grammar field and forced tool
 # calls, on random-weight models (their free text is noise, so only the grammar makes the output valid), and
 # the 400s for bad grammars and schemas.
-set -euo pipefail
-BIN=${SLUICE_BIN:?} FIX=${SLUICE_FIXTURES:?}
-T=$(mktemp -d)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$T"; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-start() {
-    local name=$1; shift
-    "$BIN" serve "$@" --port 0 >"$T/$name.log" 2>&1 &
-    PIDS+=($!)
-    for _ in $(seq 100); do
-        grep -q "ready:" "$T/$name.log" && break
-        sleep 0.1
-    done
-    grep -q "ready:" "$T/$name.log" || { cat "$T/$name.log"; fail "$name did not start"; }
-    URL=$(grep -o 'http://127.0.0.1:[0-9]*' "$T/$name.log" | head -1)
-}
-post() { curl -s -o "$T/body" -w '%{http_code}' "$URL$1" -H 'Content-Type: application/json' -d "$2"; }
+. "$(dirname "$0")/serve_lib.sh"
 
 start chat "$FIX/chat_model"
 ASK='"messages":[{"role":"user","content":"A pet, as JSON."}],"temperature":1,"top_k":0,"top_p":1,"max_tokens":3000'

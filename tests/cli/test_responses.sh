@@ -2,28 +2,7 @@
 # sluice serve: the OpenAI Responses API on the wire (SSE events and their sequence, errors naming the field),
 # /api/version for Codex, system messages within a conversation on a template that takes only a leading one,
 # and the official SDKs (tests/api/responses.test.mjs) against the scripted fixture model.
-set -euo pipefail
-BIN=${SLUICE_BIN:?} FIX=${SLUICE_FIXTURES:?}
-SRC=$(cd "$FIX/../.." && pwd)
-T=$(mktemp -d)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$T"; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-# start NAME MODEL [flags]: runs a server on a free port, sets URL once it is ready
-start() {
-    local name=$1; shift
-    "$BIN" serve "$@" --port 0 >"$T/$name.log" 2>&1 &
-    PIDS+=($!)
-    for _ in $(seq 100); do
-        grep -q "ready:" "$T/$name.log" && break
-        sleep 0.1
-    done
-    grep -q "ready:" "$T/$name.log" || { cat "$T/$name.log"; fail "$name did not start"; }
-    URL=$(grep -o 'http://127.0.0.1:[0-9]*' "$T/$name.log" | head -1)
-}
-post() { curl -s -o "$T/body" -w '%{http_code}' "$URL$1" -H 'Content-Type: application/json' -d "$2"; }
+. "$(dirname "$0")/serve_lib.sh"
 # bad BODY PARAM PATTERN: /v1/responses answers 400 with error.param PARAM and a message matching PATTERN
 bad() {
     [ "$(post /v1/responses "$1")" = 400 ] || fail "status $(cat "$T/body") for $1"
