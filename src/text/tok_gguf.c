@@ -60,8 +60,9 @@ static const char *const DEEPSEEK_LLM_RE[] = {
 static const char *const DEEPSEEK_V3_RE[] = {
     "\\p{N}{1,3}",
     "[\u4E00-\u9FA5\u3040-\u309F\u30A0-\u30FF]+",
-    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?["
-    "\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+",
+    /* one pattern, split over two lines (the parentheses say so to the compiler) */
+    ("[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?["
+     "\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"),
 };
 static const char *const DEEPSEEK_CODER_RE[] = {
     "[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", "[\u4E00-\u9FA5\u0800-\u4E00\uAC00-\uD7FF]+", "\\p{N}",
