@@ -209,7 +209,7 @@ done
 start gguf "$FIX/gguf/qwen3_moe-Q4_K_M/model.gguf"
 curl -s "$URL/api/tags" | jq -e '.models[0].name == "qwen3_moe-Q4_K_M" and .models[0].details.format == "gguf"' \
     >/dev/null || fail "GGUF /api/tags: $(curl -s "$URL/api/tags")"
-[ "$(post /v1/chat/completions '{"messages":[{"role":"user","content":"hi"}],"max_tokens":3}')" = 200 ] &&
+[ "$(post /v1/chat/completions '{"messages":[{"role":"user","content":"hi"}],"max_tokens":3,"ignore_eos":true}')" = 200 ] &&
     jq -e '.usage.completion_tokens == 3 and .usage.prompt_tokens > 3' "$T/body" >/dev/null ||
     fail "GGUF chat: $(cat "$T/body")"
 
