@@ -2,28 +2,8 @@
 # sluice serve end to end: the wire formats with curl (SSE, Anthropic events, NDJSON), errors naming the field,
 # auth, CORS, body limit, queue overflow, client disconnects, prefix reuse on a dense and a hybrid model, and
 # the official OpenAI / Anthropic / Ollama JavaScript SDKs (tests/api) against the scripted fixture model.
-set -euo pipefail
-BIN=${SLUICE_BIN:?} FIX=${SLUICE_FIXTURES:?}
-SRC=$(cd "$FIX/../.." && pwd)
-T=$(mktemp -d)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$T"; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+. "$(dirname "$0")/serve_lib.sh"
 
-# start NAME MODEL [flags]: runs a server on a free port, sets URL once it is ready
-start() {
-    local name=$1; shift
-    "$BIN" serve "$@" --port 0 >"$T/$name.log" 2>&1 &
-    PIDS+=($!)
-    for _ in $(seq 100); do
-        grep -q "ready:" "$T/$name.log" && break
-        sleep 0.1
-    done
-    grep -q "ready:" "$T/$name.log" || { cat "$T/$name.log"; fail "$name did not start"; }
-    URL=$(grep -o 'http://127.0.0.1:[0-9]*' "$T/$name.log" | head -1)
-}
-post() { curl -s -o "$T/body" -w '%{http_code}' "$URL$1" -H 'Content-Type: application/json' -d "$2"; }
 # log_has NAME PATTERN: the server's log gets a line matching PATTERN (grep -E) within 5 s
 log_has() {
     for _ in $(seq 50); do
