@@ -56,9 +56,7 @@ static int32_t pick_constrained(sl_sampler *smp, sl_gconstraint *gc, float *logi
  * prompt is cached (its last token must run again to give logits), or less when the recurrent state can
  * only resume from a snapshot. */
 static int reuse_prefix(sl_session *s, const int32_t *prompt, int n) {
-    int k = 0, pos = sl_session_pos(s);
-    const int32_t *hist = sl_session_hist(s);
-    while (k < pos && k < n && hist[k] == prompt[k]) k++;
+    int k = sl_session_seq_common(s, 0, prompt, n);
     if (k == n) k--;
     return sl_session_restore(s, k);
 }

@@ -101,8 +101,11 @@ int sl_session_create_opts(sl_model *m, const sl_session_opts *o, sl_session **o
     s->h_seq = calloc((size_t)s->max_batch, sizeof *s->h_seq);
     s->runs = calloc((size_t)s->max_batch, sizeof *s->runs);
     s->row_pos = calloc((size_t)s->logit_cap, sizeof *s->row_pos);
+    s->busy = calloc((size_t)n_seqs, 1);
+    s->want_idx = calloc((size_t)s->max_batch, sizeof *s->want_idx);
+    s->seq_fill = calloc((size_t)s->max_batch, sizeof *s->seq_fill);
     if (!s->kc || !s->vc || !s->conv || !s->ssm || !s->seqs || !s->pt || !s->pt_dirty || !s->page_ref ||
-        !s->free_pages || !s->h_pos || !s->h_seq || !s->runs || !s->row_pos)
+        !s->free_pages || !s->h_pos || !s->h_seq || !s->runs || !s->row_pos || !s->busy || !s->want_idx || !s->seq_fill)
         goto oom;
     for (int i = 0; i < s->n_pages; i++) s->free_pages[i] = s->n_pages - 1 - i; /* page 0 is taken first */
     s->n_free = s->n_pages;
@@ -188,6 +191,9 @@ void sl_session_free(sl_session *s) {
     free(s->h_seq);
     free(s->runs);
     free(s->row_pos);
+    free(s->busy);
+    free(s->want_idx);
+    free(s->seq_fill);
     free(s);
 }
 
@@ -393,6 +399,13 @@ int sl_session_seq_restore(sl_session *s, int q, int pos) {
     return sq->pos;
 }
 
+int sl_session_seq_common(const sl_session *s, int q, const int32_t *p, int n) {
+    const sl_seq *sq = &s->seqs[q];
+    int k = 0;
+    while (k < sq->pos && k < n && sq->hist[k] == p[k]) k++;
+    return k;
+}
+
 int sl_session_seq_share(sl_session *s, int dst, int src, int k) {
     if (dst == src) return 0;
     sl_session_seq_reset(s, dst);
@@ -419,8 +432,8 @@ static int prepare(sl_session *s, const sl_batch *b, sl_err *e) {
     const sl_config *c = &s->m->cfg;
     sl_backend *be = s->m->be;
     if (b->n < 1 || b->n > s->max_batch) return sl_fail(e, "a batch holds 1 to %d tokens, got %d", s->max_batch, b->n);
-    uint8_t *busy = calloc((size_t)s->n_seqs, 1);
-    if (!busy) return sl_fail(e, "out of memory");
+    uint8_t *busy = s->busy;
+    memset(busy, 0, (size_t)s->n_seqs);
     int rc = -1;
     s->n_runs = 0;
     for (int i = 0; i < b->n; i++) {
@@ -472,7 +485,6 @@ static int prepare(sl_session *s, const sl_batch *b, sl_err *e) {
     s->bm.span = span;
     rc = 0;
 done:
-    free(busy);
     return rc;
 }
 
@@ -580,16 +592,19 @@ fail:
 }
 
 int sl_session_decode(sl_session *s, const sl_batch *b, sl_err *e) {
-    int *want = malloc((size_t)(b->n > 0 ? b->n : 1) * sizeof *want), n_want = 0;
-    if (!want) return sl_fail(e, "out of memory");
+    int *want = s->want_idx, n_want = 0;
+    if (b->n < 1 || b->n > s->max_batch) return sl_fail(e, "a batch holds 1 to %d tokens, got %d", s->max_batch, b->n);
     for (int i = 0; i < b->n && b->want; i++)
         if (b->want[i]) want[n_want++] = i;
-    int rc = 0;
     if (n_want > s->logit_cap)
-        rc = sl_fail(e, "a batch asks for %d rows of logits; the session holds %d", n_want, s->logit_cap);
-    if (!rc) rc = run(s, b, want, n_want, NULL, NULL, e);
-    free(want);
-    return rc;
+        return sl_fail(e, "a batch asks for %d rows of logits; the session holds %d", n_want, s->logit_cap);
+    return run(s, b, want, n_want, NULL, NULL, e);
+}
+
+/* The sequence column of a batch of one sequence's tokens. */
+static const int32_t *one_seq(sl_session *s, int q) {
+    for (int i = 0; i < s->max_batch; i++) s->seq_fill[i] = q;
+    return s->seq_fill;
 }
 
 int sl_session_row_logits(sl_session *s, int r, float *logits, sl_err *e) {
@@ -615,10 +630,8 @@ static int forward(sl_session *s, const int32_t *ids, int n, float *logits, int 
     if (sq->pos + n > s->max_ctx)
         return sl_fail(e, "context overflow: %d tokens in the session + %d new exceed the context of %d", sq->pos, n,
                        s->max_ctx);
-    int32_t *seq = calloc((size_t)s->max_batch, sizeof *seq);
-    int *want = malloc((size_t)s->max_batch * sizeof *want);
-    int rc = 0;
-    if (!seq || !want) rc = sl_fail(e, "out of memory");
+    const int32_t *seq = one_seq(s, 0);
+    int *want = s->want_idx, rc = 0;
     for (int off = 0; !rc && off < n; off += s->max_batch) {
         int nb = n - off < s->max_batch ? n - off : s->max_batch;
         int last_chunk = off + nb == n, n_want = 0;
@@ -635,8 +648,6 @@ static int forward(sl_session *s, const int32_t *ids, int n, float *logits, int 
         if (!rc && next && last_chunk) *next = s->m->be->ops->argmax(s->m->be, s->s.logits, (int)V);
     }
     if (!rc) rc = s->m->be->ops->check(s->m->be, e);
-    free(seq);
-    free(want);
     return rc;
 }
 
@@ -657,10 +668,8 @@ int sl_session_seq_hidden(sl_session *s, int q, const int32_t *ids, int n, float
     if (sq->pos + n > s->max_ctx)
         return sl_fail(e, "context overflow: %d tokens in the session + %d new exceed the context of %d", sq->pos, n,
                        s->max_ctx);
-    int32_t *seq = malloc((size_t)s->max_batch * sizeof *seq);
-    int *want = malloc((size_t)s->max_batch * sizeof *want);
-    int rc = seq && want ? 0 : sl_fail(e, "out of memory");
-    for (int i = 0; !rc && i < s->max_batch; i++) seq[i] = q;
+    const int32_t *seq = one_seq(s, q);
+    int *want = s->want_idx, rc = 0;
     if (q == 0) s->logit_row = -1; /* s.logits no longer holds sequence 0's last row */
     for (int off = 0; !rc && off < n; off += s->max_batch) {
         int nb = n - off < s->max_batch ? n - off : s->max_batch, n_want = 0;
@@ -670,8 +679,6 @@ int sl_session_seq_hidden(sl_session *s, int q, const int32_t *ids, int n, float
         sl_batch b = {.n = nb, .ids = ids + off, .seq = seq};
         rc = run(s, &b, want, n_want, NULL, n_want ? (all_rows ? out + (size_t)off * H : out) : NULL, e);
     }
-    free(seq);
-    free(want);
     return rc;
 }
 
@@ -707,10 +714,6 @@ int sl_session_rewind(sl_session *s, int pos) {
 
 int sl_session_pos(const sl_session *s) {
     return s->seqs[0].pos;
-}
-
-const int32_t *sl_session_hist(const sl_session *s) {
-    return s->seqs[0].hist;
 }
 
 int sl_session_default_ctx(const sl_model *m) {

@@ -95,6 +95,11 @@ struct sl_session {
     sl_scratch s;
     int logit_cap;    /* rows s.logits holds */
     int32_t *row_pos; /* [logit_cap] the position of each logits row's token, for error messages */
+    /* host scratch of one forward pass, so a step allocates nothing: sequences of the batch [n_seqs], rows
+     * wanting logits [max_batch], one sequence's column of slot ids [max_batch] */
+    uint8_t *busy;
+    int *want_idx;
+    int32_t *seq_fill;
     /* the batch being run: its map (pos and seq in backend memory) and its runs */
     sl_batch_map bm;
     int32_t *bm_pos, *bm_seq; /* backend memory [max_batch] */
@@ -139,6 +144,8 @@ void sl_session_seq_set_idle(sl_session *s, int seq, int idle);
 int sl_session_seq_restore(sl_session *s, int seq, int pos);
 /* Saves the recurrent state of seq at its position (see sl_session_snapshot). */
 int sl_session_seq_snapshot(sl_session *s, int seq, sl_err *e);
+/* How many leading ids of p[0, n) sequence seq already holds: the prefix a request can reuse there. */
+int sl_session_seq_common(const sl_session *s, int seq, const int32_t *p, int n);
 /* Resets dst, then gives it src's first whole pages up to k positions (shared, not copied) and their
  * ids; returns the positions dst now holds (a multiple of SL_KV_PAGE, <= k). Attention-only models: the
  * recurrent state of a hybrid model cannot be shared, and 0 is returned for them. */
@@ -163,9 +170,8 @@ int sl_session_snapshot(sl_session *s, sl_err *e);
  * attention-only models, else the latest snapshot at or below pos (0 after a reset when none is). */
 int sl_session_restore(sl_session *s, int pos);
 
-/* Tokens fed to sequence 0, and its ids. */
+/* Tokens fed to sequence 0. */
 int sl_session_pos(const sl_session *s);
-const int32_t *sl_session_hist(const sl_session *s);
 
 /* A context length that fits: the model's own, halved until the KV cache takes at most a quarter of
  * the available memory (never below 2048 or above the model's). */

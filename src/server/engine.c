@@ -212,14 +212,6 @@ static void end_job(sv_engine *g, sv_run *u, int rc, const char *msg) {
     memset(u, 0, sizeof *u);
 }
 
-/* The length of the common prefix of a sequence's ids and the prompt. */
-static int common_prefix(const sl_session *s, int q, const int32_t *p, int n) {
-    const sl_seq *sq = &s->seqs[q];
-    int k = 0;
-    while (k < sq->pos && k < n && sq->hist[k] == p[k]) k++;
-    return k;
-}
-
 /* Picks the sequence for a new request and resumes it as far as it can. An idle sequence whose whole
  * content the prompt continues (the next turn of its conversation) is taken over, as is, for hybrid
  * models (whose state cannot be shared), the idle one with the longest common prefix of at least half its
@@ -233,7 +225,7 @@ static int place(sv_engine *g, sv_run *u, const int32_t *p, int n) {
     for (int q = 0; q < s->n_seqs; q++) {
         const sl_seq *sq = &s->seqs[q];
         if (!sq->idle) continue;
-        int k = common_prefix(s, q, p, n);
+        int k = sl_session_seq_common(s, q, p, n);
         int ok = sq->pos > 0 && (k == sq->pos || (s->recurrent && 2 * k >= sq->pos));
         if (ok && k > take_k) {
             take = q;
@@ -258,7 +250,7 @@ static int place(sv_engine *g, sv_run *u, const int32_t *p, int n) {
         int src = -1, src_k = k;
         for (int o = 0; o < s->n_seqs; o++) {
             if (o == q) continue;
-            int c = common_prefix(s, o, p, n);
+            int c = sl_session_seq_common(s, o, p, n);
             if (c >= n) c = n - 1;
             if (c / SL_KV_PAGE * SL_KV_PAGE > src_k) {
                 src = o;
@@ -337,6 +329,7 @@ static void purge_queue(sv_engine *g) {
 typedef struct step_buf {
     int32_t *ids, *seq;
     uint8_t *want;
+    int32_t *greedy; /* [logit_cap] the argmax of each logits row */
     int n, rows;
 } step_buf;
 
@@ -379,28 +372,21 @@ static int step(sv_engine *g, step_buf *b, float *logits) {
     pthread_mutex_lock(&g->mu);
     g->met.steps++;
     g->met.step_tokens += (unsigned long long)b->n;
-    int seqs = 0;
-    for (int i = 0; i < g->parallel; i++) seqs += g->runs[i].j != NULL && (g->runs[i].decoding || g->runs[i].fed);
-    g->met.step_seqs += (unsigned long long)seqs;
-    g->met.last_batch = seqs;
+    g->met.step_seqs += (unsigned long long)s->n_runs; /* a run per sequence of the batch */
+    g->met.last_batch = s->n_runs;
     sl_session_pages(s, &g->met.kv_free, &g->met.kv_total);
     pthread_mutex_unlock(&g->mu);
-    int32_t *greedy = NULL;
     int any_greedy = 0;
     for (int i = 0; i < g->parallel; i++)
         if (g->runs[i].j && g->runs[i].want_row >= 0 && sl_gen_greedy(g->runs[i].gen)) any_greedy = 1;
-    if (!rc && any_greedy && b->rows) {
-        greedy = malloc((size_t)b->rows * sizeof *greedy);
-        rc = greedy ? sl_session_rows_argmax(s, b->rows, greedy, &e) : sl_fail(&e, "out of memory");
-    }
+    if (!rc && any_greedy && b->rows) rc = sl_session_rows_argmax(s, b->rows, b->greedy, &e);
     for (int i = 0; i < g->parallel; i++) {
         sv_run *u = &g->runs[i];
         if (!u->j) continue;
-        int in_batch = u->want_row >= 0 || (!u->decoding && u->fed > 0);
         if (rc) { /* every sequence of the batch was reset: their requests fail */
             int mine = 0;
             for (int t = 0; t < b->n; t++) mine |= b->seq[t] == u->seq;
-            if (mine || in_batch) end_job(g, u, -1, e.msg);
+            if (mine) end_job(g, u, -1, e.msg);
             continue;
         }
         if (!u->decoding && u->fed == u->target && u->target < u->j->n_ids) { /* recurrent: snapshot, then go on */
@@ -427,12 +413,11 @@ static int step(sv_engine *g, step_buf *b, float *logits) {
         if (!gr && sl_session_row_logits(s, u->want_row, logits, &se)) r = -1;
         if (!r) {
             int ctx_left = s->max_ctx - s->seqs[u->seq].pos;
-            r = sl_gen_step(u->gen, gr ? NULL : logits, gr ? greedy[u->want_row] : -1, ctx_left, on_text, &u->r,
+            r = sl_gen_step(u->gen, gr ? NULL : logits, gr ? b->greedy[u->want_row] : -1, ctx_left, on_text, &u->r,
                             &u->next, &u->j->st, &se);
         }
         if (r) end_job(g, u, r < 0 ? -1 : 0, r < 0 ? se.msg : NULL);
     }
-    free(greedy);
     return 1;
 }
 
@@ -443,8 +428,9 @@ static void *worker(void *arg) {
     b.ids = malloc((size_t)s->max_batch * sizeof *b.ids);
     b.seq = malloc((size_t)s->max_batch * sizeof *b.seq);
     b.want = malloc((size_t)s->max_batch);
+    b.greedy = malloc((size_t)s->logit_cap * sizeof *b.greedy);
     float *logits = malloc((size_t)g->m->cfg.vocab_size * sizeof *logits);
-    if (!b.ids || !b.seq || !b.want || !logits) {
+    if (!b.ids || !b.seq || !b.want || !b.greedy || !logits) {
         fprintf(stderr, "sluice serve: out of memory starting the worker\n");
         abort();
     }
@@ -503,6 +489,7 @@ static void *worker(void *arg) {
     free(b.ids);
     free(b.seq);
     free(b.want);
+    free(b.greedy);
     free(logits);
     return NULL;
 }

@@ -208,12 +208,17 @@ void cu_attention(sl_backend *b, const float *q, const float *kc, const float *v
     att_args a = {q, kc, vc, out, n_heads, n_kv, head_dim, window, scale, cu_bmap_of(bm), 0, 0, NULL};
     /* tokens alone in their sequence take the decode kernel, runs of several the prefill kernel */
     int n_dec = 0, *dec = NULL;
-    if (!c->capturing) {
-        dec = (int *)malloc((size_t)n * sizeof *dec);
-        if (!dec) {
-            cu_fail(c, "out of memory");
-            return;
+    if (!c->capturing) { /* host list of the lone tokens, kept between calls */
+        if (c->att_dec_cap < n) {
+            int *nd = (int *)realloc(c->att_dec, (size_t)n * sizeof *nd);
+            if (!nd) {
+                cu_fail(c, "out of memory");
+                return;
+            }
+            c->att_dec = nd;
+            c->att_dec_cap = n;
         }
+        dec = c->att_dec;
     }
     int longest = 1;
     for (int i = 0; i < n;) {
@@ -244,21 +249,14 @@ void cu_attention(sl_backend *b, const float *q, const float *kc, const float *v
             int s = (longest + 127) / 128;
             splits = s < 1 ? 1 : s > splits ? splits : s;
             /* a recording of this many tokens later finds its partials ready */
-            if (cu_attention_reserve(c, n_dec)) {
-                free(dec);
-                return;
-            }
+            if (cu_attention_reserve(c, n_dec)) return;
         }
         size_t need = (size_t)n_dec * n_heads * splits * (size_t)(head_dim + 2) * sizeof(float);
-        if (cu_grow(c, (void **)&c->att_part, &c->att_part_len, need, "attention partials")) {
-            free(dec);
-            return;
-        }
+        if (cu_grow(c, (void **)&c->att_part, &c->att_part_len, need, "attention partials")) return;
         if (dec && n_dec < n) { /* some tokens are in runs: the decode launch takes a list */
-            if (cu_grow(c, (void **)&c->att_tok, &c->att_tok_len, (size_t)n_dec * sizeof(int), "attention tokens")) {
-                free(dec);
+            if (cu_grow(c, (void **)&c->att_tok, &c->att_tok_len, (size_t)n_dec * sizeof(int), "attention tokens"))
                 return;
-            }
+            /* from pageable memory: staged before the call returns, so the list may change after */
             cudaMemcpyAsync(c->att_tok, dec, (size_t)n_dec * sizeof(int), cudaMemcpyHostToDevice, c->st);
             a.tok = c->att_tok;
         }
@@ -267,6 +265,5 @@ void cu_attention(sl_backend *b, const float *q, const float *kc, const float *v
         cu_launch(c, att_merge_k, dim3((unsigned)n_heads, (unsigned)n_dec), 128, 0, c->att_part, splits, head_dim,
                   a.tok, out);
     }
-    free(dec);
     cu_check_launch(c, "attention");
 }

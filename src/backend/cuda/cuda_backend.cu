@@ -478,6 +478,7 @@ static void cu_destroy(sl_backend *b) {
     cudaFree(c->ids);
     cudaFree(c->att_part);
     cudaFree(c->att_tok);
+    free(c->att_dec);
     cudaFree(c->moe_buf);
     cudaFree(c->moe_grp);
     cudaFree(c->act);

@@ -81,6 +81,8 @@ struct cu_impl {
     size_t att_part_len;
     int *att_tok; /* decode attention in a mixed batch: which tokens */
     size_t att_tok_len;
+    int *att_dec; /* the same list on the host, att_dec_cap entries */
+    int att_dec_cap;
     int att_heads, att_hd; /* the largest seen, for sizing the partials of recorded steps */
     float *moe_buf; /* gate/up/down outputs per routed slot */
     size_t moe_len;
