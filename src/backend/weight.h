@@ -29,6 +29,9 @@ typedef struct sl_weight {
     int gtype;
     /* optional additive bias of the linear layer, float32 [rows] (owned by the model) */
     const float *bias;
+    /* products kept near fp32 where a backend would round them to bf16 (routers: a small shift in their
+     * logits changes which experts run) */
+    int exact;
 } sl_weight;
 
 /* Bytes of storage the weight occupies (data + scales + biases). */

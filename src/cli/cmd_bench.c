@@ -16,14 +16,15 @@
 #include "runtime/session.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: sluice bench MODEL [-p N] [-n M] [-r R] [--threads T] [--backend B] [--json] [--host-logits]\n"
+    fprintf(f, "usage: sluice bench MODEL [-p N] [-n M] [-d D] [-r R] [--threads T] [--backend B] [--json] [--host-logits]\n"
                "       sluice bench --synthetic SHAPE [--quant bf16|mlx4|mlx8|q4k] [--layers L] [--dir DIR] [...]\n\n"
                "Loads MODEL, prefills N pseudo-random token ids (default 512) as one batch, then decodes M\n"
                "tokens one at a time (default 128), each the greedy argmax of the previous logits, picked on the\n"
                "backend as greedy decoding does (--host-logits copies every step's logits to the host and picks\n"
                "there, as sampling at a temperature does). The ids are the same on every run. With -r R the\n"
                "whole prefill+decode is repeated R times from an empty cache and the best (fastest) time of each\n"
-               "phase is reported.\n\n"
+               "phase is reported. With -d D the cache first holds D tokens (prefilled, not timed), so both\n"
+               "phases are measured at that depth, as llama-bench -d does.\n\n"
                "Decode bandwidth counts the weight bytes one token reads: every matrix once, one row of the\n"
                "embedding table (the whole table when it is tied to the output head), and top_k of n_experts\n"
                "routed experts per MoE layer. Prefill GFLOP/s counts 2 x active parameters x tokens, the output\n"
@@ -39,6 +40,7 @@ static void usage(FILE *f) {
     fprintf(f, "\n"
                "  -p N          prompt tokens (default 512)\n"
                "  -n M          decoded tokens (default 128; 0 skips decode)\n"
+               "  -d D          cache depth: D tokens in the cache before the timed prompt (default 0)\n"
                "  -r R          runs, best reported (default 1)\n"
                "  --threads T   CPU threads (default: all cores)\n"
                "  --backend B   cpu, cuda or auto (default: SLUICE_BACKEND, else auto)\n" CLI_STREAM_HELP
@@ -115,6 +117,7 @@ static int32_t argmax(const float *v, int n) {
 
 typedef struct {
     int prompt, gen, runs, threads;
+    int depth;       /* tokens already in the cache before the timed prompt and decode (llama-bench -d) */
     int host_logits; /* decode steps copy their logits to the host and pick the argmax there */
     double gen_s, load_s, prefill_s, decode_s; /* best of the runs */
     double weight_bytes;
@@ -141,6 +144,7 @@ static void print_table(const sl_model *m, const bench_result *r) {
     printf("  %-22s%.1f ms\n", "load", r->load_s * 1e3);
     if (r->bandwidth > 0) printf("  %-22s%.2f GB/s (measured read bandwidth)\n", "memory", r->bandwidth / 1e9);
     if (r->flops > 0) printf("  %-22s%.1f GFLOP/s (measured multiply-add peak)\n", "compute", r->flops / 1e9);
+    if (r->depth > 0) printf("  %-22s%d tokens in the cache before the prompt\n", "depth", r->depth);
     double pf = r->prompt / r->prefill_s;
     printf("  %-22s%d tokens in %.1f ms: %.1f tok/s, %.1f GFLOP/s", "prefill", r->prompt, r->prefill_s * 1e3, pf,
            prefill_gflop(r) / r->prefill_s);
@@ -207,6 +211,7 @@ static int print_json(const sl_model *m, const bench_result *r) {
         json_object_set_new(o, "prefill_peak_fraction", json_real(prefill_gflop(r) * 1e9 / r->prefill_s / r->flops));
     }
     json_object_set_new(o, "prompt_tokens", json_integer(r->prompt));
+    json_object_set_new(o, "depth", json_integer(r->depth));
     json_object_set_new(o, "prefill_s", json_real(r->prefill_s));
     json_object_set_new(o, "prefill_tok_s", json_real(pf));
     json_object_set_new(o, "prefill_gflop_s", json_real(prefill_gflop(r) / r->prefill_s));
@@ -314,6 +319,7 @@ static int run_once(sl_session *s, const int32_t *prompt, bench_result *r, float
     int V = s->m->cfg.vocab_size;
     sl_session_reset(s);
     sl_expert_store *xs = s->m->store;
+    if (r->depth > 0 && sl_session_forward(s, prompt + r->prompt, r->depth, logits, 0, e)) return -1;
     if (xs) sl_store_stats_reset(xs);
     double t0 = sl_now();
     if (sl_session_forward(s, prompt, r->prompt, logits, 0, e)) return -1;
@@ -369,6 +375,8 @@ int cmd_bench(int argc, char **argv) {
             bad = parse_int(argv[++i], 1, &r.prompt);
         } else if (!strcmp(a, "-n") && i + 1 < argc) {
             bad = parse_int(argv[++i], 0, &r.gen);
+        } else if (!strcmp(a, "-d") && i + 1 < argc) {
+            bad = parse_int(argv[++i], 0, &r.depth);
         } else if (!strcmp(a, "-r") && i + 1 < argc) {
             bad = parse_int(argv[++i], 1, &r.runs);
         } else if (!strcmp(a, "--threads") && i + 1 < argc) {
@@ -465,20 +473,20 @@ int cmd_bench(int argc, char **argv) {
     int rc = 1;
     o.threads = threads;
     o.backend = backend;
-    o.ctx = r.prompt + r.gen;
+    o.ctx = r.depth + r.prompt + r.gen;
     double t0 = sl_now();
     if (sl_model_load(model, &o, &m, &e)) goto done;
     r.load_s = sl_now() - t0;
-    if (sl_session_create(m, r.prompt + r.gen, &s, &e)) goto done;
+    if (sl_session_create(m, r.depth + r.prompt + r.gen, &s, &e)) goto done;
     int V = m->cfg.vocab_size;
     logits = malloc((size_t)V * sizeof *logits);
-    prompt = malloc((size_t)r.prompt * sizeof *prompt);
+    prompt = malloc((size_t)(r.prompt + r.depth) * sizeof *prompt); /* the prompt, then the depth's tokens */
     if (!logits || !prompt) {
         sl_fail(&e, "out of memory");
         goto done;
     }
     uint64_t st = 0x5eed;
-    for (int i = 0; i < r.prompt; i++) prompt[i] = (int32_t)(next_rand(&st) % (uint64_t)V);
+    for (int i = 0; i < r.prompt + r.depth; i++) prompt[i] = (int32_t)(next_rand(&st) % (uint64_t)V);
     r.threads = !strcmp(m->be->ops->name, "cpu") ? cpu_of(m->be)->n_threads : threads;
     r.weight_bytes = (double)(m->bytes_experts + m->bytes_other);
     r.tok = per_token_traffic(m);
@@ -486,6 +494,10 @@ int cmd_bench(int argc, char **argv) {
     if (m->be->ops->peak_flops) r.flops = m->be->ops->peak_flops(m->be);
     if (n_par) {
         sl_bench_par res[16];
+        if (r.depth > 0) {
+            sl_fail(&e, "-d is not taken with --parallel");
+            goto done;
+        }
         if (sl_bench_parallel(m, par, n_par, r.prompt, r.gen, r.runs, res, &e)) goto done;
         if (r.synthetic) printf("%s\n", r.synthetic);
         sl_bench_parallel_print(m, res, n_par, r.prompt, r.gen);

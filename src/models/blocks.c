@@ -105,6 +105,7 @@ int blk_load_moe(sl_model *m, sl_loader *ld, int l, int with_shared, sl_err *e) 
     snprintf(p, sizeof p, "model.layers.%d.mlp", l);
     L->is_moe = 1;
     if (sl_ld_linear(ld, NAME(nb, "%s.gate", p), E, H, &L->router, e)) return -1;
+    L->router.exact = 1;
     L->expert_store = calloc((size_t)E, sizeof *L->expert_store);
     L->experts.experts = calloc((size_t)E, sizeof *L->experts.experts);
     if (!L->expert_store || !L->experts.experts) return sl_fail(e, "out of memory");

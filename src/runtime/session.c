@@ -9,7 +9,7 @@
 #include "core/util.h"
 #include "experts/store.h"
 
-#define MAX_BATCH 256
+#define MAX_BATCH 512
 /* output rows computed at a time when they go straight to the host: keeps the logits scratch small for
  * large vocabularies */
 #define LOGIT_ROWS 16

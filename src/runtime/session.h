@@ -71,7 +71,7 @@ typedef struct sl_session_opts {
     int max_ctx;   /* per sequence; <= 0: the model's max_position_embeddings */
     int n_seqs;    /* sequence slots; <= 0: 1 */
     int kv_tokens; /* positions in the KV pool; <= 0: room for every slot's whole context */
-    int max_batch; /* tokens per forward pass; <= 0: 256 */
+    int max_batch; /* tokens per forward pass; <= 0: 512 */
 } sl_session_opts;
 
 struct sl_session {

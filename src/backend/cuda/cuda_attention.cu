@@ -1,6 +1,7 @@
 /* Causal GQA attention on the GPU, in fp32 with online softmax (no n x n score buffer), over paged KV
  * caches: every key row is found through its sequence's page table (see sl_batch_map).
- * Prefill (a run of several tokens of one sequence): a block is 4 consecutive queries of one head; key/
+ * Prefill (a run of several tokens of one sequence): runs of 16 tokens or more go to the tensor-core kernel
+ * (cuda_flash.cu) where it has the head size; otherwise a block is 4 consecutive queries of one head; key/
  * value tiles are staged in shared memory and each lane scores one key of the tile. Decode (tokens alone
  * in their sequence): split-K over each token's cache, each block a slice of positions for one head of one
  * token, then a pass that merges the slices. Positions and sequences are always read from device memory,
@@ -235,6 +236,11 @@ void cu_attention(sl_backend *b, const float *q, const float *kc, const float *v
         } else {
             a.t0 = i;
             a.n = j - i;
+            if (a.n >= 16 && c->flash &&
+                cu_flash_prefill(c, q, kc, vc, bm, i, a.n, n_heads, n_kv, head_dim, window, scale, NULL, out)) {
+                i = j;
+                continue;
+            }
             int tk = head_dim <= 128 ? 32 : 16;
             size_t smem = ((size_t)2 * tk * (head_dim + 1) + (size_t)ATT_Q * head_dim) * sizeof(float);
             cu_launch(c, att_prefill_k, dim3(CU_BLOCKS(j - i, ATT_Q), (unsigned)n_heads), ATT_Q * 32, smem, a, tk);

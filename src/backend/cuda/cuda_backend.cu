@@ -474,6 +474,7 @@ static void cu_destroy(sl_backend *b) {
     }
     free(c->tables);
     cudaFree(c->wtmp);
+    cudaFree(c->q8buf);
     cudaFree(c->xtmp);
     cudaFree(c->ids);
     cudaFree(c->att_part);
@@ -549,7 +550,11 @@ int sl_cuda_backend_create(int device, sl_backend **out, char *about, size_t abo
     c->dn_chunked = !(dn && !strcmp(dn, "recurrent"));
     c->smem_optin = p.sharedMemPerBlockOptin > 0 ? (int)p.sharedMemPerBlockOptin : 48 << 10;
     const char *pf = getenv("SLUICE_CUDA_PREFILL");
-    c->gemm_exact = !(pf && !strcmp(pf, "bf16"));
+    c->gemm_exact = pf && !strcmp(pf, "exact");
+    const char *mv = getenv("SLUICE_CUDA_MMVQ");
+    c->mmvq = !(mv && !strcmp(mv, "0"));
+    const char *fl = getenv("SLUICE_CUDA_FLASH");
+    c->flash = !(fl && !strcmp(fl, "0"));
     /* decode attention partials for up to 128 heads of up to 256 dims, so recorded steps never grow them */
     size_t part = (size_t)128 * 64 * 258 * sizeof(float);
     if (cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking) != cudaSuccess ||

@@ -64,7 +64,11 @@ struct cu_impl {
     cudaStream_t st;
     cublasHandle_t blas;
     int sms;
-    int gemm_exact; /* prefill GEMMs in split bf16 (near fp32); SLUICE_CUDA_PREFILL=bf16 turns it off */
+    int mmvq;        /* GGML decode GEMVs in integer arithmetic where they can (SLUICE_CUDA_MMVQ=0: never) */
+    void *q8buf;     /* their q8 input */
+    size_t q8len;
+    int flash;       /* prompt runs take the tensor-core attention kernel (SLUICE_CUDA_FLASH=0: never) */
+    int gemm_exact; /* every prefill GEMM in split bf16 (near fp32): SLUICE_CUDA_PREFILL=exact */
     int gemv_max; /* largest batch that runs through the GEMV kernels (SLUICE_CUDA_GEMV_MAX; 0: per format) */
     sl_err failure;
     int failed;
@@ -388,7 +392,18 @@ void cu_gds_close(cu_impl *c);
 int cu_ggml_init(void); /* copies the IQ codebooks to the current device; nonzero on failure */
 int cu_ggml_supported(int gtype);
 void cu_ggml_gemv(cu_impl *c, const gg_call &g, int n);
+/* The integer GEMV (cuda_mmvq.cu): whether it takes w (a GGML weight), the input of g in q8 (in the
+ * backend's scratch, valid until the next call), and g's product from that q8 input. */
+int cu_mmvq_takes(const cu_w *w);
+int cu_q8_quantize(cu_impl *c, const gg_call &g, int n, const int8_t **xq, const float **xd);
+void cu_mmvq(cu_impl *c, const gg_call &g, const int8_t *xq, const float *xd, int n);
 void cu_ggml_dequant_split(cu_impl *c, const cu_w *w, __nv_bfloat16 *hi, __nv_bfloat16 *lo);
 void cu_ggml_embed(cu_impl *c, const cu_w *w, const int32_t *ids, const int32_t *step_tok, int n, float *out);
+
+/* Attention of the prompt run of tokens t0..t0+n-1 (one sequence, consecutive positions) on tensor cores
+ * (cuda_flash.cu); 0 when the head size has no kernel, so the caller takes the fp32 one. */
+int cu_flash_prefill(cu_impl *c, const float *q, const float *kc, const float *vc, const sl_batch_map *bm, int t0,
+                     int n, int n_heads, int n_kv, int head_dim, int window, float scale, const float *sinks,
+                     float *out);
 
 #endif

@@ -845,6 +845,8 @@ static int gemv_ggml(cu_impl *c, const gv_call &g, int n) {
         cu_fail(c, "GGML weights have no fused GEMV kernel for this op");
         return 1;
     }
+    const int8_t *xq = NULL; /* the input in q8, made once for the weights that take it */
+    const float *xd = NULL;
     for (int i = 0; i < g.set.nw; i++) {
         if (g.set.w[i].fmt != SL_WF_GGML) {
             cu_fail(c, "one GEMV launch holds GGML and other weights");
@@ -852,7 +854,12 @@ static int gemv_ggml(cu_impl *c, const gv_call &g, int n) {
         }
         gg_call q = {&g.set.w[i], g.table, g.ids, g.which, g.slots, g.nz, g.x_div, g.xu != NULL, g.x, g.x_stride,
                      g.xu ? (long long)(g.xu - g.x) : 0, g.set.y[i], g.y_stride, g.yz};
-        cu_ggml_gemv(c, q, n);
+        if (c->mmvq && cu_mmvq_takes(&g.set.w[i])) {
+            if (!xq && cu_q8_quantize(c, q, n, &xq, &xd)) return 1;
+            cu_mmvq(c, q, xq, xd, n);
+        } else {
+            cu_ggml_gemv(c, q, n);
+        }
     }
     return 1;
 }
@@ -1046,11 +1053,11 @@ void cu_matmul(sl_backend *b, const sl_weight *sw, const float *x, int n, float 
         cu_gemv_launch(c, &w, NULL, NULL, 0, 1, 1, x, 0, n, y, 0);
         return;
     }
-    /* Tensor cores take bf16, whose 8-bit mantissa alone shifts logits by ~1e-2 and can flip MoE
-     * routing. Each operand is split into bf16 hi + lo halves and the products that matter are summed
-     * in fp32 (hi.hi + hi.lo, + lo.hi for weights that are not bf16 already), which is close to fp32
-     * accuracy; SLUICE_CUDA_PREFILL=bf16 keeps only hi.hi (faster, less exact). */
-    int exact = c->gemm_exact;
+    /* Tensor cores take bf16: one pass rounds the input (and any weight not stored in bf16) to bf16, as
+     * other engines do. Routers (sw->exact), and every weight with SLUICE_CUDA_PREFILL=exact, split each
+     * operand into bf16 hi + lo halves and sum the products that matter in fp32 (hi.hi + hi.lo, + lo.hi
+     * for weights that are not bf16 already), close to fp32 accuracy at 2-3 GEMMs. */
+    int exact = c->gemm_exact || sw->exact;
     size_t xlen = (size_t)n * (size_t)w.cols, wlen = (size_t)w.rows * (size_t)w.cols;
     if (cu_grow(c, &c->xtmp, &c->xtmp_len, xlen * 2 * (exact ? 2 : 1), "matmul input")) return;
     __nv_bfloat16 *xhi = (__nv_bfloat16 *)c->xtmp, *xlo = exact ? xhi + xlen : NULL;

@@ -1,0 +1,200 @@
+/* Causal GQA attention of a prompt run on tensor cores (FlashAttention-2 style): a block takes 64
+ * consecutive queries of one head, four warps of 16; key/value tiles of the sequence's paged cache are
+ * staged in shared memory as fp16 (V transposed so that both products read 32-bit fragment pairs), scores
+ * and the weighted values are fp16 MMA with fp32 accumulation, and the softmax is online in fp32 (base 2:
+ * the query carries log2(e)). fp16 rather than bf16: scores and probabilities keep three more mantissa
+ * bits, and attention inputs stay far inside its range. */
+#include <math.h>
+
+#include "backend/cuda/cuda_int.cuh"
+
+#define FA_BQ 64 /* queries per block: 4 warps x 16 rows */
+
+struct fa_args {
+    const float *q, *kc, *vc;
+    float *out;
+    const float *sinks; /* per head, natural-log units; NULL: none */
+    int n_heads, n_kv, window;
+    float scale; /* softmax scale x log2(e) */
+    cu_bmap bm;
+    int t0, n; /* the run's first token in the batch and its length */
+};
+
+__device__ __forceinline__ void fa_mma(float *d, const uint32_t *a, const uint32_t *b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ uint32_t fa_pack(float lo, float hi) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&h);
+}
+
+__device__ __forceinline__ uint32_t fa_ld32(const __half *p) {
+    return *reinterpret_cast<const uint32_t *>(p);
+}
+
+template <int HD, int BK> __global__ void __launch_bounds__(128) flash_prefill_k(fa_args a) {
+    cu_pdl_enter();
+    constexpr int LQ = HD + 8, LK = HD + 8, LV = BK + 8; /* padded rows: fragment loads hit distinct banks */
+    extern __shared__ __align__(16) unsigned char fa_sm[];
+    __half *sQ = reinterpret_cast<__half *>(fa_sm), *sK = sQ + FA_BQ * LQ, *sV = sK + BK * LK; /* sV: [HD][BK] */
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    int h = blockIdx.y, kvh = h / (a.n_heads / a.n_kv);
+    int pos0 = a.bm.pos[a.t0], sq = a.bm.seq[a.t0];
+    int i0 = blockIdx.x * FA_BQ;
+    long long qw = (long long)a.n_heads * HD, kw = (long long)a.n_kv * HD;
+    for (int e = threadIdx.x; e < FA_BQ * HD / 4; e += blockDim.x) {
+        int r = e / (HD / 4), d = e % (HD / 4) * 4;
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (i0 + r < a.n) v = *reinterpret_cast<const float4 *>(a.q + (a.t0 + i0 + r) * qw + h * HD + d);
+        *reinterpret_cast<__half2 *>(sQ + r * LQ + d) = __floats2half2_rn(v.x * a.scale, v.y * a.scale);
+        *reinterpret_cast<__half2 *>(sQ + r * LQ + d + 2) = __floats2half2_rn(v.z * a.scale, v.w * a.scale);
+    }
+    int r0 = warp * 16 + g; /* this lane's rows: r0 and r0 + 8 */
+    int p0 = pos0 + min(i0 + r0, a.n - 1), p1 = pos0 + min(i0 + r0 + 8, a.n - 1); /* rows past the run: clamped */
+    int last = pos0 + min(i0 + FA_BQ, a.n) - 1;
+    int first = a.window > 0 ? max(0, pos0 + i0 - a.window + 1) : 0;
+    float o[HD / 8][4];
+#pragma unroll
+    for (int d = 0; d < HD / 8; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+    for (int kt = first; kt <= last; kt += BK) {
+        __syncthreads();
+        for (int e = threadIdx.x; e < BK * HD / 4; e += blockDim.x) {
+            int j = e / (HD / 4), d = e % (HD / 4) * 4, t = kt + j;
+            float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
+            if (t <= last) {
+                long long row = cu_bm_row(a.bm, sq, t) * kw + kvh * HD + d;
+                kv = *reinterpret_cast<const float4 *>(a.kc + row);
+                vv = *reinterpret_cast<const float4 *>(a.vc + row);
+            }
+            *reinterpret_cast<__half2 *>(sK + j * LK + d) = __floats2half2_rn(kv.x, kv.y);
+            *reinterpret_cast<__half2 *>(sK + j * LK + d + 2) = __floats2half2_rn(kv.z, kv.w);
+            sV[(d + 0) * LV + j] = __float2half_rn(vv.x);
+            sV[(d + 1) * LV + j] = __float2half_rn(vv.y);
+            sV[(d + 2) * LV + j] = __float2half_rn(vv.z);
+            sV[(d + 3) * LV + j] = __float2half_rn(vv.w);
+        }
+        __syncthreads();
+        float s[BK / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < BK / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++) {
+            const __half *qa = sQ + r0 * LQ + kk * 16 + 2 * tq;
+            uint32_t A[4] = {fa_ld32(qa), fa_ld32(qa + 8 * LQ), fa_ld32(qa + 8), fa_ld32(qa + 8 * LQ + 8)};
+#pragma unroll
+            for (int nt = 0; nt < BK / 8; nt++) {
+                const __half *kb = sK + (nt * 8 + g) * LK + kk * 16 + 2 * tq;
+                uint32_t B[2] = {fa_ld32(kb), fa_ld32(kb + 8)};
+                fa_mma(s[nt], A, B);
+            }
+        }
+        /* causal and window masks; keys past the block's last query are zero rows, masked too */
+        float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < BK / 8; nt++)
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                int t = kt + nt * 8 + 2 * tq + c;
+                bool ok0 = t <= p0 && (a.window <= 0 || t > p0 - a.window);
+                bool ok1 = t <= p1 && (a.window <= 0 || t > p1 - a.window);
+                s[nt][c] = ok0 ? s[nt][c] : -INFINITY;
+                s[nt][2 + c] = ok1 ? s[nt][2 + c] : -INFINITY;
+                mx0 = fmaxf(mx0, s[nt][c]);
+                mx1 = fmaxf(mx1, s[nt][2 + c]);
+            }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+        float b0 = n0 == -INFINITY ? 0.f : n0, b1 = n1 == -INFINITY ? 0.f : n1; /* rows with nothing yet */
+        float c0 = exp2f(m0 - b0), c1 = exp2f(m1 - b1), rs0 = 0.f, rs1 = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < BK / 8; nt++) {
+            s[nt][0] = exp2f(s[nt][0] - b0);
+            s[nt][1] = exp2f(s[nt][1] - b0);
+            s[nt][2] = exp2f(s[nt][2] - b1);
+            s[nt][3] = exp2f(s[nt][3] - b1);
+            rs0 += s[nt][0] + s[nt][1];
+            rs1 += s[nt][2] + s[nt][3];
+        }
+        rs0 += __shfl_xor_sync(0xffffffffu, rs0, 1);
+        rs0 += __shfl_xor_sync(0xffffffffu, rs0, 2);
+        rs1 += __shfl_xor_sync(0xffffffffu, rs1, 1);
+        rs1 += __shfl_xor_sync(0xffffffffu, rs1, 2);
+        l0 = l0 * c0 + rs0;
+        l1 = l1 * c1 + rs1;
+        m0 = n0;
+        m1 = n1;
+#pragma unroll
+        for (int d = 0; d < HD / 8; d++) {
+            o[d][0] *= c0;
+            o[d][1] *= c0;
+            o[d][2] *= c1;
+            o[d][3] *= c1;
+        }
+        /* the score fragments are the A fragments of P.V: keys 16kk.. are score tiles 2kk and 2kk+1 */
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++) {
+            uint32_t A[4] = {fa_pack(s[2 * kk][0], s[2 * kk][1]), fa_pack(s[2 * kk][2], s[2 * kk][3]),
+                             fa_pack(s[2 * kk + 1][0], s[2 * kk + 1][1]), fa_pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+            for (int d = 0; d < HD / 8; d++) {
+                const __half *vb = sV + (d * 8 + g) * LV + kk * 16 + 2 * tq;
+                uint32_t B[2] = {fa_ld32(vb), fa_ld32(vb + 8)};
+                fa_mma(o[d], A, B);
+            }
+        }
+    }
+    if (a.sinks) { /* a sink is one more score in the denominator, with no value */
+        float sk = a.sinks[h] * 1.4426950408889634f;
+        float n0 = fmaxf(m0, sk), n1 = fmaxf(m1, sk);
+        float c0 = exp2f(m0 - n0), c1 = exp2f(m1 - n1);
+        l0 = l0 * c0 + exp2f(sk - n0);
+        l1 = l1 * c1 + exp2f(sk - n1);
+#pragma unroll
+        for (int d = 0; d < HD / 8; d++) {
+            o[d][0] *= c0;
+            o[d][1] *= c0;
+            o[d][2] *= c1;
+            o[d][3] *= c1;
+        }
+    }
+    float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+    int q0 = i0 + r0, q1 = q0 + 8;
+#pragma unroll
+    for (int d = 0; d < HD / 8; d++) {
+        int col = h * HD + d * 8 + 2 * tq;
+        if (q0 < a.n)
+            *reinterpret_cast<float2 *>(a.out + (a.t0 + q0) * qw + col) = make_float2(o[d][0] * inv0, o[d][1] * inv0);
+        if (q1 < a.n)
+            *reinterpret_cast<float2 *>(a.out + (a.t0 + q1) * qw + col) = make_float2(o[d][2] * inv1, o[d][3] * inv1);
+    }
+}
+
+template <int HD, int BK> static int fa_launch(cu_impl *c, const fa_args &a) {
+    size_t smem = ((size_t)FA_BQ * (HD + 8) + (size_t)BK * (HD + 8) + (size_t)HD * (BK + 8)) * sizeof(__half);
+    if (smem > (size_t)c->smem_optin ||
+        cudaFuncSetAttribute(flash_prefill_k<HD, BK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
+            cudaSuccess)
+        return 0;
+    cu_launch(c, flash_prefill_k<HD, BK>, dim3(CU_BLOCKS(a.n, FA_BQ), (unsigned)a.n_heads), 128, smem, a);
+    return 1;
+}
+
+int cu_flash_prefill(cu_impl *c, const float *q, const float *kc, const float *vc, const sl_batch_map *bm, int t0,
+                     int n, int n_heads, int n_kv, int head_dim, int window, float scale, const float *sinks,
+                     float *out) {
+    fa_args a = {q, kc, vc, out, sinks, n_heads, n_kv, window, scale * 1.4426950408889634f, cu_bmap_of(bm), t0, n};
+    switch (head_dim) {
+    case 64: return fa_launch<64, 64>(c, a);
+    case 128: return fa_launch<128, 64>(c, a);
+    case 256: return fa_launch<256, 32>(c, a);
+    default: return 0;
+    }
+}

@@ -1,0 +1,272 @@
+/* Decode GEMV for the common GGML types (Q4_K, Q6_K, Q8_0) in integer arithmetic: the input is first
+ * quantized to 8 bits per value with one float scale per 32 values (the q8 form other engines use), then
+ * each weight row is dotted with it four bytes at a time by dp4a, and scales apply per 32 values in fp32.
+ * One warp per weight row; each lane takes whole units of a block (16 bytes of Q4_K nibbles, 64 Q6_K values
+ * or one Q8_0 block) straight from global memory, so there is no shared-memory staging and every load is
+ * in flight at once. Four times fewer instructions per weight than decoding to fp32, which is what held
+ * the fp32 kernels (cuda_ggml.cu) at a third of the memory bandwidth. */
+#include "backend/cuda/cuda_int.cuh"
+
+extern "C" {
+#include "backend/ggml_types.h"
+}
+
+#define MQ_WARPS 8 /* rows per block */
+
+/* ---- the input in q8: per row r of the input, q[r][cols] int8 and d[r][cols / 32] ---- */
+
+/* one warp per 32 values: d = max|x| / 127, q = round(x / d); with act the value is silu(x) * x[act_off] */
+__global__ void q8_quant_k(const float *x, long long xs, int n, int cols, int act, long long act_off, int rows,
+                           int8_t *q, float *d) {
+    cu_pdl_enter();
+    int lane = threadIdx.x & 31;
+    long long u = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), upr = cols / 32;
+    if (u >= (long long)rows * upr) return;
+    int r = (int)(u / upr), c = (int)(u % upr) * 32 + lane;
+    const float *xr = x + (long long)(r / n) * xs + (long long)(r % n) * cols; /* slot group, then token */
+    float v = xr[c];
+    if (act) v = v * cu_sigmoid(v) * xr[act_off + c];
+    float m = fabsf(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    float s = m / 127.0f;
+    q[(long long)r * cols + c] = (int8_t)(s > 0 ? __float2int_rn(v / s) : 0);
+    if (lane == 0) d[u] = s;
+}
+
+/* ---- per-type dot of one unit with NT tokens' q8 input ---- */
+
+__device__ __forceinline__ int dp4(int a, int b, int c) {
+    return __dp4a(a, b, c);
+}
+__device__ __forceinline__ int sum4(int4 x, int c) { /* sum of the 16 bytes of x */
+    return dp4(x.x, 0x01010101, dp4(x.y, 0x01010101, dp4(x.z, 0x01010101, dp4(x.w, 0x01010101, c))));
+}
+__device__ __forceinline__ int dot4(int4 a, int4 b, int c) {
+    return dp4(a.x, b.x, dp4(a.y, b.y, dp4(a.z, b.z, dp4(a.w, b.w, c))));
+}
+/* 16 bytes from a 2-byte aligned address */
+__device__ __forceinline__ int4 ld16_u16(const uint8_t *p) {
+    const unsigned short *h = (const unsigned short *)p;
+    int4 r;
+    r.x = (int)(h[0] | ((unsigned)h[1] << 16));
+    r.y = (int)(h[2] | ((unsigned)h[3] << 16));
+    r.z = (int)(h[4] | ((unsigned)h[5] << 16));
+    r.w = (int)(h[6] | ((unsigned)h[7] << 16));
+    return r;
+}
+__device__ __forceinline__ int4 mask4(int4 a, int sh, unsigned m) {
+    return make_int4((int)(((unsigned)a.x >> sh) & m), (int)(((unsigned)a.y >> sh) & m),
+                     (int)(((unsigned)a.z >> sh) & m), (int)(((unsigned)a.w >> sh) & m));
+}
+__device__ __forceinline__ int4 or4(int4 a, int4 b) {
+    return make_int4(a.x | b.x, a.y | b.y, a.z | b.z, a.w | b.w);
+}
+__device__ __forceinline__ int4 shl_mask4(int4 a, int sh, unsigned m) { /* (a << sh) & m, sh may be negative */
+    auto f = [&](int v) { return (int)((sh >= 0 ? (unsigned)v << sh : (unsigned)v >> -sh) & m); };
+    return make_int4(f(a.x), f(a.y), f(a.z), f(a.w));
+}
+
+template <int T> struct mq;
+
+/* Q4_K: 144-byte blocks of 256 (d, dmin, 12 bytes of 6-bit scales/mins, 128 bytes of nibbles; rows are
+ * 16-byte aligned, so every field is). Unit u of a block: 16 bytes of the 32 that hold sub-blocks 2p (low
+ * nibbles) and 2p + 1 (high): p = u / 2, half h = u % 2. Value = d sc q - dmin mn. */
+template <> struct mq<SL_GGML_Q4_K> {
+    static constexpr int BS = 256, BB = 144, UPB = 8;
+    struct unit_t {
+        int4 q;
+        unsigned dm, s0, s1, s2;
+    };
+    static __device__ __forceinline__ unit_t load(const uint8_t *b, int u) {
+        unit_t r;
+        const unsigned *w = (const unsigned *)b;
+        r.dm = __ldg(w);
+        r.s0 = __ldg(w + 1);
+        r.s1 = __ldg(w + 2);
+        r.s2 = __ldg(w + 3);
+        r.q = __ldg((const int4 *)(b + 16 + 16 * u));
+        return r;
+    }
+    static __device__ __forceinline__ float dot(const unit_t &w, int u, const int8_t *xq, const float *xd) {
+        int p = u >> 1, h = u & 1, s0 = 2 * p, s1 = s0 + 1;
+        float d = __half2float(__ushort_as_half((unsigned short)w.dm)),
+              dmin = __half2float(__ushort_as_half((unsigned short)(w.dm >> 16)));
+        int sc[2], mn[2];
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            int s = s0 + k, j = 8 * (s & 3);
+            int b0 = (w.s0 >> j) & 255, b1 = (w.s1 >> j) & 255, b2 = (w.s2 >> j) & 255;
+            sc[k] = s < 4 ? b0 & 63 : (b2 & 15) | ((b0 >> 6) << 4);
+            mn[k] = s < 4 ? b1 & 63 : (b2 >> 4) | ((b1 >> 6) << 4);
+        }
+        int4 xa = *(const int4 *)(xq + s0 * 32 + 16 * h), xb = *(const int4 *)(xq + s1 * 32 + 16 * h);
+        int4 lo = mask4(w.q, 0, 0x0F0F0F0Fu), hi = mask4(w.q, 4, 0x0F0F0F0Fu);
+        int ia = dot4(lo, xa, 0), ib = dot4(hi, xb, 0), sa = sum4(xa, 0), sb = sum4(xb, 0);
+        return xd[s0] * (d * sc[0] * ia - dmin * mn[0] * sa) + xd[s1] * (d * sc[1] * ib - dmin * mn[1] * sb);
+    }
+};
+
+/* Q6_K: 210-byte blocks of 256 (ql[128], qh[64], int8 scales[16], d; 2-byte aligned). Unit u = half n
+ * (128 values) x chunk c: positions l = 16c .. 16c + 15 of the four groups of 32 in that half. Value =
+ * d sc (q - 32), q = 4 low bits from ql and 2 high bits from qh. */
+template <> struct mq<SL_GGML_Q6_K> {
+    static constexpr int BS = 256, BB = 210, UPB = 4;
+    struct unit_t {
+        int4 la, lb, hb;
+        unsigned sc; /* the four int8 scales of the unit's groups */
+        float d;
+    };
+    static __device__ __forceinline__ unit_t load(const uint8_t *b, int u) {
+        int n = u >> 1, c = u & 1;
+        unit_t r;
+        r.la = ld16_u16(b + 64 * n + 16 * c);
+        r.lb = ld16_u16(b + 64 * n + 32 + 16 * c);
+        r.hb = ld16_u16(b + 128 + 32 * n + 16 * c);
+        const int8_t *s = (const int8_t *)(b + 192 + 8 * n + c);
+        r.sc = (unsigned)(uint8_t)s[0] | ((unsigned)(uint8_t)s[2] << 8) | ((unsigned)(uint8_t)s[4] << 16) |
+               ((unsigned)(uint8_t)s[6] << 24);
+        r.d = __half2float(__ushort_as_half(*(const unsigned short *)(b + 208)));
+        return r;
+    }
+    static __device__ __forceinline__ float dot(const unit_t &w, int u, const int8_t *xq, const float *xd) {
+        int n = u >> 1, c = u & 1;
+        int4 q[4] = {or4(mask4(w.la, 0, 0x0F0F0F0Fu), shl_mask4(w.hb, 4, 0x30303030u)),
+                     or4(mask4(w.lb, 0, 0x0F0F0F0Fu), shl_mask4(w.hb, 2, 0x30303030u)),
+                     or4(mask4(w.la, 4, 0x0F0F0F0Fu), shl_mask4(w.hb, 0, 0x30303030u)),
+                     or4(mask4(w.lb, 4, 0x0F0F0F0Fu), shl_mask4(w.hb, -2, 0x30303030u))};
+        float acc = 0;
+#pragma unroll
+        for (int g = 0; g < 4; g++) {
+            int blk = 4 * n + g; /* the input's 32-value block */
+            int4 x = *(const int4 *)(xq + 32 * blk + 16 * c);
+            int v = dot4(q[g], x, 0) - 32 * sum4(x, 0);
+            acc += xd[blk] * (float)(int)(signed char)(w.sc >> (8 * g)) * (float)v;
+        }
+        return w.d * acc;
+    }
+};
+
+/* Q8_0: 34-byte blocks of 32 (d, 32 int8; 2-byte aligned); a unit is a block. */
+template <> struct mq<SL_GGML_Q8_0> {
+    static constexpr int BS = 32, BB = 34, UPB = 1;
+    struct unit_t {
+        int4 a, b;
+        float d;
+    };
+    static __device__ __forceinline__ unit_t load(const uint8_t *b, int) {
+        unit_t r;
+        r.d = __half2float(__ushort_as_half(*(const unsigned short *)b));
+        r.a = ld16_u16(b + 2);
+        r.b = ld16_u16(b + 18);
+        return r;
+    }
+    static __device__ __forceinline__ float dot(const unit_t &w, int, const int8_t *xq, const float *xd) {
+        int4 xa = *(const int4 *)xq, xb = *(const int4 *)(xq + 16);
+        return w.d * xd[0] * (float)dot4(w.b, xb, dot4(w.a, xa, 0));
+    }
+};
+
+/* y[slot][t][rows] = W(slot) . x[slot / x_div][t], with the grid and arguments of ggml_gemv_k: table
+ * entries give the weight per slot, grid z picks weight `which + z`. xq/xd hold the q8 input rows in the
+ * order q8_quant_k writes them (slot group, then token). */
+template <int NT, int T>
+__global__ void __launch_bounds__(MQ_WARPS * 32) mmvq_k(cu_w w0, const cu_expert *table, const int32_t *ids,
+                                                        int which, int x_div, const int8_t *xq, const float *xd,
+                                                        int n_x, int n, float *y, long long ys, long long yz) {
+    constexpr int BS = mq<T>::BS, BB = mq<T>::BB, UPB = mq<T>::UPB;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = blockIdx.y;
+    cu_w w = w0;
+    if (table) {
+        cu_pdl_enter();
+        if (ids[slot] < 0) return; /* a pair another pass computes */
+        w = table[ids[slot]].w[which + blockIdx.z];
+    }
+    int row = blockIdx.x * MQ_WARPS + warp;
+    if (row >= w.rows) return;
+    const uint8_t *wr = w.data + (long long)row * w.row_bytes;
+    int units = w.cols / BS * UPB;
+    if (!table) cu_pdl_enter(); /* the weights never depend on the previous kernel, the input does */
+    long long xrow = (long long)(slot / x_div) * n_x; /* the first q8 row of this slot's input */
+    const int8_t *xq0 = xq + xrow * w.cols;
+    const float *xd0 = xd + xrow * (w.cols / 32);
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0;
+    for (int u0 = lane; u0 < units; u0 += 64) {
+        int u1 = u0 + 32;
+        typename mq<T>::unit_t a = mq<T>::load(wr + (long long)(u0 / UPB) * BB, u0 % UPB), b;
+        if (u1 < units) b = mq<T>::load(wr + (long long)(u1 / UPB) * BB, u1 % UPB);
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= n) break;
+            const int8_t *xqt = xq0 + (long long)t * w.cols;
+            const float *xdt = xd0 + (long long)t * (w.cols / 32);
+            acc[t] += mq<T>::dot(a, u0 % UPB, xqt + (u0 / UPB) * BS, xdt + (u0 / UPB) * (BS / 32));
+            if (u1 < units) acc[t] += mq<T>::dot(b, u1 % UPB, xqt + (u1 / UPB) * BS, xdt + (u1 / UPB) * (BS / 32));
+        }
+    }
+    y += (long long)slot * ys + (long long)blockIdx.z * yz;
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float v = warp_sum(acc[t]);
+        if (lane == 0 && t < n) y[(long long)t * w.rows + row] = v + (w.bias ? w.bias[row] : 0.0f);
+    }
+}
+
+int cu_mmvq_takes(const cu_w *w) {
+    uintptr_t a = (uintptr_t)w->data;
+    switch (w->gtype) {
+    case SL_GGML_Q4_K: return w->cols % 256 == 0 && a % 16 == 0; /* 128-bit loads of the nibbles */
+    case SL_GGML_Q6_K: return w->cols % 256 == 0 && a % 2 == 0;
+    case SL_GGML_Q8_0: return w->cols % 32 == 0 && a % 2 == 0;
+    default: return 0;
+    }
+}
+
+int cu_q8_quantize(cu_impl *c, const gg_call &g, int n, const int8_t **xq, const float **xd) {
+    int cols = g.w->cols, groups = (g.slots + g.x_div - 1) / g.x_div, rows = groups * n;
+    size_t qb = ((size_t)rows * (size_t)cols + 255) / 256 * 256, db = (size_t)rows * (size_t)(cols / 32) * sizeof(float);
+    /* at least 4 MB, so that recorded steps of other shapes rarely find it too small */
+    size_t need = qb + db < ((size_t)4 << 20) ? (size_t)4 << 20 : qb + db;
+    if (cu_grow(c, &c->q8buf, &c->q8len, need, "q8 input")) return -1;
+    int8_t *q = (int8_t *)c->q8buf;
+    float *d = (float *)((uint8_t *)c->q8buf + qb);
+    long long units = (long long)rows * (cols / 32);
+    cu_launch(c, q8_quant_k, CU_BLOCKS(units, 8), 256, 0, g.x, g.x_stride, n, cols, g.act, g.act_off, rows, q, d);
+    *xq = q;
+    *xd = d;
+    return 0;
+}
+
+template <int NT, int T> static void mmvq_go(cu_impl *c, const gg_call &g, const int8_t *xq, const float *xd, int t0,
+                                             int n_x, int n) {
+    dim3 grid(CU_BLOCKS(g.w->rows, MQ_WARPS), (unsigned)g.slots, (unsigned)g.nz);
+    cu_launch(c, mmvq_k<NT, T>, grid, MQ_WARPS * 32, 0, *g.w, g.table, g.ids, g.which, g.x_div,
+              xq + (long long)t0 * g.w->cols, xd + (long long)t0 * (g.w->cols / 32), n_x, n,
+              g.y + (long long)t0 * g.w->rows, g.y_stride, g.yz);
+}
+
+template <int T> static void mmvq_type(cu_impl *c, const gg_call &g, const int8_t *xq, const float *xd, int n) {
+    for (int t0 = 0; t0 < n; t0 += 8) {
+        int m = n - t0 < 8 ? n - t0 : 8;
+        if (m == 1)
+            mmvq_go<1, T>(c, g, xq, xd, t0, n, m);
+        else if (m == 2)
+            mmvq_go<2, T>(c, g, xq, xd, t0, n, m);
+        else if (m <= 4)
+            mmvq_go<4, T>(c, g, xq, xd, t0, n, m);
+        else
+            mmvq_go<8, T>(c, g, xq, xd, t0, n, m);
+    }
+}
+
+void cu_mmvq(cu_impl *c, const gg_call &g, const int8_t *xq, const float *xd, int n) {
+    switch (g.w->gtype) {
+    case SL_GGML_Q4_K: mmvq_type<SL_GGML_Q4_K>(c, g, xq, xd, n); break;
+    case SL_GGML_Q6_K: mmvq_type<SL_GGML_Q6_K>(c, g, xq, xd, n); break;
+    case SL_GGML_Q8_0: mmvq_type<SL_GGML_Q8_0>(c, g, xq, xd, n); break;
+    default: cu_fail(c, "GGML type %s has no integer GEMV kernel", sl_ggml_type_name(g.w->gtype)); return;
+    }
+    cu_check_launch(c, "GGML integer GEMV");
+}
