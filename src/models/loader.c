@@ -24,8 +24,8 @@ static const char *const ignored_prefixes[] = {
 };
 
 /* Mixtral's MoE keys, "model.layers.N.block_sparse_moe.{gate, experts.E.w1|w3|w2}", as the
- * "mlp.{gate, experts.E.gate_proj|up_proj|down_proj}" that the MoE loader reads. Takes s; NULL when out
- * of memory. */
+ * "mlp.{gate, experts.E.gate_proj|up_proj|down_proj}" that the MoE loader reads (MLX's
+ * block_sparse_moe.switch_mlp.* become mlp.switch_mlp.*). Consumes s; NULL when out of memory. */
 static char *mixtral_moe_name(char *s) {
     static const char part[] = ".block_sparse_moe.";
     char *b = strstr(s, part);

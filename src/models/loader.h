@@ -1,6 +1,7 @@
 /* Turning checkpoint tensors into model weights: key layouts normalised (model.*,
- * model.language_model.*, language_model.model.*), MLX packing decoded from shapes and the config's
- * quantization table, shapes checked, and every tensor accounted for so stray ones are reported. */
+ * model.language_model.*, language_model.model.*, Mixtral's block_sparse_moe.*), MLX packing decoded
+ * from shapes and the config's quantization table, shapes checked, and every tensor accounted for so
+ * stray ones are reported. */
 #ifndef SLUICE_MODELS_LOADER_H
 #define SLUICE_MODELS_LOADER_H
 
