@@ -174,6 +174,8 @@ static int parse_config(json_t *root, const char *where, sl_config *c, sl_err *e
         read_int(tc, where, "", "shared_expert_intermediate_size", 0, INT_MAX, 0, &c->shared_intermediate, e) ||
         read_int(tc, where, "", "decoder_sparse_step", 0, MAX_LAYERS, 1, &c->decoder_sparse_step, e))
         return -1;
+    /* Mixtral's experts are intermediate_size wide; it has no moe_intermediate_size */
+    if (!c->moe_intermediate && !strcmp(c->model_type, "mixtral")) c->moe_intermediate = c->intermediate;
     json_t *ntp = json_object_get(tc, "norm_topk_prob");
     c->norm_topk_prob = json_is_boolean(ntp) ? json_is_true(ntp) : 1;
     if (c->n_experts && (c->top_k <= 0 || c->top_k > c->n_experts))

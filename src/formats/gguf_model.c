@@ -11,7 +11,8 @@
 static const struct {
     const char *arch, *model_type;
 } archs[] = {
-    {"llama", "llama"}, {"qwen2", "qwen2"}, {"qwen3", "qwen3"}, {"qwen3moe", "qwen3_moe"}, {"qwen35moe", "qwen3_5_moe"},
+    {"llama", "llama"},        {"qwen2", "qwen2"},           {"qwen3", "qwen3"},
+    {"qwen3moe", "qwen3_moe"}, {"qwen35moe", "qwen3_5_moe"}, {"qwen3next", "qwen3_next"},
 };
 
 /* ---- metadata -> config ---- */
@@ -107,10 +108,13 @@ static int build_config(meta *m) {
         if (!strcmp(archs[i].arch, m->arch)) mt = archs[i].model_type;
     if (!mt)
         return sl_fail(m->e,
-                       "%s: general.architecture '%s' is not supported (expected llama, qwen2, qwen3, qwen3moe or "
-                       "qwen35moe)",
+                       "%s: general.architecture '%s' is not supported (expected llama, qwen2, qwen3, qwen3moe, "
+                       "qwen35moe or qwen3next)",
                        path, m->arch);
-    json_object_set_new(m->cfg, "model_type", json_string(mt));
+    /* llama.cpp writes Mixtral as llama with experts */
+    int64_t experts = 0;
+    if (!strcmp(m->arch, "llama") && get_arch_int(m, "expert_count", &experts) < 0) return -1;
+    json_object_set_new(m->cfg, "model_type", json_string(experts > 0 ? "mixtral" : mt));
     if (put_int(m, "block_count", "num_hidden_layers", 1) || put_int(m, "embedding_length", "hidden_size", 1) ||
         put_int(m, "attention.head_count", "num_attention_heads", 1) ||
         put_int(m, "attention.head_count_kv", "num_key_value_heads", 0) ||
@@ -150,7 +154,7 @@ static int build_config(meta *m) {
     /* per-layer structure follows the tensors present: dense layers of a MoE, delta-net layers of a hybrid */
     json_t *mlp_only = json_array(), *kinds = json_array();
     json_object_set_new(m->cfg, "mlp_only_layers", mlp_only);
-    int hybrid = !strcmp(m->arch, "qwen35moe");
+    int hybrid = !strcmp(m->arch, "qwen35moe") || !strcmp(m->arch, "qwen3next");
     for (int l = 0; l < layers && l < 4096; l++) {
         if (has_tensor(g, "blk.%d.ffn_gate.weight", l) || has_tensor(g, "blk.%d.ffn_up.weight", l))
             json_array_append_new(mlp_only, json_integer(l));
@@ -233,6 +237,8 @@ static const struct {
     {"ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight"},
     {"ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight"},
     {"attn_qkv.weight", "linear_attn.in_proj_qkv.weight"},
+    {"ssm_in.weight", "linear_attn.in_proj_qkvz.weight"}, /* Qwen3-Next, fused per key head */
+    {"ssm_ba.weight", "linear_attn.in_proj_ba.weight"},   /* Qwen3-Next, fused per key head */
     {"attn_gate.weight", "linear_attn.in_proj_z.weight"},
     {"ssm_alpha.weight", "linear_attn.in_proj_a.weight"},
     {"ssm_beta.weight", "linear_attn.in_proj_b.weight"},
@@ -264,6 +270,14 @@ static char *hf_name(const sl_gguf *g, const char *name) {
             snprintf(buf, sizeof buf, "blk.%d.ffn_gate_up_exps.weight", l);
             snprintf(buf, sizeof buf, "model.layers.%d.%s", l,
                      sl_gguf_find_tensor(g, buf) ? "mlp.experts.down_proj" : "mlp.switch_mlp.down_proj.weight");
+            return strdup(buf);
+        }
+        /* per-expert matrices of older Mixtral files: ffn_{gate,down,up}.E.weight */
+        char proj[8];
+        int x, n = 0;
+        if (sscanf(rest, "ffn_%4[a-z].%d.weight%n", proj, &x, &n) == 2 && n > 0 && !rest[n] && x >= 0 &&
+            (!strcmp(proj, "gate") || !strcmp(proj, "down") || !strcmp(proj, "up"))) {
+            snprintf(buf, sizeof buf, "model.layers.%d.mlp.experts.%d.%s_proj.weight", l, x, proj);
             return strdup(buf);
         }
         for (size_t i = 0; i < sizeof layer_names / sizeof layer_names[0]; i++)

@@ -11,7 +11,8 @@
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
 
-/* The hyperparameters of general.architecture (llama, qwen2, qwen3, qwen3moe, qwen35moe). */
+/* The hyperparameters of general.architecture (llama, qwen2, qwen3, qwen3moe, qwen35moe, qwen3next;
+ * llama with experts is Mixtral). */
 int sl_gguf_config(const sl_gguf *g, sl_config *c, sl_err *e);
 /* The tensor table. Takes over g's file mappings: only sl_gguf_close may be called on g afterwards. */
 int sl_gguf_tensor_set(sl_gguf *g, const sl_config *c, sl_st_set **out, sl_err *e);

@@ -23,6 +23,30 @@ static const char *const ignored_prefixes[] = {
     "language_model.model.visual.",
 };
 
+/* Mixtral's MoE keys, "model.layers.N.block_sparse_moe.{gate, experts.E.w1|w3|w2}", as the
+ * "mlp.{gate, experts.E.gate_proj|up_proj|down_proj}" that the MoE loader reads (MLX's
+ * block_sparse_moe.switch_mlp.* become mlp.switch_mlp.*). Consumes s; NULL when out of memory. */
+static char *mixtral_moe_name(char *s) {
+    static const char part[] = ".block_sparse_moe.";
+    char *b = strstr(s, part);
+    if (!b) return s;
+    const char *rest = b + strlen(part);
+    int x, w, used = 0;
+    char mid[64];
+    if (sscanf(rest, "experts.%d.w%d%n", &x, &w, &used) == 2 && used > 0 && x >= 0 && w >= 1 && w <= 3) {
+        static const char *const proj[] = {"gate_proj", "down_proj", "up_proj"}; /* w1, w2, w3 */
+        snprintf(mid, sizeof mid, "experts.%d.%s", x, proj[w - 1]);
+        rest += used;
+    } else {
+        mid[0] = 0;
+    }
+    size_t n = (size_t)(b - s) + strlen(".mlp.") + strlen(mid) + strlen(rest) + 1;
+    char *r = malloc(n);
+    if (r) snprintf(r, n, "%.*s.mlp.%s%s", (int)(b - s), s, mid, rest);
+    free(s);
+    return r;
+}
+
 static char *normalise(const char *raw) {
     for (size_t i = 0; i < sizeof ignored_prefixes / sizeof ignored_prefixes[0]; i++)
         if (starts(raw, ignored_prefixes[i])) return NULL;
@@ -40,9 +64,10 @@ static char *normalise(const char *raw) {
         if (!s) return NULL;
         memcpy(s, maps[i].to, a);
         memcpy(s + a, raw + strlen(maps[i].from), b + 1);
-        return s;
+        return mixtral_moe_name(s);
     }
-    return strdup(raw);
+    char *s = strdup(raw);
+    return s ? mixtral_moe_name(s) : NULL;
 }
 
 static int cmp_norm(const void *a, const void *b, void *ctx) {
@@ -301,6 +326,47 @@ int sl_ld_linear(sl_loader *l, const char *module, int rows, int cols, sl_weight
         if (sl_ld_vector(l, nb, rows, 0.0f, &b, e)) return -1;
         w->bias = b;
     }
+    return 0;
+}
+
+/* Bytes of one row's scales (or biases) of an MLX-packed weight. */
+static size_t mlx_sb_row_bytes(const sl_weight *w) {
+    return (size_t)(w->cols / w->group) * (w->sb_fmt == SL_WF_F32 ? 4 : 2);
+}
+
+/* An owned copy of rows[0..n) of the row-major array base (row_bytes per row); NULL when out of memory. */
+static const uint8_t *gather(sl_loader *l, const uint8_t *base, size_t row_bytes, int n, const int *rows) {
+    size_t bytes = (size_t)n * row_bytes;
+    uint8_t *c = aligned_alloc(16, (bytes + 15) & ~(size_t)15);
+    if (!c || model_own(l->m, c)) {
+        free(c);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) memcpy(c + (size_t)i * row_bytes, base + (size_t)rows[i] * row_bytes, row_bytes);
+    return c;
+}
+
+int sl_ld_linear_rows(sl_loader *l, const char *module, int rows_total, int cols, int n, const int *rows, sl_weight *w,
+                      sl_err *e) {
+    sl_weight full;
+    if (sl_ld_linear(l, module, rows_total, cols, &full, e)) return -1;
+    *w = full;
+    w->rows = n;
+    for (int i = 0; i < n; i++)
+        if (rows[i] < 0 || rows[i] >= rows_total)
+            return sl_fail(e, "%s: row %d of '%s' requested, which has %d rows", l->m->path, rows[i], module,
+                           rows_total);
+    /* every row format keeps a row's bytes (and its MLX scales and biases) contiguous */
+    w->data = gather(l, full.data, full.row_bytes, n, rows);
+    if (full.fmt == SL_WF_MLX) {
+        w->scales = gather(l, full.scales, mlx_sb_row_bytes(&full), n, rows);
+        w->biases = gather(l, full.biases, mlx_sb_row_bytes(&full), n, rows);
+    }
+    if (full.bias) w->bias = (const float *)gather(l, (const uint8_t *)full.bias, sizeof(float), n, rows);
+    if (!w->data || (full.fmt == SL_WF_MLX && (!w->scales || !w->biases)) || (full.bias && !w->bias))
+        return sl_fail(e, "out of memory");
+    /* the parameters are counted once over all the parts of the fused tensor */
+    l->m->n_params -= (uint64_t)(rows_total - n) * (uint64_t)(cols + (full.bias ? 1 : 0));
     return 0;
 }
 

@@ -1,6 +1,7 @@
 /* Turning checkpoint tensors into model weights: key layouts normalised (model.*,
- * model.language_model.*, language_model.model.*), MLX packing decoded from shapes and the config's
- * quantization table, shapes checked, and every tensor accounted for so stray ones are reported. */
+ * model.language_model.*, language_model.model.*, Mixtral's block_sparse_moe.*), MLX packing decoded
+ * from shapes and the config's quantization table, shapes checked, and every tensor accounted for so
+ * stray ones are reported. */
 #ifndef SLUICE_MODELS_LOADER_H
 #define SLUICE_MODELS_LOADER_H
 
@@ -24,6 +25,10 @@ int sl_ld_has(sl_loader *l, const char *name);
 /* A linear layer `module` (without ".weight") of [rows, cols]: plain F32/F16/BF16 or MLX-packed
  * (".weight" U32 + ".scales" + ".biases"). An optional ".bias" is read when present. */
 int sl_ld_linear(sl_loader *l, const char *module, int rows, int cols, sl_weight *w, sl_err *e);
+/* Rows rows[0..n) of the linear layer `module` of [rows_total, cols], in that order, as an owned copy: the
+ * parts of a fused projection whose rows are stored interleaved (e.g. grouped per head). */
+int sl_ld_linear_rows(sl_loader *l, const char *module, int rows_total, int cols, int n, const int *rows, sl_weight *w,
+                      sl_err *e);
 /* Expert slice `index` of a stacked [E, rows, cols] tensor (MLX-packed or plain); with `row0` selecting
  * rows [row0, row0 + rows) of a fused gate/up stack. `module` names the stack (no ".weight"). */
 int sl_ld_stacked(sl_loader *l, const char *module, int has_weight_suffix, int n_experts, int index, int row0,

@@ -1,5 +1,6 @@
 /* Qwen3-MoE: the Qwen3 block (per-head q/k RMSNorm) with a softmax top-k mixture of experts in place of
- * the MLP on sparse layers (decoder_sparse_step, mlp_only_layers). */
+ * the MLP on sparse layers (decoder_sparse_step, mlp_only_layers). Mixtral is the same with the Llama block
+ * (no q/k norms) and every layer sparse; its expert keys are normalised by the loader. */
 #include "models/blocks.h"
 #include "models/registry.h"
 

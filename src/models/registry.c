@@ -8,11 +8,13 @@ static const struct {
 } table[] = {
     {"llama", &sl_family_llama},
     {"mistral", &sl_family_llama},
+    {"mixtral", &sl_family_qwen3_moe}, /* Qwen3-MoE's layers without the q/k norms */
     {"qwen2", &sl_family_llama},
     {"qwen3", &sl_family_llama},
     {"qwen3_moe", &sl_family_qwen3_moe},
     {"qwen3_5_moe", &sl_family_qwen3_5},
     {"qwen3_5_moe_text", &sl_family_qwen3_5},
+    {"qwen3_next", &sl_family_qwen3_5}, /* delta-net input projections fused per key head */
 };
 
 const sl_family *sl_family_for(const char *model_type) {
@@ -22,5 +24,5 @@ const sl_family *sl_family_for(const char *model_type) {
 }
 
 const char *sl_supported_types(void) {
-    return "llama, mistral, qwen2, qwen3, qwen3_moe, qwen3_5_moe, qwen3_5_moe_text";
+    return "llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, qwen3_5_moe, qwen3_5_moe_text, qwen3_next";
 }

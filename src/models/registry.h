@@ -5,7 +5,7 @@
 #include "models/model.h"
 
 extern const sl_family sl_family_llama;     /* llama, mistral, qwen2, qwen3 */
-extern const sl_family sl_family_qwen3_moe; /* qwen3_moe */
+extern const sl_family sl_family_qwen3_moe; /* qwen3_moe, mixtral */
 extern const sl_family sl_family_qwen3_5;   /* qwen3_5_moe, qwen3_5_moe_text, qwen3_next */
 
 /* NULL when the type is unknown. */

@@ -49,7 +49,7 @@ static int argmax(const float *v, int n) {
     return b;
 }
 
-/* kind is "models" (a checkpoint folder) or "gguf" (FIXTURE/model.gguf) */
+/* kind is "models" or "families" (a checkpoint folder) or "gguf" (FIXTURE/model.gguf) */
 static void check_fixture_in(const char *kind, const char *name) {
     char rel[256];
     snprintf(rel, sizeof rel, strcmp(kind, "gguf") ? "%s/%s" : "%s/%s/model.gguf", kind, name);
@@ -142,6 +142,14 @@ FIXTURE(qwen3_moe_mlx_mixed)
 FIXTURE(qwen3_5_moe)
 FIXTURE(qwen3_5_moe_long)
 FIXTURE(qwen3_5_moe_mlx4)
+
+/* Further architecture families, each a tiny random checkpoint with its layout quirks (expected.json's note) */
+#define FAMILY_FIXTURE(n)                                                                                              \
+    Test(families, n) {                                                                                                \
+        check_fixture_in("families", #n);                                                                              \
+    }
+FAMILY_FIXTURE(mixtral)
+FAMILY_FIXTURE(qwen3_next)
 
 /* GGUF files written by llama.cpp's converter and quantizer; references from their dequantised weights (on
  * CUDA too: the GGML block formats have kernels there) */
