@@ -342,13 +342,38 @@ int sv_prompt_chat_vars(sv_engine *g, json_t *messages, json_t *tools, int enabl
     return 0;
 }
 
-int sv_chat_prepare(sv_engine *g, sv_job *j, json_t *messages, json_t *tools, int enable_thinking,
+int sv_chat_prepare(sv_engine *g, sv_job *j, json_t *messages, json_t *tools, int enable_thinking, json_t *vars,
                     const char *limit_field, sv_error *er) {
-    if (sv_prompt_chat(g, messages, tools, enable_thinking, j, er) || sv_check_context(g, j, limit_field, er))
+    if (sv_prompt_chat_vars(g, messages, tools, enable_thinking, vars, j, er) ||
+        sv_check_context(g, j, limit_field, er))
         return -1;
     json_object_set_new(j->extra, "chat", json_true());
     j->parse_output = 1;
     j->tools = tools;
+    return 0;
+}
+
+int sv_template_vars(json_t *body, const char *effort, json_t **vars, int *think, sv_error *er) {
+    /* variables the server derives from the request itself */
+    static const char *const own[] = {"messages",  "tools",    "documents", "add_generation_prompt",
+                                      "bos_token", "eos_token"};
+    json_t *ctk = NULL;
+    if (sv_get_object(body, "chat_template_kwargs", "chat_template_kwargs", &ctk, er) < 0) return -1;
+    if (!*vars && (effort || (ctk && json_object_size(ctk))) && !(*vars = json_object()))
+        return sv_bad(er, 500, "", "out of memory");
+    if (effort) {
+        *think = strcmp(effort, "none") != 0;
+        json_object_set_new(*vars, "reasoning_effort", json_string(effort));
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(ctk, k, v) {
+        int skip = 0;
+        for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) skip |= !strcmp(k, own[i]);
+        if (skip) continue;
+        if (!strcmp(k, "enable_thinking") && json_is_boolean(v)) *think = json_is_true(v);
+        json_object_set(*vars, k, v);
+    }
     return 0;
 }
 
