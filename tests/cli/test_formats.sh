@@ -19,6 +19,17 @@ streamed() {
              finish: (map(.choices[0].finish_reason // empty) | join(""))}' "$T/sse"
 }
 expect() { [ "$2" = "$3" ] || fail "$1: got $2, want $3"; }
+# after a tool result the scripted models answer in text, unless tool_choice forces a call, which the prompt
+# opens in the format's own markup up to the arguments (their grammar: the enum leaves one answer)
+AFTER='"messages":[{"role":"user","content":"Weather?"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"sunny"}]'
+ONE='"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string","enum":["Oslo"]}},"required":["city"],"additionalProperties":false}}}]'
+forced() {
+    for tc in '"required"' '{"type":"function","function":{"name":"get_weather"}}'; do
+        expect "$1 tool_choice $tc" "$(chat "{\"model\":\"m\",$AFTER,$ONE,\"tool_choice\":$tc,\"temperature\":0}" |
+            jq -c '[.tool_calls[0].function.name, .tool_calls[0].function.arguments, .finish]')" \
+            '["get_weather","{\"city\":\"Oslo\"}","tool_calls"]'
+    done
+}
 
 # ---- gpt-oss harmony
 start harmony "$FIX/scripted_harmony"
@@ -45,6 +56,10 @@ expect "anthropic harmony tool_use" "$(echo "$r" | jq -c '[.content[] | .type] +
 r=$(curl -s "$URL/api/chat" -d "{\"model\":\"m\",$ASK,\"stream\":false,\"think\":\"high\"}")
 expect "ollama think level" "$(echo "$r" | jq -c '[.message.thinking, .message.content]')" \
     '["Thinking hard.","Sunny skies over Paris."]'
+forced harmony
+# a JSON answer comes in the final channel
+expect "harmony json_schema" "$(chat "{\"model\":\"m\",$ASK,\"temperature\":0,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"enum\":[1]}},\"required\":[\"a\"],\"additionalProperties\":false}}}}" |
+    jq -c '[(.content | fromjson), .reasoning_content]')" '[{"a":1},null]'
 kill "$PID"
 
 # ---- GLM-4.5
@@ -57,4 +72,5 @@ expect "glm streamed call" "$(streamed "{\"model\":\"m\",$ASK,$TOOLS,\"stream\":
     '{"name":"get_weather","args":"{\"city\":\"Paris\"}","reasoning":"","content":"","finish":"tool_calls"}'
 expect "glm thinking" "$(chat "{\"model\":\"m\",$ASK,\"chat_template_kwargs\":{\"enable_thinking\":true}}" |
     jq -c '[.reasoning_content, .content]')" '["The user wants the weather.","Sunny skies over Paris."]'
+forced glm
 echo "formats: all checks passed"
