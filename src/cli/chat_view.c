@@ -35,10 +35,10 @@ static void on_event(void *ud, const sl_tc_event *ev) {
     fflush(v->out);
 }
 
-int chat_view_begin(chat_view *v, FILE *out, int styled, int starts_in_reasoning, sl_err *e) {
+int chat_view_begin(chat_view *v, FILE *out, int styled, sl_tc_format fmt, int starts_in_reasoning, sl_err *e) {
     *v = (chat_view){.out = out, .styled = styled};
     if (!styled) return 0;
-    v->tc = sl_tc_parser_create(starts_in_reasoning, NULL);
+    v->tc = sl_tc_parser_create(fmt, starts_in_reasoning, NULL);
     return v->tc ? 0 : sl_fail(e, "out of memory");
 }
 

@@ -16,8 +16,9 @@ typedef struct chat_view {
     int tool_args; /* inside a tool call's arguments */
 } chat_view;
 
-/* styled: parse and style (a terminal); starts_in_reasoning: the prompt already opened <think>. */
-int chat_view_begin(chat_view *v, FILE *out, int styled, int starts_in_reasoning, sl_err *e);
+/* styled: parse (markup of format fmt) and style (a terminal); starts_in_reasoning: the prompt already opened
+ * <think>. */
+int chat_view_begin(chat_view *v, FILE *out, int styled, sl_tc_format fmt, int starts_in_reasoning, sl_err *e);
 int chat_view_feed(chat_view *v, const char *text, size_t len, sl_err *e);
 /* Flushes what the parser held and resets the style. */
 int chat_view_end(chat_view *v, sl_err *e);

@@ -34,6 +34,7 @@ typedef struct run_ctx {
     sl_session *s;
     sl_tokenizer *tok;
     sl_jinja *tmpl;
+    sl_tc_format fmt; /* the template's markup of reasoning and tool calls */
     json_t *messages;
     char *reply; /* text of the assistant turn being generated */
     size_t reply_len, reply_cap;
@@ -143,7 +144,11 @@ static int turn(run_ctx *c, const char *user, sl_err *e) {
     if (c->reply) c->reply[0] = 0;
     /* templates that open the reasoning block in the prompt make the reply start inside it */
     int in_think = plen >= 7 && (strstr(prompt + plen - (plen < 9 ? plen : 9), "<think>") != NULL);
-    if (chat_view_begin(&c->view, stdout, isatty(STDOUT_FILENO), in_think, e)) goto done;
+    /* On a terminal the view parses the reply, so it needs the format's markup even where that is made of
+     * special tokens (Hermes markup is ordinary text) */
+    int styled = isatty(STDOUT_FILENO);
+    c->o->gen.keep_special = styled && c->fmt != SL_TC_HERMES ? sl_tc_format_tokens(c->fmt) : NULL;
+    if (chat_view_begin(&c->view, stdout, styled, c->fmt, in_think, e)) goto done;
     struct sigaction sa = {.sa_handler = on_sigint}, old;
     interrupted = 0;
     if (c->interactive) sigaction(SIGINT, &sa, &old);
@@ -153,7 +158,20 @@ static int turn(run_ctx *c, const char *user, sl_err *e) {
     if (chat_view_end(&c->view, grc ? NULL : e) && !grc) goto done;
     if (grc) goto done;
     printf(interrupted ? "\n[interrupted]\n" : "\n");
-    if (c->tmpl) json_array_append_new(c->messages, message("assistant", c->reply ? c->reply : ""));
+    if (c->tmpl && c->o->gen.keep_special) {
+        /* such templates take the content alone (gpt-oss's refuses its own markup in a message) */
+        char *content = NULL, *reasoning = NULL;
+        json_t *calls = NULL;
+        if (sl_tc_parse_all(c->fmt, c->reply ? c->reply : "", c->reply_len, in_think, NULL, &content, &reasoning,
+                            &calls, e))
+            goto done;
+        json_array_append_new(c->messages, message("assistant", content));
+        free(content);
+        free(reasoning);
+        json_decref(calls);
+    } else if (c->tmpl) {
+        json_array_append_new(c->messages, message("assistant", c->reply ? c->reply : ""));
+    }
     fprintf(stderr, "[prompt %d tokens (%d cached), %.1f tok/s | decode %d tokens, %.1f tok/s | %s]\n",
             st.prompt_tokens, st.cached_tokens,
             st.prefill_s > 0 ? (st.prompt_tokens - st.cached_tokens) / st.prefill_s : 0.0, st.generated_tokens,
@@ -281,6 +299,7 @@ int cmd_run(int argc, char **argv) {
         sl_wrap(&e, "%s: chat template", o.model);
         goto done;
     }
+    c.fmt = sl_tc_format_detect(tsrc);
     if (!o.raw && !tsrc) fprintf(stderr, "sluice run: %s has no chat template; continuing plain text\n", o.model);
     c.messages = json_array();
     reset(&c);

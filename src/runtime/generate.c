@@ -70,6 +70,7 @@ struct sl_gen {
     sl_sampler *smp;
     sl_stop *stop;
     sl_detok dt;
+    int32_t keep[16]; /* ids of p->keep_special */
     int cancelled;
 };
 
@@ -83,6 +84,11 @@ int sl_gen_create(const sl_tokenizer *tok, int vocab, const sl_gen_params *p, co
     g->smp = sl_sampler_create(&p->sampling, vocab);
     g->stop = sl_stop_create(p->stops, p->n_stops);
     sl_detok_init(&g->dt, tok, 1);
+    for (const char *const *k = p->keep_special; k && *k && g->dt.n_keep < 16; k++) {
+        int id = sl_tokenizer_token_id(tok, *k);
+        if (id >= 0) g->keep[g->dt.n_keep++] = id;
+    }
+    g->dt.keep = g->keep;
     if (!g->smp || !g->stop) {
         sl_gen_free(g);
         return sl_fail(e, "out of memory");

@@ -212,8 +212,15 @@ static int format_note(json_t *b, json_t *msgs, sv_error *er) {
     return 0;
 }
 
-static int think_flag(json_t *b, int *think, sv_error *er) {
+/* think: a boolean, or a level ("low", "medium", "high") that reaches the template as reasoning_effort */
+static int think_flag(json_t *b, int *think, json_t **vars, sv_error *er) {
     *think = -1;
+    json_t *v = json_object_get(b, "think");
+    if (json_is_string(v)) {
+        *think = 1;
+        *vars = json_pack("{s:s}", "reasoning_effort", json_string_value(v));
+        return *vars ? 0 : sv_bad(er, 500, "", "out of memory");
+    }
     return sv_get_bool(b, "think", "think", think, er) < 0 ? -1 : 0;
 }
 
@@ -268,22 +275,25 @@ static int chat_messages(json_t *in, json_t **out, sv_error *er) {
 enum MHD_Result sv_ollama_chat(sv_req *r) {
     sv_engine *g = r->srv->g;
     sv_error er = {0};
-    json_t *msgs = NULL, *tools = NULL;
+    json_t *msgs = NULL, *tools = NULL, *vars = NULL;
     int think;
     sv_job *j = sv_job_for(g, "ollama-");
     if (!j) return MHD_NO;
-    if (parse_options(g, r->json, j, &er) || parse_logprobs(g, r->json, j, &er) || think_flag(r->json, &think, &er) ||
-        chat_messages(json_object_get(r->json, "messages"), &msgs, &er) || format_note(r->json, msgs, &er))
+    if (parse_options(g, r->json, j, &er) || parse_logprobs(g, r->json, j, &er) ||
+        think_flag(r->json, &think, &vars, &er) || chat_messages(json_object_get(r->json, "messages"), &msgs, &er) ||
+        format_note(r->json, msgs, &er))
         goto bad;
     json_t *t;
     int rc = sv_get_array(r->json, "tools", "tools", &t, &er);
     if (rc < 0) goto bad;
     if (rc && json_array_size(t)) tools = json_incref(t);
-    if (sv_chat_prepare(g, j, msgs, tools, think, "options.num_predict", &er)) goto bad;
+    if (sv_chat_prepare(g, j, msgs, tools, think, vars, "options.num_predict", &er)) goto bad;
     json_decref(msgs);
+    json_decref(vars);
     return sv_reply_job(r, j, j->stream ? "application/x-ndjson" : "application/json");
 bad:
     json_decref(msgs);
+    json_decref(vars);
     json_decref(tools);
     sv_job_release(j);
     return sv_reply_error(r, &er);
@@ -292,13 +302,13 @@ bad:
 enum MHD_Result sv_ollama_generate(sv_req *r) {
     sv_engine *g = r->srv->g;
     sv_error er = {0};
-    json_t *msgs = NULL;
+    json_t *msgs = NULL, *vars = NULL;
     int think, raw = 0;
     const char *prompt = NULL, *system = NULL;
     sv_job *j = sv_job_for(g, "ollama-");
     if (!j) return MHD_NO;
-    if (parse_options(g, r->json, j, &er) || parse_logprobs(g, r->json, j, &er) || think_flag(r->json, &think, &er) ||
-        sv_get_string(r->json, "prompt", "prompt", &prompt, &er) < 0 ||
+    if (parse_options(g, r->json, j, &er) || parse_logprobs(g, r->json, j, &er) ||
+        think_flag(r->json, &think, &vars, &er) || sv_get_string(r->json, "prompt", "prompt", &prompt, &er) < 0 ||
         sv_get_string(r->json, "system", "system", &system, &er) < 0 ||
         sv_get_bool(r->json, "raw", "raw", &raw, &er) < 0)
         goto bad;
@@ -310,6 +320,7 @@ enum MHD_Result sv_ollama_generate(sv_req *r) {
         /* an empty prompt only asks Ollama to load the model, which is always loaded here */
         json_t *o = json_pack("{s:O, s:s, s:s, s:b, s:s}", "model", json_object_get(j->extra, "model"), "created_at",
                               "", "response", "", "done", 1, "done_reason", "load");
+        json_decref(vars);
         sv_job_release(j);
         return sv_reply_json(r, 200, o);
     }
@@ -319,14 +330,16 @@ enum MHD_Result sv_ollama_generate(sv_req *r) {
         msgs = json_array();
         if (system) json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "system", "content", system));
         json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "user", "content", prompt));
-        if (format_note(r->json, msgs, &er) || sv_prompt_chat(g, msgs, NULL, think, j, &er)) goto bad;
+        if (format_note(r->json, msgs, &er) || sv_prompt_chat_vars(g, msgs, NULL, think, vars, j, &er)) goto bad;
         j->parse_output = 1;
     }
     if (sv_check_context(g, j, "options.num_predict", &er)) goto bad;
     json_decref(msgs);
+    json_decref(vars);
     return sv_reply_job(r, j, j->stream ? "application/x-ndjson" : "application/json");
 bad:
     json_decref(msgs);
+    json_decref(vars);
     sv_job_release(j);
     return sv_reply_error(r, &er);
 }

@@ -423,7 +423,7 @@ static int response_format(json_t *b, json_t *msgs, sv_error *er) {
 enum MHD_Result sv_openai_chat(sv_req *r) {
     sv_engine *g = r->srv->g;
     sv_error er;
-    json_t *msgs = NULL, *tools = NULL;
+    json_t *msgs = NULL, *tools = NULL, *vars = NULL;
     int think = -1;
     sv_job *j = sv_job_for(g, "chatcmpl-");
     if (!j) return MHD_NO;
@@ -431,15 +431,18 @@ enum MHD_Result sv_openai_chat(sv_req *r) {
         chat_messages(json_object_get(r->json, "messages"), &msgs, &er) || chat_tools(r->json, &tools, j, &er) ||
         response_format(r->json, msgs, &er))
         goto bad;
-    json_t *ctk = json_object_get(r->json, "chat_template_kwargs");
-    if (json_is_boolean(json_object_get(ctk, "enable_thinking")))
-        think = json_is_true(json_object_get(ctk, "enable_thinking"));
-    if (sv_get_bool(r->json, "enable_thinking", "enable_thinking", &think, &er) < 0) goto bad;
-    if (sv_chat_prepare(g, j, msgs, tools, think, "max_tokens", &er)) goto bad;
+    const char *effort = NULL;
+    if (sv_get_string(r->json, "reasoning_effort", "reasoning_effort", &effort, &er) < 0 ||
+        sv_template_vars(r->json, effort, &vars, &think, &er) ||
+        sv_get_bool(r->json, "enable_thinking", "enable_thinking", &think, &er) < 0)
+        goto bad;
+    if (sv_chat_prepare(g, j, msgs, tools, think, vars, "max_tokens", &er)) goto bad;
     json_decref(msgs);
+    json_decref(vars);
     return sv_reply_job(r, j, j->stream ? "text/event-stream" : "application/json");
 bad:
     json_decref(msgs);
+    json_decref(vars);
     json_decref(tools);
     sv_job_release(j);
     return sv_reply_error(r, &er);

@@ -649,16 +649,12 @@ static int parse(sv_engine *g, json_t *b, sv_job *j, json_t **msgs_out, json_t *
         if (sv_get_string(reasoning, "effort", "reasoning.effort", &effort, er) < 0 ||
             sv_get_string(reasoning, "summary", "reasoning.summary", &summary, er) < 0)
             return -1;
-        if (effort) {
-            /* "none" turns thinking off; any other effort turns it on and reaches templates that take it */
-            *think = strcmp(effort, "none") != 0;
-            *vars_out = json_pack("{s:s}", "reasoning_effort", effort);
-        }
+        /* "none" turns thinking off; any other effort turns it on and reaches templates that take it */
+        if (sv_template_vars(b, effort, vars_out, think, er)) return -1;
         if (summary && strcmp(summary, "none")) json_object_set_new(j->extra, "summary", json_true());
+    } else if (sv_template_vars(b, NULL, vars_out, think, er)) {
+        return -1;
     }
-    json_t *ctk = json_object_get(b, "chat_template_kwargs");
-    if (json_is_boolean(json_object_get(ctk, "enable_thinking")))
-        *think = json_is_true(json_object_get(ctk, "enable_thinking"));
 
     json_t *text;
     if ((rc = sv_get_object(b, "text", "text", &text, er)) < 0) return -1;

@@ -281,8 +281,9 @@ static void start_job(sv_engine *g, sv_run *u, sv_job *j) {
         rc = sl_fail(&e, "the prompt is empty");
     else if (j->n_ids >= g->s->max_ctx)
         rc = sl_fail(&e, "the prompt has %d tokens but the context holds %d", j->n_ids, g->s->max_ctx);
-    if (!rc && j->parse_output && !(u->r.parser = sl_tc_parser_create(j->starts_in_reasoning, j->tools)))
+    if (!rc && j->parse_output && !(u->r.parser = sl_tc_parser_create(g->tc_fmt, j->starts_in_reasoning, j->tools)))
         rc = sl_fail(&e, "out of memory");
+    if (j->parse_output) j->gen.keep_special = sl_tc_format_tokens(g->tc_fmt);
     if (!rc) rc = sl_gen_create(g->tok, g->m->cfg.vocab_size, &j->gen, j->ids, j->n_ids, &u->gen, &e);
     pthread_mutex_lock(&g->mu);
     g->busy++;
@@ -559,6 +560,7 @@ int sv_engine_load(sv_engine *g, const sv_engine_opts *o, sl_err *e) {
     if (src) {
         if (!(g->tmpl_src = strdup(src))) return sl_fail(e, "out of memory");
         if (sl_jinja_parse(src, strlen(src), &g->tmpl, e)) return sl_wrap(e, "%s: chat template", o->model);
+        g->tc_fmt = sl_tc_format_detect(src);
     }
     g->ctx = o->ctx > 0 ? o->ctx : sl_session_default_ctx(g->m);
     g->timing = o->timing;

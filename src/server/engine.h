@@ -21,6 +21,7 @@
 #include "server/job.h"
 #include "text/jinja.h"
 #include "text/tokenizer.h"
+#include "text/toolcall.h"
 
 typedef struct sv_engine_opts {
     const char *model;   /* directory or Hub repo id */
@@ -58,6 +59,7 @@ typedef struct sv_engine {
     sl_tokenizer *tok;
     sl_jinja *tmpl; /* NULL: the model has no chat template */
     char *tmpl_src;
+    sl_tc_format tc_fmt;        /* the markup of reasoning and tool calls in the model's output */
     sl_sampler_params defaults; /* the checkpoint's sampling defaults */
     int ctx;
     int timing;          /* sv_engine_opts.timing */

@@ -143,8 +143,11 @@ int sv_set_grammar_schema(sv_job *j, json_t *schema, const char *field, sv_error
 }
 
 /* The arguments of a forced Hermes-style call, which the prompt opened up to `"name": "NAME", ` (a named
- * function) or up to <tool_call> (any function): they must follow the tool's parameters schema. */
-static int forced_call_grammar(sv_job *j, json_t *tools, sv_error *er) {
+ * function) or up to <tool_call> (any function): they must follow the tool's parameters schema. With
+ * args_only, the prompt opened a named call of another format up to its JSON arguments, which are all the
+ * grammar holds (the call's closing markup is special tokens, which a grammar cannot name; generation
+ * stops once the arguments are complete and the parser takes the call as ended there). */
+static int forced_call_grammar(sv_job *j, json_t *tools, int args_only, sv_error *er) {
     sl_jsgen *b = sl_jsgen_new();
     sv_buf alts = {0};
     int rc = b ? 0 : sv_bad(er, 500, "", "out of memory");
@@ -174,14 +177,20 @@ static int forced_call_grammar(sv_job *j, json_t *tools, sv_error *er) {
             if (!lit) alts.oom = 1;
             free(lit);
         }
-        sv_buf_printf(&alts, "\"\\\"arguments\\\": \" %s", rule);
+        if (args_only)
+            sv_buf_puts(&alts, rule);
+        else
+            sv_buf_printf(&alts, "\"\\\"arguments\\\": \" %s", rule);
     }
     if (!rc && !alts.len) rc = sv_bad(er, 400, "tool_choice", "tool_choice names a function the tools do not list");
     if (!rc) {
         sv_buf root = {0};
         /* the newlines around the JSON are optional: templates differ */
-        sv_buf_printf(&root, "%s(%s) \"}\" \"\\n\"? \"</tool_call>\"",
-                      *j->force_tool ? "" : "\"\\n\"? \"{\\\"name\\\": \" ", alts.p);
+        if (args_only)
+            sv_buf_puts(&root, alts.p);
+        else
+            sv_buf_printf(&root, "%s(%s) \"}\" \"\\n\"? \"</tool_call>\"",
+                          *j->force_tool ? "" : "\"\\n\"? \"{\\\"name\\\": \" ", alts.p);
         sl_err e = {{0}};
         if (alts.oom || root.oom || sl_jsgen_rule(b, "root", root.p, &e)) {
             rc = sv_bad(er, 500, "", "out of memory");
@@ -200,13 +209,41 @@ static int forced_call_grammar(sv_job *j, json_t *tools, sv_error *er) {
     return rc;
 }
 
+/* The opening of a named call in the formats of gpt-oss, DeepSeek and Kimi, up to its JSON arguments (any
+ * function: up to the name, which the model then writes unconstrained). */
+static void forced_opening_other(const sv_engine *g, const char *name, sv_buf *out) {
+    const char *src = g->tmpl_src ? g->tmpl_src : "";
+    if (g->tc_fmt == SL_TC_HARMONY) {
+        sv_buf_puts(out, "<|channel|>commentary to=functions.");
+        if (*name) sv_buf_printf(out, "%s <|constrain|>json<|message|>", name);
+    } else if (g->tc_fmt == SL_TC_DEEPSEEK) {
+        sv_buf_puts(out, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>");
+        if (strstr(src, "```json")) { /* V3 / R1: TYPE<｜tool▁sep｜>NAME and a fenced block */
+            sv_buf_puts(out, "function<｜tool▁sep｜>");
+            if (*name) sv_buf_printf(out, "%s\n```json\n", name);
+        } else if (*name) {
+            sv_buf_printf(out, "%s<｜tool▁sep｜>", name);
+        }
+    } else {
+        sv_buf_puts(out, "<|tool_calls_section_begin|><|tool_call_begin|>functions.");
+        if (*name) sv_buf_printf(out, "%s:0<|tool_call_argument_begin|>", name);
+    }
+}
+
 /* The opening of a tool call in the template's own syntax, which the prompt ends with when tool_choice
- * demands a call: Qwen3-Coder's XML form when the template writes <function=...>, else Hermes JSON. A
- * constrained output closes an opened reasoning block the same way (its grammar starts after it). */
+ * demands a call: Qwen3-Coder's XML form when the template writes <function=...>, else Hermes JSON, or
+ * the model family's own (forced_opening_other). A constrained output closes an opened reasoning block the
+ * same way (its grammar starts after it); gpt-oss's opens its final message. */
 static int forced_opening(const sv_engine *g, sv_job *j, int in_reasoning, sv_buf *out, sv_error *er) {
     const char *src = g->tmpl_src ? g->tmpl_src : "";
     if (!j->force_tool) {
         if (in_reasoning) sv_buf_puts(out, "\n</think>\n\n");
+        if (g->tc_fmt == SL_TC_HARMONY) sv_buf_puts(out, "<|channel|>final<|message|>");
+        return 0;
+    }
+    if (g->tc_fmt == SL_TC_HARMONY || g->tc_fmt == SL_TC_DEEPSEEK || g->tc_fmt == SL_TC_KIMI) {
+        if (in_reasoning) sv_buf_puts(out, "\n</think>\n\n");
+        forced_opening_other(g, j->force_tool, out);
         return 0;
     }
     if (!strstr(src, "<tool_call>"))
@@ -309,7 +346,18 @@ int sv_prompt_chat_vars(sv_engine *g, json_t *messages, json_t *tools, int enabl
                           e.msg);
     }
     j->starts_in_reasoning = ends_in_think(prompt, len);
-    if (j->force_tool || (j->grammar && j->starts_in_reasoning)) {
+    int other = g->tc_fmt == SL_TC_HARMONY || g->tc_fmt == SL_TC_DEEPSEEK || g->tc_fmt == SL_TC_KIMI;
+    /* these formats can constrain only a named call: "any tool" of a single tool is that tool */
+    const char *only =
+        json_string_value(json_object_get(json_object_get(json_array_get(tools, 0), "function"), "name"));
+    if (other && j->force_tool && !*j->force_tool && json_array_size(tools) == 1 && only) {
+        free(j->force_tool);
+        if (!(j->force_tool = strdup(only))) {
+            free(prompt);
+            return sv_bad(er, 500, "", "out of memory");
+        }
+    }
+    if (j->force_tool || (j->grammar && (j->starts_in_reasoning || g->tc_fmt == SL_TC_HARMONY))) {
         sv_buf open = {0};
         if (forced_opening(g, j, j->starts_in_reasoning, &open, er)) {
             sv_buf_free(&open);
@@ -329,8 +377,10 @@ int sv_prompt_chat_vars(sv_engine *g, json_t *messages, json_t *tools, int enabl
         prompt = full;
         len += open.len;
         sv_buf_free(&open);
-        /* a forced call in Hermes JSON: its arguments follow the tool's schema */
-        if (j->force_tool && !strstr(g->tmpl_src, "<function=") && forced_call_grammar(j, tools, er)) {
+        /* a forced call in Hermes JSON, or a named one in another family's format: its arguments follow the
+         * tool's schema */
+        int hermes = !other && !strstr(g->tmpl_src, "<function=");
+        if (j->force_tool && (hermes || (other && *j->force_tool)) && forced_call_grammar(j, tools, other, er)) {
             free(prompt);
             return -1;
         }
@@ -342,13 +392,38 @@ int sv_prompt_chat_vars(sv_engine *g, json_t *messages, json_t *tools, int enabl
     return 0;
 }
 
-int sv_chat_prepare(sv_engine *g, sv_job *j, json_t *messages, json_t *tools, int enable_thinking,
+int sv_chat_prepare(sv_engine *g, sv_job *j, json_t *messages, json_t *tools, int enable_thinking, json_t *vars,
                     const char *limit_field, sv_error *er) {
-    if (sv_prompt_chat(g, messages, tools, enable_thinking, j, er) || sv_check_context(g, j, limit_field, er))
+    if (sv_prompt_chat_vars(g, messages, tools, enable_thinking, vars, j, er) ||
+        sv_check_context(g, j, limit_field, er))
         return -1;
     json_object_set_new(j->extra, "chat", json_true());
     j->parse_output = 1;
     j->tools = tools;
+    return 0;
+}
+
+int sv_template_vars(json_t *body, const char *effort, json_t **vars, int *think, sv_error *er) {
+    /* variables the server derives from the request itself */
+    static const char *const own[] = {"messages",  "tools",    "documents", "add_generation_prompt",
+                                      "bos_token", "eos_token"};
+    json_t *ctk = NULL;
+    if (sv_get_object(body, "chat_template_kwargs", "chat_template_kwargs", &ctk, er) < 0) return -1;
+    if (!*vars && (effort || (ctk && json_object_size(ctk))) && !(*vars = json_object()))
+        return sv_bad(er, 500, "", "out of memory");
+    if (effort) {
+        *think = strcmp(effort, "none") != 0;
+        json_object_set_new(*vars, "reasoning_effort", json_string(effort));
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(ctk, k, v) {
+        int skip = 0;
+        for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) skip |= !strcmp(k, own[i]);
+        if (skip) continue;
+        if (!strcmp(k, "enable_thinking") && json_is_boolean(v)) *think = json_is_true(v);
+        json_object_set(*vars, k, v);
+    }
     return 0;
 }
 

@@ -29,8 +29,13 @@ int sv_set_stops(sv_job *j, json_t *v, const char *path, sv_error *er);
 /* A chat job: renders the conversation into j, checks it fits the context (limit_field names the
  * request's output-length field in errors) and marks the output for reasoning / tool-call parsing. On
  * success the job owns `tools`. */
-int sv_chat_prepare(sv_engine *g, sv_job *j, json_t *messages, json_t *tools, int enable_thinking,
+int sv_chat_prepare(sv_engine *g, sv_job *j, json_t *messages, json_t *tools, int enable_thinking, json_t *vars,
                     const char *limit_field, sv_error *er);
+/* Template variables from a request body: an OpenAI-style effort (reasoning_effort, or Responses'
+ * reasoning.effort, given as effort: NULL when absent) becomes "reasoning_effort" and turns thinking on
+ * ("none": off); every key of chat_template_kwargs becomes a variable (enable_thinking also sets *think),
+ * except those the server sets itself. *vars is created on demand (the caller frees it). */
+int sv_template_vars(json_t *body, const char *effort, json_t **vars, int *think, sv_error *er);
 /* 0 when a function called `name` is among the OpenAI-style tools, else a 400 naming `field`. */
 int sv_tool_choice_name(json_t *tools, const char *name, const char *field, sv_error *er);
 /* Renders and tokenizes a chat. With j->force_tool set, the prompt ends with the opening of a tool call

@@ -129,7 +129,11 @@ int sl_detok_push(sl_detok *d, int32_t id, const char **out, size_t *len, sl_err
     *out = "";
     *len = 0;
     if (id < 0 || id >= t->n_vocab) return sl_fail(e, "detok: token id %d out of range [0, %d)", id, t->n_vocab);
-    if (d->skip_special && (t->flags[id] & TOK_F_SPECIAL)) return 0;
+    if (d->skip_special && (t->flags[id] & TOK_F_SPECIAL)) {
+        int kept = 0;
+        for (int i = 0; i < d->n_keep && !kept; i++) kept = d->keep[i] == id;
+        if (!kept) return 0;
+    }
     const char *src = t->dec + t->dec_off[id];
     size_t sl = t->dec_len[id];
     if (!d->started && sl) {

@@ -13,6 +13,8 @@
 typedef struct sl_detok {
     const sl_tokenizer *tok; /* borrowed */
     int skip_special;
+    const int32_t *keep; /* special tokens decoded even so (borrowed, may be NULL) */
+    int n_keep;
     uint8_t pend[4]; /* start of a character still missing bytes */
     int n_pend;
     int started; /* some text came out (a leading space the decoder strips is dropped only before that) */

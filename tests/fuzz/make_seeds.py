@@ -128,6 +128,19 @@ outs = [
     "\x02<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
     "\x11reasoning</think>answer <tool_call>{\"name\": 1}</tool_call> tail <tool",
     "\x06plain text with < and <t and </thi and a trailing \xe2\x82",
+    # bits 5-7 pick the format: GLM, DeepSeek, Kimi, harmony
+    "\x22\n<think>Plan.</think>\nOK.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+    "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call><tool_call>x\n<arg_key>k</arg_key></tool_call>",
+    "\x47<think>\nHmm.\n</think>\n\n<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+    "```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"
+    "{\"days\": 2}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+    "\x6aSure.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
+    "{\"city\": \"Paris\"}<|tool_call_end|><|tool_call_begin|>functions.x:1<|tool_call_argument_begin|>{bad"
+    "<|tool_call_end|><|tool_calls_section_end|>",
+    "\x86<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
+    "to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Paris\"}<|call|>",
+    "\x8e to=functions.get_weather<|channel|>commentary json<|message|>{\"city\": 1}",
+    "\x81<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>final<|message|>Done <|ret",
 ]
 for i, o in enumerate(outs):
     put("toolcall", "out%d" % i, o.encode("latin-1") if "\xe2" in o else o.encode())

@@ -288,7 +288,8 @@ static void tc_event(void *ud, const sl_tc_event *ev) {
 }
 
 /* Model output through the tool-call / reasoning parser, fed in chunks whose sizes the first byte picks,
- * then whole. */
+ * then whole. The first byte: bit 0 starts in reasoning, bit 1 passes tools, bits 2-4 the chunk size - 1,
+ * bits 5-7 the format (sl_tc_format, modulo the number of formats). */
 static void fuzz_toolcall(const uint8_t *data, size_t size) {
     static json_t *tools;
     if (!tools &&
@@ -301,9 +302,10 @@ static void fuzz_toolcall(const uint8_t *data, size_t size) {
     unsigned mode = data[0];
     data++;
     size--;
-    sl_tc_parser *p = sl_tc_parser_create(mode & 1, (mode & 2) ? tools : NULL);
+    sl_tc_format fmt = (sl_tc_format)((mode >> 5) % (SL_TC_HARMONY + 1));
+    sl_tc_parser *p = sl_tc_parser_create(fmt, mode & 1, (mode & 2) ? tools : NULL);
     if (!p) return;
-    size_t seen = 0, step = (mode >> 2) + 1;
+    size_t seen = 0, step = ((mode >> 2) & 7) + 1;
     sl_err e = {0};
     for (size_t off = 0; off < size; off += step)
         if (sl_tc_parser_feed(p, (const char *)data + off, size - off < step ? size - off : step, tc_event, &seen, &e))
@@ -313,7 +315,7 @@ static void fuzz_toolcall(const uint8_t *data, size_t size) {
     sl_tc_parser_free(p);
     char *content = NULL, *reasoning = NULL;
     json_t *calls = NULL;
-    if (!sl_tc_parse_all((const char *)data, size, mode & 1, tools, &content, &reasoning, &calls, &e)) {
+    if (!sl_tc_parse_all(fmt, (const char *)data, size, mode & 1, tools, &content, &reasoning, &calls, &e)) {
         free(content);
         free(reasoning);
         json_decref(calls);

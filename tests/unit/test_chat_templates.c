@@ -155,3 +155,32 @@ Test(chat_templates, qwen3_chats) {
 Test(chat_templates, llama3_chats) {
     run_tokenizer_chats("llama3");
 }
+
+/* reasoning_effort (from a request's reasoning_effort / reasoning.effort) is a template variable that
+ * gpt-oss's template writes into its system message; enable_thinking does not touch it. */
+Test(chat_templates, gpt_oss_reasoning_effort) {
+    char *path = tu_fixture("chat_templates/templates/openai-gpt-oss-120b.jinja");
+    size_t n;
+    char *src = tu_slurp(path, &n);
+    free(path);
+    sl_jinja *t = NULL;
+    sl_err e = {0};
+    cr_assert_eq(sl_jinja_parse(src, n, &t, &e), 0, "%s", e.msg);
+    json_t *msgs = json_pack("[{s:s, s:s}]", "role", "user", "content", "Hi");
+    static const char *const efforts[] = {"low", "high", NULL};
+    for (int i = 0; i < 3; i++) {
+        json_t *extra = efforts[i] ? json_pack("{s:s}", "reasoning_effort", efforts[i]) : NULL;
+        sl_chat_input in = {
+            .messages = msgs, .add_generation_prompt = 1, .enable_thinking = 1, .extra = extra, .now = fixture_now()};
+        char *out = NULL, want[64];
+        size_t len;
+        cr_assert_eq(sl_chat_render(t, &in, NULL, NULL, &out, &len, &e), 0, "%s", e.msg);
+        snprintf(want, sizeof want, "\nReasoning: %s\n", efforts[i] ? efforts[i] : "medium");
+        cr_assert(strstr(out, want), "%s not in %s", want, out);
+        free(out);
+        json_decref(extra);
+    }
+    json_decref(msgs);
+    sl_jinja_free(t);
+    free(src);
+}

@@ -7,13 +7,13 @@
 
 #include "cli/chat_view.h"
 
-static char *render(const char *text, int styled, int starts_in_reasoning, size_t chunk) {
+static char *render_fmt(sl_tc_format fmt, const char *text, int styled, int starts_in_reasoning, size_t chunk) {
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     chat_view v;
     sl_err e;
-    cr_assert_eq(chat_view_begin(&v, f, styled, starts_in_reasoning, &e), 0);
+    cr_assert_eq(chat_view_begin(&v, f, styled, fmt, starts_in_reasoning, &e), 0);
     for (size_t i = 0; i < strlen(text); i += chunk) {
         size_t n = strlen(text) - i < chunk ? strlen(text) - i : chunk;
         cr_assert_eq(chat_view_feed(&v, text + i, n, &e), 0);
@@ -21,6 +21,10 @@ static char *render(const char *text, int styled, int starts_in_reasoning, size_
     cr_assert_eq(chat_view_end(&v, &e), 0);
     fclose(f);
     return buf;
+}
+
+static char *render(const char *text, int styled, int starts_in_reasoning, size_t chunk) {
+    return render_fmt(SL_TC_HERMES, text, styled, starts_in_reasoning, chunk);
 }
 
 Test(chat_view, styles_reasoning_and_tool_calls) {
@@ -52,5 +56,13 @@ Test(chat_view, raw_without_a_terminal) {
 Test(chat_view, unterminated_reasoning_is_reset) {
     char *got = render("<think>still going", 1, 0, 4);
     cr_assert_str_eq(got, "\033[2mstill going\033[0m");
+    free(got);
+}
+
+Test(chat_view, harmony) {
+    char *got = render_fmt(SL_TC_HARMONY,
+                           "<|channel|>analysis<|message|>Hmm.<|end|><|start|>assistant<|channel|>final<|message|>Hi.",
+                           1, 0, 5);
+    cr_assert_str_eq(got, "\033[2mHmm.\033[0m\n\nHi.");
     free(got);
 }
