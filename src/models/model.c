@@ -94,11 +94,13 @@ static int check_formats(sl_model *m, const sl_model_opts *o, char *note, size_t
 /* For backends with their own memory: every weight but the routed experts, every norm and table, is
  * copied there once (a tied output head shares the embedding's copy). The experts follow resident
  * (place_experts_resident) or stream (the expert store). */
+static int any_moe(const sl_model *m);
+
 static int place_dense(sl_model *m, sl_err *e) {
     const sl_backend_ops *op = m->be->ops;
     sl_backend *b = m->be;
     const sl_config *c = &m->cfg;
-    int tied = m->lm_head.data == m->embed.data;
+    int tied = m->lm_head.data == m->embed.data, moe = any_moe(m);
     if (op->place_weight(b, &m->embed, e)) return -1;
     if (tied)
         m->lm_head = m->embed;
@@ -113,8 +115,13 @@ static int place_dense(sl_model *m, sl_err *e) {
         sl_weight *ws[] = {&L->wq,     &L->wk,      &L->wv,       &L->wo,      &L->in_qkv,   &L->in_z,
                            &L->in_a,   &L->in_b,    &L->out_proj, &L->w_gate,  &L->w_up,     &L->w_down,
                            &L->router, &L->sh_gate, &L->sh_up,    &L->sh_down, &L->sh_router};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
+            /* a mixture of experts keeps its products near fp32 on every backend: a bf16 rounding
+             * anywhere upstream of a router can change which experts run (SLUICE_CUDA_PREFILL=bf16 rounds
+             * anyway) */
+            ws[i]->exact |= moe;
             if (ws[i]->data && op->place_weight(b, ws[i], e)) return -1;
+        }
         struct {
             float **v;
             size_t len;

@@ -253,6 +253,8 @@ Test(batch, shared_prefix_pages) {
     sl_model *m;
     cr_assert_eq(sl_model_load(dir, NULL, &m, &e), 0, "%s", e.msg);
     int V = m->cfg.vocab_size, n = 100;
+    /* on the GPU, runs split at other places round differently (bf16 products, fp16 attention tiles) */
+    double tol = on_gpu() ? 3e-2 : 1e-5;
     int32_t ids[100], alt[100];
     for (int i = 0; i < n; i++) {
         ids[i] = (int32_t)((i * 37 + 11) % V);
@@ -278,16 +280,16 @@ Test(batch, shared_prefix_pages) {
     sl_session_pages(s, &free1, &total);
     cr_expect_eq(free1, free0, "sharing took no pages");
     feed(s, 1, alt + k, n - k, got);
-    cr_expect_leq(rel_l2(got, want_b, (size_t)V), 1e-5, "B after sharing A's prefix");
+    cr_expect_leq(rel_l2(got, want_b, (size_t)V), tol, "B after sharing A's prefix");
     /* A goes back into its shared pages and writes there: the page is copied, B keeps its contents */
     cr_assert_eq(sl_session_seq_restore(s, 0, 40), 40);
     feed(s, 0, alt + 40, n - 40, got);
-    cr_expect_leq(rel_l2(got, want_b, (size_t)V), 1e-5, "A rewritten from position 40");
+    cr_expect_leq(rel_l2(got, want_b, (size_t)V), tol, "A rewritten from position 40");
     sl_session_seq_reset(s, 1);
     /* C shares A's (now alt) prefix and continues: equals alt alone */
     k = sl_session_seq_share(s, 2, 0, 99);
     feed(s, 2, alt + k, n - k, got);
-    cr_expect_leq(rel_l2(got, want_b, (size_t)V), 1e-5, "C after sharing A's rewritten prefix");
+    cr_expect_leq(rel_l2(got, want_b, (size_t)V), tol, "C after sharing A's rewritten prefix");
     free(want_a);
     free(want_b);
     free(got);

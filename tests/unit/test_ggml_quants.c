@@ -534,15 +534,15 @@ static void check_cuda_matmul(sl_backend *be, const sl_weight *w, const sl_weigh
                 ref += (double)row[i] * xt[i];
                 mag += fabs((double)row[i] * xt[i]);
             }
-            /* the integer GEMV rounds the input to 8 bits per value, by at most half of its 32-value
-             * block's max / 127 */
+            /* the integer GEMV rounds the input to 16 bits per value, by at most half of its 32-value
+             * block's max / 32767 */
             for (size_t b = 0; q8_input && b < cols; b += 32) {
                 double amax = 0, wsum = 0;
                 for (size_t i = b; i < b + 32; i++) {
                     amax = fmax(amax, fabs((double)xt[i]));
                     wsum += fabs((double)row[i]);
                 }
-                q8 += wsum * amax / 254.0;
+                q8 += wsum * amax / 65534.0;
             }
             if (hw->bias) ref += hw->bias[r];
             double got = y[(size_t)t * rows + r];
@@ -580,7 +580,7 @@ Test(ggml_quants, cuda_matmul_and_embed_every_type) {
         w = hw;
         cr_assert(be->ops->supports(be, &w), "CUDA lacks %s", sl_ggml_type_name(t));
         cr_assert_eq(be->ops->place_weight(be, &w, &e), 0, "%s", e.msg);
-        /* up to 16 tokens: the GEMV kernels, in fp32 or (Q4_K, Q6_K, Q8_0) on a q8 input; more: one bf16
+        /* up to 16 tokens: the GEMV kernels, in fp32 or (Q4_K, Q6_K, Q8_0) on a q16 input; more: one bf16
          * tensor-core pass, each product within 2^-8 of its value */
         int q8 = t == SL_GGML_Q4_K || t == SL_GGML_Q6_K || t == SL_GGML_Q8_0;
         for (int m = 0; m < 5; m++)
@@ -616,7 +616,6 @@ Test(ggml_quants, cuda_matmul_and_embed_every_type) {
  * SwiGLU of the dequantised matrices, for 1 and 5 tokens; experts of a layer in different types are
  * refused. */
 Test(ggml_quants, cuda_moe_experts) {
-    setenv("SLUICE_CUDA_MMVQ", "0", 1); /* the fp32 kernels, held to fp32 accuracy (the q8 ones: above) */
     sl_backend *be = cuda_or_skip();
     if (!be) return;
     sl_err e;
@@ -684,7 +683,7 @@ Test(ggml_quants, cuda_moe_experts) {
                 num += (out[t * H + r] - ref[r]) * (out[t * H + r] - ref[r]);
                 den += ref[r] * ref[r];
             }
-            cr_assert(sqrt(num / den) < 1e-5, "CUDA MoE n=%d token %d: rel-L2 %.3g", n, t, sqrt(num / den));
+            cr_assert(sqrt(num / den) < 1e-4, "CUDA MoE n=%d token %d: rel-L2 %.3g", n, t, sqrt(num / den));
         }
         be->ops->free(be, dxin);
         be->ops->free(be, dwts);

@@ -474,7 +474,7 @@ static void cu_destroy(sl_backend *b) {
     }
     free(c->tables);
     cudaFree(c->wtmp);
-    cudaFree(c->q8buf);
+    cudaFree(c->q16buf);
     cudaFree(c->xtmp);
     cudaFree(c->ids);
     cudaFree(c->att_part);
@@ -550,7 +550,7 @@ int sl_cuda_backend_create(int device, sl_backend **out, char *about, size_t abo
     c->dn_chunked = !(dn && !strcmp(dn, "recurrent"));
     c->smem_optin = p.sharedMemPerBlockOptin > 0 ? (int)p.sharedMemPerBlockOptin : 48 << 10;
     const char *pf = getenv("SLUICE_CUDA_PREFILL");
-    c->gemm_exact = pf && !strcmp(pf, "exact");
+    c->gemm_exact = pf && !strcmp(pf, "exact") ? 1 : pf && !strcmp(pf, "bf16") ? -1 : 0;
     const char *mv = getenv("SLUICE_CUDA_MMVQ");
     c->mmvq = !(mv && !strcmp(mv, "0"));
     const char *fl = getenv("SLUICE_CUDA_FLASH");

@@ -65,10 +65,11 @@ struct cu_impl {
     cublasHandle_t blas;
     int sms;
     int mmvq;        /* GGML decode GEMVs in integer arithmetic where they can (SLUICE_CUDA_MMVQ=0: never) */
-    void *q8buf;     /* their q8 input */
-    size_t q8len;
+    void *q16buf;    /* their q16 input */
+    size_t q16len;
     int flash;       /* prompt runs take the tensor-core attention kernel (SLUICE_CUDA_FLASH=0: never) */
-    int gemm_exact; /* every prefill GEMM in split bf16 (near fp32): SLUICE_CUDA_PREFILL=exact */
+    int gemm_exact; /* prefill GEMMs in split bf16 (near fp32): 1 all (SLUICE_CUDA_PREFILL=exact), -1 none
+                     * (=bf16), 0 the weights marked exact */
     int gemv_max; /* largest batch that runs through the GEMV kernels (SLUICE_CUDA_GEMV_MAX; 0: per format) */
     sl_err failure;
     int failed;
@@ -392,11 +393,16 @@ void cu_gds_close(cu_impl *c);
 int cu_ggml_init(void); /* copies the IQ codebooks to the current device; nonzero on failure */
 int cu_ggml_supported(int gtype);
 void cu_ggml_gemv(cu_impl *c, const gg_call &g, int n);
-/* The integer GEMV (cuda_mmvq.cu): whether it takes w (a GGML weight), the input of g in q8 (in the
- * backend's scratch, valid until the next call), and g's product from that q8 input. */
+/* The integer GEMV (cuda_mmvq.cu): whether it takes w (a GGML weight), the input of g in q16 (value =
+ * d (256 h + l) per 32; in the backend's scratch, valid until the next call), and g's product from it. */
+struct cu_q16 {
+    const int8_t *h;
+    const uint8_t *l;
+    const float *d;
+};
 int cu_mmvq_takes(const cu_w *w);
-int cu_q8_quantize(cu_impl *c, const gg_call &g, int n, const int8_t **xq, const float **xd);
-void cu_mmvq(cu_impl *c, const gg_call &g, const int8_t *xq, const float *xd, int n);
+int cu_q16_quantize(cu_impl *c, const gg_call &g, int n, cu_q16 *x);
+void cu_mmvq(cu_impl *c, const gg_call &g, const cu_q16 &x, int n);
 void cu_ggml_dequant_split(cu_impl *c, const cu_w *w, __nv_bfloat16 *hi, __nv_bfloat16 *lo);
 void cu_ggml_embed(cu_impl *c, const cu_w *w, const int32_t *ids, const int32_t *step_tok, int n, float *out);
 

@@ -845,8 +845,7 @@ static int gemv_ggml(cu_impl *c, const gv_call &g, int n) {
         cu_fail(c, "GGML weights have no fused GEMV kernel for this op");
         return 1;
     }
-    const int8_t *xq = NULL; /* the input in q8, made once for the weights that take it */
-    const float *xd = NULL;
+    cu_q16 xq = {NULL, NULL, NULL}; /* the input in q16, made once for the weights that take it */
     for (int i = 0; i < g.set.nw; i++) {
         if (g.set.w[i].fmt != SL_WF_GGML) {
             cu_fail(c, "one GEMV launch holds GGML and other weights");
@@ -855,8 +854,8 @@ static int gemv_ggml(cu_impl *c, const gv_call &g, int n) {
         gg_call q = {&g.set.w[i], g.table, g.ids, g.which, g.slots, g.nz, g.x_div, g.xu != NULL, g.x, g.x_stride,
                      g.xu ? (long long)(g.xu - g.x) : 0, g.set.y[i], g.y_stride, g.yz};
         if (c->mmvq && cu_mmvq_takes(&g.set.w[i])) {
-            if (!xq && cu_q8_quantize(c, q, n, &xq, &xd)) return 1;
-            cu_mmvq(c, q, xq, xd, n);
+            if (!xq.h && cu_q16_quantize(c, q, n, &xq)) return 1;
+            cu_mmvq(c, q, xq, n);
         } else {
             cu_ggml_gemv(c, q, n);
         }
@@ -1054,10 +1053,11 @@ void cu_matmul(sl_backend *b, const sl_weight *sw, const float *x, int n, float 
         return;
     }
     /* Tensor cores take bf16: one pass rounds the input (and any weight not stored in bf16) to bf16, as
-     * other engines do. Routers (sw->exact), and every weight with SLUICE_CUDA_PREFILL=exact, split each
-     * operand into bf16 hi + lo halves and sum the products that matter in fp32 (hi.hi + hi.lo, + lo.hi
-     * for weights that are not bf16 already), close to fp32 accuracy at 2-3 GEMMs. */
-    int exact = c->gemm_exact || sw->exact;
+     * other engines do. Weights marked exact (those of mixture-of-experts models, whose routing a bf16
+     * pass moves) split each operand into bf16 hi + lo halves and sum the products that matter in fp32
+     * (hi.hi + hi.lo, + lo.hi for weights that are not bf16 already), close to fp32 accuracy at 2-3 GEMMs.
+     * SLUICE_CUDA_PREFILL=exact splits every weight, =bf16 none. */
+    int exact = c->gemm_exact > 0 || (c->gemm_exact == 0 && sw->exact);
     size_t xlen = (size_t)n * (size_t)w.cols, wlen = (size_t)w.rows * (size_t)w.cols;
     if (cu_grow(c, &c->xtmp, &c->xtmp_len, xlen * 2 * (exact ? 2 : 1), "matmul input")) return;
     __nv_bfloat16 *xhi = (__nv_bfloat16 *)c->xtmp, *xlo = exact ? xhi + xlen : NULL;

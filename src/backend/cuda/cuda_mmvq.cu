@@ -1,6 +1,9 @@
 /* Decode GEMV for the common GGML types (Q4_K, Q6_K, Q8_0) in integer arithmetic: the input is first
- * quantized to 8 bits per value with one float scale per 32 values (the q8 form other engines use), then
- * each weight row is dotted with it four bytes at a time by dp4a, and scales apply per 32 values in fp32.
+ * quantized to 16 bits per value with one float scale per 32 values, held as a signed high byte and an
+ * unsigned low byte, then each weight row is dotted with both four bytes at a time by dp4a (exact integer
+ * sums), and scales apply per 32 values in fp32. 16 bits, not the 8 other engines use: an 8-bit input
+ * moved MoE routing in the fixtures (decode rel-L2 0.2 on qwen3_5_moe-Q4_K_M), 16 bits keeps the input
+ * within 2^-16 of its block's largest value, as close as the fp32 kernels.
  * One warp per weight row; each lane takes whole units of a block (16 bytes of Q4_K nibbles, 64 Q6_K values
  * or one Q8_0 block) straight from global memory, so there is no shared-memory staging and every load is
  * in flight at once. Four times fewer instructions per weight than decoding to fp32, which is what held
@@ -13,11 +16,12 @@ extern "C" {
 
 #define MQ_WARPS 8 /* rows per block */
 
-/* ---- the input in q8: per row r of the input, q[r][cols] int8 and d[r][cols / 32] ---- */
+/* ---- the input in q16: per row r of the input, h[r][cols] int8, l[r][cols] uint8 and d[r][cols / 32];
+ * value = d (256 h + l) ---- */
 
-/* one warp per 32 values: d = max|x| / 127, q = round(x / d); with act the value is silu(x) * x[act_off] */
-__global__ void q8_quant_k(const float *x, long long xs, int n, int cols, int act, long long act_off, int rows,
-                           int8_t *q, float *d) {
+/* one warp per 32 values: d = max|x| / 32767, q = round(x / d); with act the value is silu(x) * x[act_off] */
+__global__ void q16_quant_k(const float *x, long long xs, int n, int cols, int act, long long act_off, int rows,
+                            int8_t *qh, uint8_t *ql, float *d) {
     cu_pdl_enter();
     int lane = threadIdx.x & 31;
     long long u = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), upr = cols / 32;
@@ -29,21 +33,51 @@ __global__ void q8_quant_k(const float *x, long long xs, int n, int cols, int ac
     float m = fabsf(v);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    float s = m / 127.0f;
-    q[(long long)r * cols + c] = (int8_t)(s > 0 ? __float2int_rn(v / s) : 0);
+    float s = m / 32767.0f;
+    int q = s > 0 ? __float2int_rn(v / s) : 0;
+    long long i = (long long)r * cols + c;
+    qh[i] = (int8_t)(q >> 8); /* arithmetic shift: q = 256 h + l with l in [0, 255] */
+    ql[i] = (uint8_t)(q & 255);
     if (lane == 0) d[u] = s;
 }
 
-/* ---- per-type dot of one unit with NT tokens' q8 input ---- */
+/* ---- per-type dot of one unit with the q16 input ---- */
 
 __device__ __forceinline__ int dp4(int a, int b, int c) {
     return __dp4a(a, b, c);
 }
-__device__ __forceinline__ int sum4(int4 x, int c) { /* sum of the 16 bytes of x */
-    return dp4(x.x, 0x01010101, dp4(x.y, 0x01010101, dp4(x.z, 0x01010101, dp4(x.w, 0x01010101, c))));
+__device__ __forceinline__ int dp4u(int a, int b, int c) { /* both operands unsigned bytes */
+    return (int)__dp4a((unsigned)a, (unsigned)b, (unsigned)c);
 }
-__device__ __forceinline__ int dot4(int4 a, int4 b, int c) {
-    return dp4(a.x, b.x, dp4(a.y, b.y, dp4(a.z, b.z, dp4(a.w, b.w, c))));
+__device__ __forceinline__ int dp4su(int a, int b, int c) { /* a signed bytes, b unsigned bytes */
+    int d;
+    asm("dp4a.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+/* the q16 input at p (16 values): high and low byte planes */
+struct x16 {
+    int4 h, l;
+};
+__device__ __forceinline__ x16 ldx(const int8_t *h, const uint8_t *l) {
+    return {*(const int4 *)h, *(const int4 *)l};
+}
+/* sum of the 16 input values (in input units: 256 h + l) */
+__device__ __forceinline__ int sum16(const x16 &x) {
+    int sh = dp4(x.h.x, 0x01010101, dp4(x.h.y, 0x01010101, dp4(x.h.z, 0x01010101, dp4(x.h.w, 0x01010101, 0))));
+    int sl = dp4u(x.l.x, 0x01010101, dp4u(x.l.y, 0x01010101, dp4u(x.l.z, 0x01010101, dp4u(x.l.w, 0x01010101, 0))));
+    return sh * 256 + sl;
+}
+/* dot of 16 unsigned weight bytes (< 128) with the input */
+__device__ __forceinline__ int dot16u(int4 a, const x16 &x) {
+    int dh = dp4(a.x, x.h.x, dp4(a.y, x.h.y, dp4(a.z, x.h.z, dp4(a.w, x.h.w, 0))));
+    int dl = dp4u(a.x, x.l.x, dp4u(a.y, x.l.y, dp4u(a.z, x.l.z, dp4u(a.w, x.l.w, 0))));
+    return dh * 256 + dl;
+}
+/* dot of 16 signed weight bytes with the input */
+__device__ __forceinline__ int dot16s(int4 a, const x16 &x) {
+    int dh = dp4(a.x, x.h.x, dp4(a.y, x.h.y, dp4(a.z, x.h.z, dp4(a.w, x.h.w, 0))));
+    int dl = dp4su(a.x, x.l.x, dp4su(a.y, x.l.y, dp4su(a.z, x.l.z, dp4su(a.w, x.l.w, 0))));
+    return dh * 256 + dl;
 }
 /* 16 bytes from a 2-byte aligned address */
 __device__ __forceinline__ int4 ld16_u16(const uint8_t *p) {
@@ -88,7 +122,8 @@ template <> struct mq<SL_GGML_Q4_K> {
         r.q = __ldg((const int4 *)(b + 16 + 16 * u));
         return r;
     }
-    static __device__ __forceinline__ float dot(const unit_t &w, int u, const int8_t *xq, const float *xd) {
+    static __device__ __forceinline__ float dot(const unit_t &w, int u, const int8_t *xh, const uint8_t *xl,
+                                                const float *xd) {
         int p = u >> 1, h = u & 1, s0 = 2 * p, s1 = s0 + 1;
         float d = __half2float(__ushort_as_half((unsigned short)w.dm)),
               dmin = __half2float(__ushort_as_half((unsigned short)(w.dm >> 16)));
@@ -100,9 +135,9 @@ template <> struct mq<SL_GGML_Q4_K> {
             sc[k] = s < 4 ? b0 & 63 : (b2 & 15) | ((b0 >> 6) << 4);
             mn[k] = s < 4 ? b1 & 63 : (b2 >> 4) | ((b1 >> 6) << 4);
         }
-        int4 xa = *(const int4 *)(xq + s0 * 32 + 16 * h), xb = *(const int4 *)(xq + s1 * 32 + 16 * h);
+        x16 xa = ldx(xh + s0 * 32 + 16 * h, xl + s0 * 32 + 16 * h), xb = ldx(xh + s1 * 32 + 16 * h, xl + s1 * 32 + 16 * h);
         int4 lo = mask4(w.q, 0, 0x0F0F0F0Fu), hi = mask4(w.q, 4, 0x0F0F0F0Fu);
-        int ia = dot4(lo, xa, 0), ib = dot4(hi, xb, 0), sa = sum4(xa, 0), sb = sum4(xb, 0);
+        int ia = dot16u(lo, xa), ib = dot16u(hi, xb), sa = sum16(xa), sb = sum16(xb);
         return xd[s0] * (d * sc[0] * ia - dmin * mn[0] * sa) + xd[s1] * (d * sc[1] * ib - dmin * mn[1] * sb);
     }
 };
@@ -129,7 +164,8 @@ template <> struct mq<SL_GGML_Q6_K> {
         r.d = __half2float(__ushort_as_half(*(const unsigned short *)(b + 208)));
         return r;
     }
-    static __device__ __forceinline__ float dot(const unit_t &w, int u, const int8_t *xq, const float *xd) {
+    static __device__ __forceinline__ float dot(const unit_t &w, int u, const int8_t *xh, const uint8_t *xl,
+                                                const float *xd) {
         int n = u >> 1, c = u & 1;
         int4 q[4] = {or4(mask4(w.la, 0, 0x0F0F0F0Fu), shl_mask4(w.hb, 4, 0x30303030u)),
                      or4(mask4(w.lb, 0, 0x0F0F0F0Fu), shl_mask4(w.hb, 2, 0x30303030u)),
@@ -139,8 +175,8 @@ template <> struct mq<SL_GGML_Q6_K> {
 #pragma unroll
         for (int g = 0; g < 4; g++) {
             int blk = 4 * n + g; /* the input's 32-value block */
-            int4 x = *(const int4 *)(xq + 32 * blk + 16 * c);
-            int v = dot4(q[g], x, 0) - 32 * sum4(x, 0);
+            x16 x = ldx(xh + 32 * blk + 16 * c, xl + 32 * blk + 16 * c);
+            int v = dot16u(q[g], x) - 32 * sum16(x);
             acc += xd[blk] * (float)(int)(signed char)(w.sc >> (8 * g)) * (float)v;
         }
         return w.d * acc;
@@ -161,19 +197,19 @@ template <> struct mq<SL_GGML_Q8_0> {
         r.b = ld16_u16(b + 18);
         return r;
     }
-    static __device__ __forceinline__ float dot(const unit_t &w, int, const int8_t *xq, const float *xd) {
-        int4 xa = *(const int4 *)xq, xb = *(const int4 *)(xq + 16);
-        return w.d * xd[0] * (float)dot4(w.b, xb, dot4(w.a, xa, 0));
+    static __device__ __forceinline__ float dot(const unit_t &w, int, const int8_t *xh, const uint8_t *xl,
+                                                const float *xd) {
+        return w.d * xd[0] * (float)(dot16s(w.a, ldx(xh, xl)) + dot16s(w.b, ldx(xh + 16, xl + 16)));
     }
 };
 
 /* y[slot][t][rows] = W(slot) . x[slot / x_div][t], with the grid and arguments of ggml_gemv_k: table
- * entries give the weight per slot, grid z picks weight `which + z`. xq/xd hold the q8 input rows in the
- * order q8_quant_k writes them (slot group, then token). */
+ * entries give the weight per slot, grid z picks weight `which + z`. x holds the q16 input rows in the
+ * order q16_quant_k writes them (slot group, then token), from row t0 on. */
 template <int NT, int T>
 __global__ void __launch_bounds__(MQ_WARPS * 32) mmvq_k(cu_w w0, const cu_expert *table, const int32_t *ids,
-                                                        int which, int x_div, const int8_t *xq, const float *xd,
-                                                        int n_x, int n, float *y, long long ys, long long yz) {
+                                                        int which, int x_div, cu_q16 x, int t0, int n_x, int n,
+                                                        float *y, long long ys, long long yz) {
     constexpr int BS = mq<T>::BS, BB = mq<T>::BB, UPB = mq<T>::UPB;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = blockIdx.y;
     cu_w w = w0;
@@ -187,9 +223,7 @@ __global__ void __launch_bounds__(MQ_WARPS * 32) mmvq_k(cu_w w0, const cu_expert
     const uint8_t *wr = w.data + (long long)row * w.row_bytes;
     int units = w.cols / BS * UPB;
     if (!table) cu_pdl_enter(); /* the weights never depend on the previous kernel, the input does */
-    long long xrow = (long long)(slot / x_div) * n_x; /* the first q8 row of this slot's input */
-    const int8_t *xq0 = xq + xrow * w.cols;
-    const float *xd0 = xd + xrow * (w.cols / 32);
+    long long xrow = (long long)(slot / x_div) * n_x + t0; /* the first q16 row of this launch's input */
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = 0;
@@ -200,10 +234,10 @@ __global__ void __launch_bounds__(MQ_WARPS * 32) mmvq_k(cu_w w0, const cu_expert
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             if (t >= n) break;
-            const int8_t *xqt = xq0 + (long long)t * w.cols;
-            const float *xdt = xd0 + (long long)t * (w.cols / 32);
-            acc[t] += mq<T>::dot(a, u0 % UPB, xqt + (u0 / UPB) * BS, xdt + (u0 / UPB) * (BS / 32));
-            if (u1 < units) acc[t] += mq<T>::dot(b, u1 % UPB, xqt + (u1 / UPB) * BS, xdt + (u1 / UPB) * (BS / 32));
+            long long o = (xrow + t) * w.cols, od = (xrow + t) * (w.cols / 32);
+            long long c0 = (long long)(u0 / UPB) * BS, c1 = (long long)(u1 / UPB) * BS;
+            acc[t] += mq<T>::dot(a, u0 % UPB, x.h + o + c0, x.l + o + c0, x.d + od + c0 / 32);
+            if (u1 < units) acc[t] += mq<T>::dot(b, u1 % UPB, x.h + o + c1, x.l + o + c1, x.d + od + c1 / 32);
         }
     }
     y += (long long)slot * ys + (long long)blockIdx.z * yz;
@@ -224,48 +258,48 @@ int cu_mmvq_takes(const cu_w *w) {
     }
 }
 
-int cu_q8_quantize(cu_impl *c, const gg_call &g, int n, const int8_t **xq, const float **xd) {
+int cu_q16_quantize(cu_impl *c, const gg_call &g, int n, cu_q16 *x) {
     int cols = g.w->cols, groups = (g.slots + g.x_div - 1) / g.x_div, rows = groups * n;
-    size_t qb = ((size_t)rows * (size_t)cols + 255) / 256 * 256, db = (size_t)rows * (size_t)(cols / 32) * sizeof(float);
+    size_t plane = ((size_t)rows * (size_t)cols + 255) / 256 * 256,
+           db = (size_t)rows * (size_t)(cols / 32) * sizeof(float);
     /* at least 4 MB, so that recorded steps of other shapes rarely find it too small */
-    size_t need = qb + db < ((size_t)4 << 20) ? (size_t)4 << 20 : qb + db;
-    if (cu_grow(c, &c->q8buf, &c->q8len, need, "q8 input")) return -1;
-    int8_t *q = (int8_t *)c->q8buf;
-    float *d = (float *)((uint8_t *)c->q8buf + qb);
+    size_t need = 2 * plane + db < ((size_t)4 << 20) ? (size_t)4 << 20 : 2 * plane + db;
+    if (cu_grow(c, &c->q16buf, &c->q16len, need, "q16 input")) return -1;
+    int8_t *h = (int8_t *)c->q16buf;
+    uint8_t *l = (uint8_t *)c->q16buf + plane;
+    float *d = (float *)((uint8_t *)c->q16buf + 2 * plane);
     long long units = (long long)rows * (cols / 32);
-    cu_launch(c, q8_quant_k, CU_BLOCKS(units, 8), 256, 0, g.x, g.x_stride, n, cols, g.act, g.act_off, rows, q, d);
-    *xq = q;
-    *xd = d;
+    cu_launch(c, q16_quant_k, CU_BLOCKS(units, 8), 256, 0, g.x, g.x_stride, n, cols, g.act, g.act_off, rows, h, l,
+              d);
+    *x = {h, l, d};
     return 0;
 }
 
-template <int NT, int T> static void mmvq_go(cu_impl *c, const gg_call &g, const int8_t *xq, const float *xd, int t0,
-                                             int n_x, int n) {
+template <int NT, int T> static void mmvq_go(cu_impl *c, const gg_call &g, const cu_q16 &x, int t0, int n_x, int n) {
     dim3 grid(CU_BLOCKS(g.w->rows, MQ_WARPS), (unsigned)g.slots, (unsigned)g.nz);
-    cu_launch(c, mmvq_k<NT, T>, grid, MQ_WARPS * 32, 0, *g.w, g.table, g.ids, g.which, g.x_div,
-              xq + (long long)t0 * g.w->cols, xd + (long long)t0 * (g.w->cols / 32), n_x, n,
+    cu_launch(c, mmvq_k<NT, T>, grid, MQ_WARPS * 32, 0, *g.w, g.table, g.ids, g.which, g.x_div, x, t0, n_x, n,
               g.y + (long long)t0 * g.w->rows, g.y_stride, g.yz);
 }
 
-template <int T> static void mmvq_type(cu_impl *c, const gg_call &g, const int8_t *xq, const float *xd, int n) {
+template <int T> static void mmvq_type(cu_impl *c, const gg_call &g, const cu_q16 &x, int n) {
     for (int t0 = 0; t0 < n; t0 += 8) {
         int m = n - t0 < 8 ? n - t0 : 8;
         if (m == 1)
-            mmvq_go<1, T>(c, g, xq, xd, t0, n, m);
+            mmvq_go<1, T>(c, g, x, t0, n, m);
         else if (m == 2)
-            mmvq_go<2, T>(c, g, xq, xd, t0, n, m);
+            mmvq_go<2, T>(c, g, x, t0, n, m);
         else if (m <= 4)
-            mmvq_go<4, T>(c, g, xq, xd, t0, n, m);
+            mmvq_go<4, T>(c, g, x, t0, n, m);
         else
-            mmvq_go<8, T>(c, g, xq, xd, t0, n, m);
+            mmvq_go<8, T>(c, g, x, t0, n, m);
     }
 }
 
-void cu_mmvq(cu_impl *c, const gg_call &g, const int8_t *xq, const float *xd, int n) {
+void cu_mmvq(cu_impl *c, const gg_call &g, const cu_q16 &x, int n) {
     switch (g.w->gtype) {
-    case SL_GGML_Q4_K: mmvq_type<SL_GGML_Q4_K>(c, g, xq, xd, n); break;
-    case SL_GGML_Q6_K: mmvq_type<SL_GGML_Q6_K>(c, g, xq, xd, n); break;
-    case SL_GGML_Q8_0: mmvq_type<SL_GGML_Q8_0>(c, g, xq, xd, n); break;
+    case SL_GGML_Q4_K: mmvq_type<SL_GGML_Q4_K>(c, g, x, n); break;
+    case SL_GGML_Q6_K: mmvq_type<SL_GGML_Q6_K>(c, g, x, n); break;
+    case SL_GGML_Q8_0: mmvq_type<SL_GGML_Q8_0>(c, g, x, n); break;
     default: cu_fail(c, "GGML type %s has no integer GEMV kernel", sl_ggml_type_name(g.w->gtype)); return;
     }
     cu_check_launch(c, "GGML integer GEMV");
