@@ -202,6 +202,42 @@ static char *cat(char *buf, size_t n, const char *a, const char *b) {
     return buf;
 }
 
+/* A float8 e4m3 matrix (stack) t with its float32 `module.weight_scale_inv` of one scale per tile (the
+ * tile shape from quantization_config.weight_block_size, 128 x 128 when absent). Slices of a stack must
+ * start on a tile row. */
+static int fill_fp8(sl_loader *l, const char *module, const sl_st_tensor *t, int stacked, int n_experts,
+                    int rows_total, int64_t first_row, sl_weight *w, sl_err *e) {
+    char nb[512], s[96];
+    const sl_config *c = &l->m->cfg;
+    int br = c->fp8_block_rows > 0 ? c->fp8_block_rows : 128, bc = c->fp8_block_cols > 0 ? c->fp8_block_cols : 128;
+    int nd = stacked ? 3 : 2;
+    const sl_st_tensor *sc = sl_ld_find(l, cat(nb, sizeof nb, module, ".weight_scale_inv"));
+    if (!sc)
+        return sl_fail(e, "%s: tensor '%s' is F8_E4M3 but '%s' is missing (expected float32 scales per %dx%d tile)",
+                       file_of(l, t), t->name, nb, br, bc);
+    int64_t tr = (rows_total + br - 1) / br, tc = (w->cols + bc - 1) / bc;
+    shape_str(sc, s, sizeof s);
+    if (sc->dtype != SL_ST_F32 || sc->ndim != nd || (stacked && sc->shape[0] != n_experts) ||
+        sc->shape[nd - 2] != tr || sc->shape[nd - 1] != tc)
+        return sl_fail(e, "%s: tensor '%s' is %s %s, expected F32 [%s%lld, %lld] (one scale per %dx%d tile of %s)",
+                       file_of(l, sc), sc->name, sl_st_dtype_name(sc->dtype), s, stacked ? "E, " : "", (long long)tr,
+                       (long long)tc, br, bc, t->name);
+    int64_t in_stack = first_row % rows_total, mat = first_row / rows_total;
+    if (in_stack % br)
+        return sl_fail(e, "%s: tensor '%s': rows from %lld do not start on a %d-row FP8 tile", file_of(l, t), t->name,
+                       (long long)in_stack, br);
+    w->fmt = SL_WF_FP8;
+    w->group = bc;
+    w->tile_rows = br;
+    w->sb_fmt = SL_WF_F32;
+    w->row_bytes = (size_t)w->cols;
+    w->data = t->data + (size_t)first_row * w->row_bytes;
+    size_t tiles = (size_t)((w->rows + br - 1) / br) * (size_t)tc * 4;
+    w->scales = aligned_data(l, sc->data + ((size_t)mat * (size_t)tr + (size_t)(in_stack / br)) * (size_t)tc * 4,
+                             tiles, 4);
+    return w->scales ? 0 : sl_fail(e, "out of memory");
+}
+
 /* Describes an MLX-packed (or plain) matrix stack: t is [E?, rows_total, packed_cols]. Fills w for the
  * slice starting at element row `first_row` (counting across the stack) of `rows` rows. */
 static int fill_weight(sl_loader *l, const char *module, const char *wname, const sl_st_tensor *t, int stacked,
@@ -266,8 +302,14 @@ static int fill_weight(sl_loader *l, const char *module, const char *wname, cons
         l->m->n_params += (uint64_t)rows * (uint64_t)cols;
         return 0;
     }
+    if (t->dtype == SL_ST_F8_E4M3) {
+        if (t->shape[want_nd - 1] != cols) goto bad_shape;
+        if (fill_fp8(l, module, t, stacked, n_experts, rows_total, first_row, w, e)) return -1;
+        l->m->n_params += (uint64_t)rows * (uint64_t)cols;
+        return 0;
+    }
     if (to_wfmt(t->dtype, &w->fmt))
-        return sl_fail(e, "%s: tensor '%s' has dtype %s, expected F32, F16, BF16 or MLX-packed U32", file_of(l, t),
+        return sl_fail(e, "%s: tensor '%s' has dtype %s, expected F32, F16, BF16, F8_E4M3 or MLX-packed U32", file_of(l, t),
                        wname, dtype_name(t));
     if (t->shape[want_nd - 1] != cols) goto bad_shape;
     size_t es = sl_st_dtype_size(t->dtype);
@@ -301,6 +343,37 @@ int sl_ld_linear(sl_loader *l, const char *module, int rows, int cols, sl_weight
         if (sl_ld_vector(l, nb, rows, 0.0f, &b, e)) return -1;
         w->bias = b;
     }
+    return 0;
+}
+
+int sl_ld_matrix_f32(sl_loader *l, const char *module, int rows, int cols, float **out, sl_err *e) {
+    sl_weight w;
+    if (sl_ld_linear(l, module, rows, cols, &w, e)) return -1;
+    if (w.bias) return sl_fail(e, "%s: '%s' has a bias, which this layer does not use", l->m->path, module);
+    if (w.fmt == SL_WF_MLX)
+        return sl_fail(e, "%s: '%s' is MLX-packed, expected F32, F16, BF16, F8_E4M3 or a GGML type", l->m->path,
+                       module);
+    float *v = malloc(sizeof *v * (size_t)rows * (size_t)cols);
+    if (!v || model_own(l->m, v)) {
+        free(v);
+        return sl_fail(e, "out of memory");
+    }
+    for (int r = 0; r < rows; r++) {
+        const uint8_t *p = w.data + (size_t)r * w.row_bytes;
+        float *d = v + (size_t)r * (size_t)cols;
+        for (int j = 0; j < cols; j++) {
+            uint16_t h;
+            switch (w.fmt) {
+            case SL_WF_F32: memcpy(&d[j], p + 4 * (size_t)j, 4); break;
+            case SL_WF_BF16: memcpy(&h, p + 2 * (size_t)j, 2), d[j] = sl_bf16_to_f32(h); break;
+            case SL_WF_F16: memcpy(&h, p + 2 * (size_t)j, 2), d[j] = sl_f16_to_f32(h); break;
+            case SL_WF_FP8: d[j] = sl_fp8_e4m3_to_f32(p[j]) * sl_fp8_scale(&w, r, j); break;
+            default: break;
+            }
+        }
+        if (w.fmt == SL_WF_GGML) sl_ggml_dequant_row(w.gtype, p, d, cols);
+    }
+    *out = v;
     return 0;
 }
 

@@ -143,6 +143,15 @@ FIXTURE(qwen3_5_moe)
 FIXTURE(qwen3_5_moe_long)
 FIXTURE(qwen3_5_moe_mlx4)
 
+/* Architecture families, each a small checkpoint in the layout its models ship in */
+#define FAMILY(n)                                                                                                      \
+    Test(families, n) {                                                                                                \
+        check_fixture_in("families", #n);                                                                              \
+    }
+FAMILY(deepseek_v3)
+FAMILY(deepseek_v3_fp8)
+FAMILY(glm4_moe)
+
 /* GGUF files written by llama.cpp's converter and quantizer; references from their dequantised weights (on
  * CUDA too: the GGML block formats have kernels there) */
 #define GGUF_FIXTURE(n, dir)                                                                                           \
