@@ -213,6 +213,14 @@ FIXTURE(qwen3_5_moe)
 FIXTURE(qwen3_5_moe_long)
 FIXTURE(qwen3_5_moe_mlx4)
 
+#define FAMILY(n)                                                                                                      \
+    Test(batch_families, n) {                                                                                          \
+        check_in("families", #n);                                                                                      \
+    }
+FAMILY(deepseek_v3)
+FAMILY(deepseek_v3_fp8)
+FAMILY(glm4_moe)
+
 #define GGUF_FIXTURE(n, dir)                                                                                           \
     Test(batch_gguf, n) {                                                                                              \
         check_in("gguf", dir);                                                                                         \
