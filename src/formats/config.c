@@ -141,6 +141,7 @@ static int parse_deepseek(json_t *tc, const char *where, sl_config *c, sl_err *e
     if (read_int(tc, where, "", "n_group", 0, MAX_HEADS, 1, &c->n_group, e) ||
         read_int(tc, where, "", "topk_group", 0, MAX_HEADS, 1, &c->topk_group, e) ||
         read_int(tc, where, "", "first_k_dense_replace", 0, MAX_LAYERS, 0, &c->first_dense, e) ||
+        read_int(tc, where, "", "num_nextn_predict_layers", 0, MAX_LAYERS, 0, &c->n_nextn, e) ||
         read_int(tc, where, "", "n_shared_experts", 0, MAX_HEADS, 0, &c->n_shared, e) ||
         read_int(tc, where, "", "q_lora_rank", 0, INT_MAX, 0, &c->q_lora_rank, e) ||
         read_int(tc, where, "", "kv_lora_rank", 0, INT_MAX, 0, &c->kv_lora_rank, e) ||
@@ -273,8 +274,7 @@ static int parse_config(json_t *root, const char *where, sl_config *c, sl_err *e
             !json_is_integer(json_array_get(bs, 1)) || json_integer_value(json_array_get(bs, 0)) <= 0 ||
             json_integer_value(json_array_get(bs, 1)) <= 0 || json_integer_value(json_array_get(bs, 0)) > 1 << 20 ||
             json_integer_value(json_array_get(bs, 1)) > 1 << 20)
-            return sl_fail(e, "%s: quantization_config.weight_block_size must be two positive integers for fp8",
-                           where);
+            return sl_fail(e, "%s: quantization_config.weight_block_size must be two positive integers for fp8", where);
         c->fp8_block_rows = (int)json_integer_value(json_array_get(bs, 0));
         c->fp8_block_cols = (int)json_integer_value(json_array_get(bs, 1));
         q = NULL; /* not an MLX table */

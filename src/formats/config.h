@@ -38,6 +38,7 @@ typedef struct sl_config {
     int route_sigmoid, n_group, topk_group;
     double routed_scale;
     int first_dense;    /* first_k_dense_replace: leading layers with a dense MLP */
+    int n_nextn;        /* num_nextn_predict_layers: multi-token-prediction layers stored after the decoder's */
     int n_shared;       /* n_shared_experts: an ungated shared expert of n_shared * moe_intermediate */
     int use_qk_norm;    /* per-head q/k RMSNorm (GLM-4.5 use_qk_norm) */
     int attention_bias; /* q/k/v projections carry biases */

@@ -28,6 +28,10 @@ int sl_ld_linear(sl_loader *l, const char *module, int rows, int cols, sl_weight
 /* A linear layer's weight dequantised into a float32 [rows][cols] copy owned by the model, for layers
  * whose kernels read it as plain floats. */
 int sl_ld_matrix_f32(sl_loader *l, const char *module, int rows, int cols, float **out, sl_err *e);
+/* Row r of w as float32 into d[w->cols] (any format but MLX, and no bias); `what` names w in errors. */
+int sl_ld_row_f32(const sl_weight *w, int r, float *d, const char *what, sl_err *e);
+/* n floats owned by the model. */
+float *sl_ld_alloc_f32(sl_loader *l, size_t n, sl_err *e);
 /* Expert slice `index` of a stacked [E, rows, cols] tensor (MLX-packed or plain); with `row0` selecting
  * rows [row0, row0 + rows) of a fused gate/up stack. `module` names the stack (no ".weight"). */
 int sl_ld_stacked(sl_loader *l, const char *module, int has_weight_suffix, int n_experts, int index, int row0,

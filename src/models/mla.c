@@ -9,6 +9,37 @@ static sl_mla_dims dims_of(const sl_config *c) {
     return d;
 }
 
+/* llama.cpp's converter splits kv_b_proj per head into k_b [n_heads][kv_lora][nope] (transposed) and v_b
+ * [n_heads][v][kv_lora]; they are joined back into kv_b_proj's [n_heads * (nope + v)][kv_lora]. */
+static int load_kv_b_split(sl_model *m, sl_loader *ld, int l, sl_err *e) {
+    const sl_config *c = &m->cfg;
+    sl_layer *L = &m->layers[l];
+    char nk[256], nv[256], what[400];
+    int nh = c->n_heads, nope = c->qk_nope_dim, v = c->v_head_dim, kv = c->kv_lora_rank, hw = nope + v;
+    float *w = sl_ld_alloc_f32(ld, (size_t)nh * (size_t)hw * (size_t)kv, e),
+          *row = sl_ld_alloc_f32(ld, (size_t)(kv > nope ? kv : nope), e);
+    if (!w || !row) return -1;
+    NAME(nk, "model.layers.%d.self_attn.k_b_proj", l);
+    NAME(nv, "model.layers.%d.self_attn.v_b_proj", l);
+    for (int h = 0; h < nh; h++) {
+        sl_weight kb, vb;
+        if (sl_ld_stacked(ld, nk, 1, nh, h, 0, kv, kv, nope, &kb, e) ||
+            sl_ld_stacked(ld, nv, 1, nh, h, 0, v, v, kv, &vb, e))
+            return -1;
+        snprintf(what, sizeof what, "%s: '%s'", m->path, nk);
+        for (int c0 = 0; c0 < kv; c0++) { /* row c0 of k_b is column c0 of the head's key rows */
+            if (sl_ld_row_f32(&kb, c0, row, what, e)) return -1;
+            for (int j = 0; j < nope; j++) w[((size_t)h * (size_t)hw + (size_t)j) * (size_t)kv + (size_t)c0] = row[j];
+        }
+        snprintf(what, sizeof what, "%s: '%s'", m->path, nv);
+        for (int r = 0; r < v; r++)
+            if (sl_ld_row_f32(&vb, r, w + ((size_t)h * (size_t)hw + (size_t)(nope + r)) * (size_t)kv, what, e))
+                return -1;
+    }
+    L->wkv_b = w;
+    return 0;
+}
+
 int mla_load(sl_model *m, sl_loader *ld, int l, sl_err *e) {
     const sl_config *c = &m->cfg;
     sl_layer *L = &m->layers[l];
@@ -25,15 +56,15 @@ int mla_load(sl_model *m, sl_loader *ld, int l, sl_err *e) {
     } else if (sl_ld_linear(ld, NAME(nb, "model.layers.%d.self_attn.q_proj", l), nh * qh, H, &L->wq, e)) {
         return -1;
     }
-    return sl_ld_linear(ld, NAME(nb, "model.layers.%d.self_attn.kv_a_proj_with_mqa", l),
-                        c->kv_lora_rank + c->qk_rope_dim, H, &L->wkv_a, e) ||
-                   sl_ld_vector(ld, NAME(nb, "model.layers.%d.self_attn.kv_a_layernorm.weight", l), c->kv_lora_rank,
-                                0.0f, &L->kv_a_norm, e) ||
-                   sl_ld_matrix_f32(ld, NAME(nb, "model.layers.%d.self_attn.kv_b_proj", l),
-                                    nh * (c->qk_nope_dim + c->v_head_dim), c->kv_lora_rank, &L->wkv_b, e) ||
-                   sl_ld_linear(ld, NAME(nb, "model.layers.%d.self_attn.o_proj", l), H, nh * c->v_head_dim, &L->wo, e)
-               ? -1
-               : 0;
+    if (sl_ld_linear(ld, NAME(nb, "model.layers.%d.self_attn.kv_a_proj_with_mqa", l), c->kv_lora_rank + c->qk_rope_dim,
+                     H, &L->wkv_a, e) ||
+        sl_ld_vector(ld, NAME(nb, "model.layers.%d.self_attn.kv_a_layernorm.weight", l), c->kv_lora_rank, 0.0f,
+                     &L->kv_a_norm, e) ||
+        sl_ld_linear(ld, NAME(nb, "model.layers.%d.self_attn.o_proj", l), H, nh * c->v_head_dim, &L->wo, e))
+        return -1;
+    if (sl_ld_has(ld, NAME(nb, "model.layers.%d.self_attn.k_b_proj.weight", l))) return load_kv_b_split(m, ld, l, e);
+    return sl_ld_matrix_f32(ld, NAME(nb, "model.layers.%d.self_attn.kv_b_proj", l),
+                            nh * (c->qk_nope_dim + c->v_head_dim), c->kv_lora_rank, &L->wkv_b, e);
 }
 
 /* The softmax scale: 1 / sqrt(query head width), times mscale^2 under YaRN with mscale_all_dim, as

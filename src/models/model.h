@@ -30,7 +30,7 @@ typedef struct sl_layer {
     sl_weight router;
     sl_expert_table experts; /* pointers into `expert_store` or into a cache's slots */
     sl_expert *expert_store; /* resident experts owned by the model */
-    float *router_bias; /* e_score_correction_bias of sigmoid routing (NULL: none) */
+    float *router_bias;      /* e_score_correction_bias of sigmoid routing (NULL: none) */
     int has_shared;
     int shared_plain; /* the shared expert joins ungated (DeepSeek-V3, GLM-4.5), not through sh_router */
     sl_weight sh_gate, sh_up, sh_down, sh_router;

@@ -53,10 +53,9 @@ static int alloc_scratch(sl_session *s) {
     int ff = imax(imax(c->intermediate, c->shared_intermediate), c->moe_intermediate);
     int E = imax(c->n_experts, 1), K = imax(c->top_k, 1);
     sl_scratch *x = &s->s;
-    return !(x->x = balloc(s, B * H * 4)) || !(x->xn = balloc(s, B * H * 4)) ||
-           !(x->qraw = balloc(s, B * qraw * 4)) || !(x->q = balloc(s, B * qw * 4)) ||
-           !(x->gate = balloc(s, B * qw * 4)) || !(x->k = balloc(s, B * kv * 4)) || !(x->v = balloc(s, B * kv * 4)) ||
-           !(x->att = balloc(s, B * (size_t)imax((int)aw, lin_v) * 4)) ||
+    return !(x->x = balloc(s, B * H * 4)) || !(x->xn = balloc(s, B * H * 4)) || !(x->qraw = balloc(s, B * qraw * 4)) ||
+           !(x->q = balloc(s, B * qw * 4)) || !(x->gate = balloc(s, B * qw * 4)) || !(x->k = balloc(s, B * kv * 4)) ||
+           !(x->v = balloc(s, B * kv * 4)) || !(x->att = balloc(s, B * (size_t)imax((int)aw, lin_v) * 4)) ||
            !(x->qkv = balloc(s, B * (size_t)imax(conv_dim, 1) * 4)) ||
            !(x->conv = balloc(s, B * (size_t)imax(conv_dim, 1) * 4)) ||
            !(x->z = balloc(s, B * (size_t)imax(lin_v, 1) * 4)) ||

@@ -48,8 +48,8 @@ static int best_untaken(const float *v, int n, const int32_t *taken, int nt) {
     return best;
 }
 
-void cpu_route_grouped(sl_backend *b, const float *logits, const float *bias, int n, int n_experts, int k,
-                       int n_group, int topk_group, int renorm, float scale, int32_t *ids, float *weights) {
+void cpu_route_grouped(sl_backend *b, const float *logits, const float *bias, int n, int n_experts, int k, int n_group,
+                       int topk_group, int renorm, float scale, int32_t *ids, float *weights) {
     cpu_impl *c = cpu_of(b);
     /* per token: sigmoid scores, biased scores, group scores, chosen groups */
     if (cpu_scratch_reserve(c, (size_t)n_experts * 2 + (size_t)n_group * 2) != 0) return;
