@@ -46,7 +46,6 @@ int mla_load(sl_model *m, sl_loader *ld, int l, sl_err *e) {
     char nb[256];
     int H = c->hidden, nh = c->n_heads, qh = c->qk_nope_dim + c->qk_rope_dim;
     L->kind = SL_LAYER_ATTENTION;
-    L->mla = 1;
     if (c->q_lora_rank > 0) {
         if (sl_ld_linear(ld, NAME(nb, "model.layers.%d.self_attn.q_a_proj", l), c->q_lora_rank, H, &L->wq_a, e) ||
             sl_ld_vector(ld, NAME(nb, "model.layers.%d.self_attn.q_a_layernorm.weight", l), c->q_lora_rank, 0.0f,

@@ -18,7 +18,6 @@ typedef struct sl_layer {
     int q_gated;            /* q_proj yields [query | gate] per head (Qwen3.5) */
     /* multi-head latent attention (DeepSeek-V3): wq (no q_lora_rank) or wq_a -> q_a_norm -> wq_b;
      * wkv_a gives [latent | k_rope]; kv_b_proj as float32 [n_heads * (nope + v)][kv_lora], absorbed */
-    int mla;
     sl_weight wq_a, wq_b, wkv_a;
     float *q_a_norm, *kv_a_norm, *wkv_b;
     /* gated delta-net */
