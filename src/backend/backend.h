@@ -4,7 +4,8 @@
  *
  * Layout conventions: activations are float32 row-major [n tokens][width]. A batch holds tokens of one or
  * more sequences (sl_batch_map says where each belongs). KV caches are pools of pages: page_size rows of
- * [n_kv * head_dim] floats each, per layer; a sequence's page table lists its pages in position order. */
+ * [n_kv * head_dim] floats each, per layer (latent attention: one cache of [kv_lora + rope] rows); a
+ * sequence's page table lists its pages in position order. */
 #ifndef SLUICE_BACKEND_BACKEND_H
 #define SLUICE_BACKEND_BACKEND_H
 
@@ -32,6 +33,15 @@ typedef struct sl_deltanet_dims {
     int n_k_heads, n_v_heads, k_dim, v_dim, conv_kernel;
     int tiled;
 } sl_deltanet_dims;
+
+/* Dimensions of a multi-head latent attention layer (DeepSeek-V2/V3). A head's query is [nope | rope];
+ * its key is [kv_b_k . latent | k_rope] and its value kv_b_v . latent, where the latent (kv_lora values)
+ * and k_rope (rope values, shared by all heads) are what the cache keeps: rows of kv_lora + rope floats.
+ * interleave: rotary pairs are adjacent dims (2i, 2i + 1) instead of i and i + rope / 2. */
+typedef struct sl_mla_dims {
+    int n_heads, nope, rope, kv_lora, v;
+    int interleave;
+} sl_mla_dims;
 
 typedef struct sl_backend sl_backend;
 
@@ -102,6 +112,12 @@ typedef struct sl_backend_ops {
     /* softmax over logits[n][n_experts], top-k, optional renormalisation -> ids[n][k], weights[n][k] */
     void (*route)(sl_backend *b, const float *logits, int n, int n_experts, int k, int renorm, int32_t *ids,
                   float *weights);
+    /* Sigmoid routing (DeepSeek-V3, GLM-4.5) of logits[n][n_experts]: s = sigmoid(logits); the choice
+     * goes by s + bias (bias [n_experts], NULL: none) among the experts of the topk_group groups (of
+     * n_group equal groups) whose two best biased scores sum highest, the other experts counting as 0;
+     * weights are the chosen experts' s, divided by their sum when renorm, times scale. */
+    void (*route_grouped)(sl_backend *b, const float *logits, const float *bias, int n, int n_experts, int k,
+                          int n_group, int topk_group, int renorm, float scale, int32_t *ids, float *weights);
     /* out[n][hidden] = sum over k of weights * expert(x) (overwrites out) */
     void (*moe)(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
                 const float *weights, int k, float *out);
@@ -126,6 +142,17 @@ typedef struct sl_backend_ops {
     void (*gated_rmsnorm)(sl_backend *b, float *x, const float *z, const float *w, int rows, int dim, float eps);
     /* the cache row of token i (see sl_batch_map) = x[i][0:width]: the KV-cache write of a batch */
     void (*kv_store)(sl_backend *b, float *cache, const sl_batch_map *bm, const float *x, int width);
+    /* The inputs of a latent attention layer: q [n][n_heads * (nope + rope)] gets the rotary embedding on
+     * each head's rope part; kv [n][kv_lora + rope] gets RMSNorm by kv_norm on its latent and the rotary
+     * embedding on its rope part, in place; then each kv row goes to the token's row of cache. */
+    void (*mla_rope_store)(sl_backend *b, float *q, float *kv, const sl_batch_map *bm, const sl_mla_dims *d,
+                           const float *kv_norm, float eps, const float *inv_freq, float attn_factor, float *cache);
+    /* Causal latent attention of the batch's queries over [0, pos] of their sequences' caches, with
+     * kv_b_proj absorbed: each head's query nope part goes through its key rows of wkv_b (float32
+     * [n_heads * (nope + v)][kv_lora]) into latent space, scores are q_latent . latent + q_rope . k_rope
+     * times scale, and the weighted latent comes back through the head's value rows. out[n][n_heads * v]. */
+    void (*mla_attention)(sl_backend *b, const float *q, const float *cache, const sl_batch_map *bm,
+                          const sl_mla_dims *d, const float *wkv_b, float scale, float *out);
 
     /* Optional ops: NULL where the backend has no use for them. */
 

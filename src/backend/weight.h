@@ -13,6 +13,7 @@ typedef enum {
     SL_WF_BF16,
     SL_WF_MLX,  /* affine: w = scale * q + bias per group of `group` inputs; q packed `bits` per value */
     SL_WF_GGML, /* a GGML block-quantised type (`gtype`); rows are whole blocks, see backend/ggml_types.h */
+    SL_WF_FP8,  /* float8 e4m3fn, w = value * scale per tile of tile_rows x group (DeepSeek's block FP8) */
 } sl_wfmt;
 
 typedef struct sl_weight {
@@ -24,6 +25,8 @@ typedef struct sl_weight {
     int bits, group;
     sl_wfmt sb_fmt;
     const uint8_t *scales, *biases;
+    /* FP8 only: scales are float32 [ceil(rows / tile_rows)][ceil(cols / group)] (weight_scale_inv) */
+    int tile_rows;
     /* GGML only: the type id (sl_ggml_type); data is the first block of row 0 and row_bytes = blocks
      * per row x block bytes */
     int gtype;
@@ -36,6 +39,13 @@ typedef struct sl_weight {
 
 /* Bytes of storage the weight occupies (data + scales + biases). */
 size_t sl_weight_bytes(const sl_weight *w);
+/* Bytes of the weight's scales array (MLX: per group, FP8: per tile); 0 for the other formats. */
+size_t sl_weight_scale_bytes(const sl_weight *w);
+/* Scale of element (r, c) of an FP8 weight. */
+static inline float sl_fp8_scale(const sl_weight *w, int r, int c) {
+    int tc = (w->cols + w->group - 1) / w->group;
+    return ((const float *)(const void *)w->scales)[(size_t)(r / w->tile_rows) * (size_t)tc + (size_t)(c / w->group)];
+}
 const char *sl_wfmt_name(const sl_weight *w, char *buf, size_t n);
 
 #endif

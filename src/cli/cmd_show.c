@@ -56,7 +56,7 @@ static void formats_line(const sl_model *m) {
     ws[nw++] = &m->lm_head;
     for (int l = 0; l < m->cfg.n_layers && nw < 8; l++) {
         const sl_layer *L = &m->layers[l];
-        ws[nw++] = L->kind == SL_LAYER_LINEAR ? &L->in_qkv : &L->wq;
+        ws[nw++] = L->kind == SL_LAYER_LINEAR ? &L->in_qkv : L->wq.data ? &L->wq : &L->wq_b;
         if (L->is_moe && nw < 8) ws[nw++] = &L->experts.experts[0]->gate;
         if (L->is_moe && nw < 8) ws[nw++] = &L->router;
     }
@@ -97,7 +97,13 @@ int cmd_show(int argc, char **argv) {
     printf("  %-22s%d\n", "layers", c->n_layers);
     if (n_lin) printf("  %-22s%d delta-net, %d full attention\n", "layer kinds", n_lin, c->n_layers - n_lin);
     printf("  %-22s%d\n", "hidden size", c->hidden);
-    printf("  %-22s%d query, %d key/value, head dim %d\n", "attention heads", c->n_heads, c->n_kv_heads, c->head_dim);
+    if (c->kv_lora_rank > 0)
+        printf("  %-22s%d, latent attention: q rank %d, kv rank %d, head dims %d + %d rope / %d value\n",
+               "attention heads", c->n_heads, c->q_lora_rank, c->kv_lora_rank, c->qk_nope_dim, c->qk_rope_dim,
+               c->v_head_dim);
+    else
+        printf("  %-22s%d query, %d key/value, head dim %d\n", "attention heads", c->n_heads, c->n_kv_heads,
+               c->head_dim);
     if (c->sliding_window) printf("  %-22s%d\n", "sliding window", c->sliding_window);
     printf("  %-22s%d\n", "vocabulary", c->vocab_size);
     printf("  %-22s%d\n", "context length", c->max_pos);
@@ -109,6 +115,9 @@ int cmd_show(int argc, char **argv) {
     if (c->n_experts)
         printf("  %-22s%d, %d active per token, intermediate %d%s\n", "experts", c->n_experts, c->top_k,
                c->moe_intermediate, c->shared_intermediate ? " + shared expert" : "");
+    if (c->n_experts && c->route_sigmoid)
+        printf("  %-22ssigmoid scores, best %d of %d groups, weights x %g%s\n", "routing", c->topk_group, c->n_group,
+               c->routed_scale, c->first_dense ? ", leading layers dense" : "");
     else
         printf("  %-22s%d\n", "intermediate size", c->intermediate);
     printf("  %-22s%s\n", "embeddings", c->tie_embeddings ? "tied to the output head" : "separate output head");

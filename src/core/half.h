@@ -49,4 +49,21 @@ static inline float sl_f16_to_f32(uint16_t h) {
 
 uint16_t sl_f32_to_f16(float f);
 
+/* float8 e4m3fn (the OCP "fn" variant DeepSeek ships): 4 exponent bits of bias 7, 3 mantissa bits, no
+ * infinities; S.1111.111 is NaN, so the largest value is 448. */
+static inline float sl_fp8_e4m3_to_f32(uint8_t v) {
+    uint32_t sign = (uint32_t)(v & 0x80u) << 24, exp = (v >> 3) & 15u, man = v & 7u, u;
+    if (exp == 15 && man == 7) {
+        u = sign | 0x7fc00000u;
+    } else if (exp == 0) { /* subnormal: man * 2^-9, exact in float32 */
+        float f = (float)man * 0x1p-9f;
+        return sign ? -f : f;
+    } else {
+        u = sign | ((exp + 127u - 7u) << 23) | (man << 20);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 #endif

@@ -12,10 +12,6 @@ static int file_of(const sl_st_set *set, const uint8_t *p, size_t len, uint64_t 
     return -1;
 }
 
-static size_t sb_bytes(const sl_weight *w) {
-    return (size_t)w->rows * (size_t)(w->cols / w->group) * (w->sb_fmt == SL_WF_F32 ? 4 : 2);
-}
-
 static void set_piece(const sl_st_set *set, piece *p, const void *ptr, size_t len) {
     memset(p, 0, sizeof *p);
     p->file = -1;
@@ -39,8 +35,11 @@ void sl_xinfo_describe(const sl_st_set *set, const sl_expert *ex, xinfo *xi, siz
         piece *p = &xi->p[4 * i];
         set_piece(set, &p[0], w->data, (size_t)w->rows * w->row_bytes);
         if (w->fmt == SL_WF_MLX) {
-            set_piece(set, &p[1], w->scales, sb_bytes(w));
-            set_piece(set, &p[2], w->biases, sb_bytes(w));
+            set_piece(set, &p[1], w->scales, sl_weight_scale_bytes(w));
+            set_piece(set, &p[2], w->biases, sl_weight_scale_bytes(w));
+        } else if (w->fmt == SL_WF_FP8) {
+            set_piece(set, &p[1], w->scales, sl_weight_scale_bytes(w));
+            set_piece(set, &p[2], NULL, 0);
         } else {
             set_piece(set, &p[1], NULL, 0);
             set_piece(set, &p[2], NULL, 0);

@@ -864,12 +864,13 @@ void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a) {
     if (st->failed || ensure(st, nk)) goto failed;
     st->visit++;
     if (l == st->first_moe) st->st.tokens += (uint64_t)n;
-    op->route(be, a->logits, n, E, k, c->norm_topk_prob, a->ids, a->weights);
+    sl_route(be, c, L->router_bias, a->logits, n, E, a->ids, a->weights);
     /* read ahead only for a next layer that missed lately: the guess costs a router matmul and a wait */
     int nl = next_moe_layer(st, l), predict = st->cfg.prefetch && n == 1 && nl >= 0 && st->miss_rate[nl] > 0.02f;
     if (predict) {
         op->matmul(be, &m->layers[nl].router, a->x, 1, st->plogits);
-        op->route(be, st->plogits, 1, m->layers[nl].experts.n_experts, k, c->norm_topk_prob, st->pids, st->pweights);
+        sl_route(be, c, m->layers[nl].router_bias, st->plogits, 1, m->layers[nl].experts.n_experts, st->pids,
+                 st->pweights);
     }
     t_route = sl_now();
     op->download(be, st->hids, a->ids, (size_t)nk * sizeof(int32_t));

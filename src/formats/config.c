@@ -122,6 +122,51 @@ static int parse_rope(json_t *tc, const char *where, sl_rope_cfg *r, int max_pos
 
 static int parse_config(json_t *root, const char *where, sl_config *c, sl_err *e);
 
+static int get_bool(json_t *o, const char *k, int dflt) {
+    json_t *v = json_object_get(o, k);
+    return json_is_boolean(v) ? json_is_true(v) : dflt;
+}
+
+/* The DeepSeek-V3 family's fields (GLM-4.5 shares its router): sigmoid routing, dense leading layers, the
+ * ungated shared expert and multi-head latent attention. */
+static int parse_deepseek(json_t *tc, const char *where, sl_config *c, sl_err *e) {
+    const char *mt = c->model_type;
+    int ds = !strcmp(mt, "deepseek_v3") || !strcmp(mt, "kimi_k2"), glm = !strcmp(mt, "glm4_moe");
+    json_t *sf = json_object_get(tc, "scoring_func");
+    c->route_sigmoid = json_is_string(sf) ? !strcmp(json_string_value(sf), "sigmoid") : ds || glm;
+    c->routed_scale = get_num(tc, "routed_scaling_factor", 1.0);
+    c->use_qk_norm = get_bool(tc, "use_qk_norm", 0);
+    c->attention_bias = get_bool(tc, "attention_bias", 0);
+    c->rope_interleave = get_bool(tc, "rope_interleave", ds);
+    if (read_int(tc, where, "", "n_group", 0, MAX_HEADS, 1, &c->n_group, e) ||
+        read_int(tc, where, "", "topk_group", 0, MAX_HEADS, 1, &c->topk_group, e) ||
+        read_int(tc, where, "", "first_k_dense_replace", 0, MAX_LAYERS, 0, &c->first_dense, e) ||
+        read_int(tc, where, "", "num_nextn_predict_layers", 0, MAX_LAYERS, 0, &c->n_nextn, e) ||
+        read_int(tc, where, "", "n_shared_experts", 0, MAX_HEADS, 0, &c->n_shared, e) ||
+        read_int(tc, where, "", "q_lora_rank", 0, INT_MAX, 0, &c->q_lora_rank, e) ||
+        read_int(tc, where, "", "kv_lora_rank", 0, INT_MAX, 0, &c->kv_lora_rank, e) ||
+        read_int(tc, where, "", "qk_nope_head_dim", 0, MAX_HEADS, 0, &c->qk_nope_dim, e) ||
+        read_int(tc, where, "", "qk_rope_head_dim", 0, MAX_HEADS, 0, &c->qk_rope_dim, e) ||
+        read_int(tc, where, "", "v_head_dim", 0, MAX_HEADS, 0, &c->v_head_dim, e))
+        return -1;
+    if (!c->shared_intermediate) c->shared_intermediate = c->n_shared * c->moe_intermediate;
+    if (c->n_group < 1) c->n_group = 1;
+    if (c->topk_group < 1 || c->topk_group > c->n_group) c->topk_group = c->n_group;
+    if (c->n_experts && c->n_experts % c->n_group)
+        return sl_fail(e, "%s: n_routed_experts %d is not a multiple of n_group %d", where, c->n_experts, c->n_group);
+    if (c->kv_lora_rank > 0) {
+        if (c->qk_rope_dim <= 0 || c->qk_rope_dim % 2 || c->qk_nope_dim <= 0 || c->v_head_dim <= 0)
+            return sl_fail(e,
+                           "%s: kv_lora_rank %d needs positive qk_nope_head_dim, v_head_dim and an even "
+                           "qk_rope_head_dim (got %d, %d, %d)",
+                           where, c->kv_lora_rank, c->qk_nope_dim, c->v_head_dim, c->qk_rope_dim);
+        /* the rotary tables cover the decoupled rope part of each head */
+        c->head_dim = c->qk_rope_dim;
+        c->rope.partial_factor = 1.0;
+    }
+    return 0;
+}
+
 /* On failure nothing is left to free: the per-layer tables a failed parse allocated go with it. */
 int sl_config_parse(json_t *root, const char *where, sl_config *c, sl_err *e) {
     memset(c, 0, sizeof *c);
@@ -176,6 +221,9 @@ static int parse_config(json_t *root, const char *where, sl_config *c, sl_err *e
         return -1;
     /* Mixtral's experts are intermediate_size wide; it has no moe_intermediate_size */
     if (!c->moe_intermediate && !strcmp(c->model_type, "mixtral")) c->moe_intermediate = c->intermediate;
+    /* DeepSeek-V3 / GLM-4.5 name their routed experts n_routed_experts */
+    if (!c->n_experts && read_int(tc, where, "", "n_routed_experts", 0, MAX_HEADS, 0, &c->n_experts, e)) return -1;
+    if (parse_deepseek(tc, where, c, e)) return -1;
     json_t *ntp = json_object_get(tc, "norm_topk_prob");
     c->norm_topk_prob = json_is_boolean(ntp) ? json_is_true(ntp) : 1;
     if (c->n_experts && (c->top_k <= 0 || c->top_k > c->n_experts))
@@ -221,6 +269,18 @@ static int parse_config(json_t *root, const char *where, sl_config *c, sl_err *e
 
     json_t *q = json_object_get(root, "quantization");
     if (!json_is_object(q)) q = json_object_get(root, "quantization_config");
+    json_t *qm = json_is_object(q) ? json_object_get(q, "quant_method") : NULL;
+    if (json_is_string(qm) && !strcmp(json_string_value(qm), "fp8")) {
+        json_t *bs = json_object_get(q, "weight_block_size");
+        if (!json_is_array(bs) || json_array_size(bs) != 2 || !json_is_integer(json_array_get(bs, 0)) ||
+            !json_is_integer(json_array_get(bs, 1)) || json_integer_value(json_array_get(bs, 0)) <= 0 ||
+            json_integer_value(json_array_get(bs, 1)) <= 0 || json_integer_value(json_array_get(bs, 0)) > 1 << 20 ||
+            json_integer_value(json_array_get(bs, 1)) > 1 << 20)
+            return sl_fail(e, "%s: quantization_config.weight_block_size must be two positive integers for fp8", where);
+        c->fp8_block_rows = (int)json_integer_value(json_array_get(bs, 0));
+        c->fp8_block_cols = (int)json_integer_value(json_array_get(bs, 1));
+        q = NULL; /* not an MLX table */
+    }
     if (json_is_object(q) && json_is_integer(json_object_get(q, "bits"))) {
         if (read_int(q, where, "quantization.", "bits", 1, 32, 0, &c->quant_bits, e) ||
             read_int(q, where, "quantization.", "group_size", 1, 1 << 20, 64, &c->quant_group, e))

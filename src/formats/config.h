@@ -33,6 +33,20 @@ typedef struct sl_config {
     /* mixture of experts */
     int n_experts, top_k, moe_intermediate, shared_intermediate, norm_topk_prob, decoder_sparse_step;
     int *mlp_only; /* per layer: 1 when the layer keeps a dense MLP */
+    /* sigmoid routing (DeepSeek-V3, GLM-4.5): scores are sigmoids, a correction bias steers the choice,
+     * experts are picked within the topk_group best of n_group groups, weights scaled by routed_scale */
+    int route_sigmoid, n_group, topk_group;
+    double routed_scale;
+    int first_dense;    /* first_k_dense_replace: leading layers with a dense MLP */
+    int n_nextn;        /* num_nextn_predict_layers: multi-token-prediction layers stored after the decoder's */
+    int n_shared;       /* n_shared_experts: an ungated shared expert of n_shared * moe_intermediate */
+    int use_qk_norm;    /* per-head q/k RMSNorm (GLM-4.5 use_qk_norm) */
+    int attention_bias; /* q/k/v projections carry biases */
+    /* multi-head latent attention (DeepSeek-V2/V3); kv_lora_rank 0: not MLA */
+    int q_lora_rank, kv_lora_rank, qk_nope_dim, qk_rope_dim, v_head_dim;
+    int rope_interleave; /* rotary pairs are adjacent dims (2i, 2i+1), not i and i + rot/2 */
+    /* FP8 checkpoints (quant_method fp8): tile shape of weight_scale_inv; 0 when not FP8 */
+    int fp8_block_rows, fp8_block_cols;
     /* hybrid linear attention (gated delta-net) */
     sl_layer_kind *layer_kind;
     int conv_kernel, lin_k_head_dim, lin_v_head_dim, lin_n_k_heads, lin_n_v_heads;
@@ -50,6 +64,19 @@ static inline int sl_config_conv_dim(const sl_config *c) {
 /* Floats of one delta-net layer's recurrent state: value heads x key dim x value dim. */
 static inline size_t sl_config_ssm_floats(const sl_config *c) {
     return (size_t)c->lin_n_v_heads * (size_t)c->lin_k_head_dim * (size_t)c->lin_v_head_dim;
+}
+
+/* Floats of one position's row in an attention layer's cache, and how many caches (keys and values, or
+ * latent attention's one) a layer keeps. */
+static inline int sl_config_kv_width(const sl_config *c) {
+    return c->kv_lora_rank > 0 ? c->kv_lora_rank + c->qk_rope_dim : c->n_kv_heads * c->head_dim;
+}
+static inline int sl_config_kv_caches(const sl_config *c) {
+    return c->kv_lora_rank > 0 ? 1 : 2;
+}
+/* Width of an attention layer's queries [n_heads x head width]. */
+static inline int sl_config_q_width(const sl_config *c) {
+    return c->kv_lora_rank > 0 ? c->n_heads * (c->qk_nope_dim + c->qk_rope_dim) : c->n_heads * c->head_dim;
 }
 
 /* Parses dir/config.json. */

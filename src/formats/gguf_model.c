@@ -11,8 +11,8 @@
 static const struct {
     const char *arch, *model_type;
 } archs[] = {
-    {"llama", "llama"},        {"qwen2", "qwen2"},           {"qwen3", "qwen3"},
-    {"qwen3moe", "qwen3_moe"}, {"qwen35moe", "qwen3_5_moe"}, {"qwen3next", "qwen3_next"},
+    {"llama", "llama"},           {"qwen2", "qwen2"},           {"qwen3", "qwen3"},      {"qwen3moe", "qwen3_moe"},
+    {"qwen35moe", "qwen3_5_moe"}, {"qwen3next", "qwen3_next"},  {"deepseek2", "deepseek_v3"}, {"glm4moe", "glm4_moe"},
 };
 
 /* ---- metadata -> config ---- */
@@ -99,6 +99,66 @@ static int rope_config(meta *m, int64_t head_dim) {
     return 0;
 }
 
+/* The sigmoid router and dense leading layers of deepseek2 and glm4moe. */
+static int sigmoid_moe_config(meta *m) {
+    char k[160];
+    int64_t gating = 0;
+    double scale = 1.0;
+    if (put_int(m, "expert_shared_count", "n_shared_experts", 0) ||
+        put_int(m, "leading_dense_block_count", "first_k_dense_replace", 0) ||
+        put_int(m, "expert_group_count", "n_group", 0) || put_int(m, "expert_group_used_count", "topk_group", 0) ||
+        get_arch_int(m, "expert_gating_func", &gating) < 0 ||
+        sl_gguf_get_float(m->g, akey(m, "expert_weights_scale", k, sizeof k), &scale, m->e) < 0)
+        return -1;
+    /* llama.cpp's gating functions: 1 softmax, 2 sigmoid (deepseek2 files from before the key are sigmoid) */
+    if (gating != 0 && gating != 1 && gating != 2)
+        return sl_fail(m->e, "%s: %s.expert_gating_func is %lld (expected 1 softmax or 2 sigmoid)", m->g->paths[0],
+                       m->arch, (long long)gating);
+    json_object_set_new(m->cfg, "scoring_func", json_string(gating == 1 ? "softmax" : "sigmoid"));
+    json_object_set_new(m->cfg, "routed_scaling_factor", json_real(scale));
+    /* multi-token-prediction blocks follow the decoder's (glm4moe): not part of it */
+    int64_t nextn = 0, layers = json_integer_value(json_object_get(m->cfg, "num_hidden_layers"));
+    if (get_arch_int(m, "nextn_predict_layers", &nextn) < 0) return -1;
+    if (nextn < 0 || nextn >= layers)
+        return sl_fail(m->e, "%s: %s.nextn_predict_layers is %lld of %lld blocks", m->g->paths[0], m->arch,
+                       (long long)nextn, (long long)layers);
+    json_object_set_new(m->cfg, "num_hidden_layers", json_integer(layers - nextn));
+    return 0;
+}
+
+/* deepseek2's latent attention: llama.cpp writes it as one KV head of kv_lora_rank + rope (key_length)
+ * and kv_lora_rank (value_length), with the per-head sizes in key_length_mla / value_length_mla (files
+ * from before those keys give them in key_length / value_length). Rotary pairs are adjacent dims. */
+static int deepseek2_config(meta *m, int64_t *rope_dim) {
+    char k[160];
+    int64_t heads = json_integer_value(json_object_get(m->cfg, "num_attention_heads"));
+    int64_t q_lora = 0, kv_lora = 0, kl = 0, vl = 0, klm = 0, vlm = 0, rd = 0;
+    if (get_arch_int(m, "attention.q_lora_rank", &q_lora) < 0 ||
+        get_arch_int(m, "attention.kv_lora_rank", &kv_lora) < 0 || get_arch_int(m, "attention.key_length", &kl) < 0 ||
+        get_arch_int(m, "attention.value_length", &vl) < 0 || get_arch_int(m, "attention.key_length_mla", &klm) < 0 ||
+        get_arch_int(m, "attention.value_length_mla", &vlm) < 0 || get_arch_int(m, "rope.dimension_count", &rd) < 0)
+        return -1;
+    if (!klm) klm = kl, vlm = vl;
+    if (kv_lora <= 0 || rd <= 0 || rd % 2 || klm <= rd || vlm <= 0)
+        return sl_fail(m->e,
+                       "%s: deepseek2 attention keys missing or inconsistent (kv_lora_rank %lld, rope.dimension_count "
+                       "%lld, key_length_mla %lld, value_length_mla %lld)",
+                       m->g->paths[0], (long long)kv_lora, (long long)rd, (long long)klm, (long long)vlm);
+    json_object_set_new(m->cfg, "num_key_value_heads", json_integer(heads));
+    if (q_lora > 0) json_object_set_new(m->cfg, "q_lora_rank", json_integer(q_lora));
+    json_object_set_new(m->cfg, "kv_lora_rank", json_integer(kv_lora));
+    json_object_set_new(m->cfg, "qk_rope_head_dim", json_integer(rd));
+    json_object_set_new(m->cfg, "qk_nope_head_dim", json_integer(klm - rd));
+    json_object_set_new(m->cfg, "v_head_dim", json_integer(vlm));
+    json_object_set_new(m->cfg, "rope_interleave", json_true());
+    json_object_set_new(m->cfg, "head_dim", json_integer(rd));
+    *rope_dim = rd;
+    /* yarn_log_multiplier = 0.1 * mscale_all_dim (DeepSeek's mscale equals it in the checkpoints) */
+    double mul = 0;
+    if (sl_gguf_get_float(m->g, akey(m, "rope.scaling.yarn_log_multiplier", k, sizeof k), &mul, m->e) < 0) return -1;
+    return mul > 0 ? 1 : 0;
+}
+
 static int build_config(meta *m) {
     const sl_gguf *g = m->g;
     const char *path = g->paths[0];
@@ -109,7 +169,7 @@ static int build_config(meta *m) {
     if (!mt)
         return sl_fail(m->e,
                        "%s: general.architecture '%s' is not supported (expected llama, qwen2, qwen3, qwen3moe, "
-                       "qwen35moe or qwen3next)",
+                       "qwen35moe, qwen3next, deepseek2 or glm4moe)",
                        path, m->arch);
     /* llama.cpp writes Mixtral as llama with experts */
     int64_t experts = 0;
@@ -129,17 +189,31 @@ static int build_config(meta *m) {
     int64_t heads = json_integer_value(json_object_get(m->cfg, "num_attention_heads"));
     int64_t layers = json_integer_value(json_object_get(m->cfg, "num_hidden_layers"));
     int64_t hd = hidden / heads, vd = 0;
-    if (get_arch_int(m, "attention.key_length", &hd) < 0) return -1;
-    vd = hd;
-    if (get_arch_int(m, "attention.value_length", &vd) < 0) return -1;
-    if (hd <= 0 || vd != hd)
-        return sl_fail(m->e, "%s: %s.attention.key_length %lld and value_length %lld must be equal and positive", path,
-                       m->arch, (long long)hd, (long long)vd);
-    json_object_set_new(m->cfg, "head_dim", json_integer(hd));
+    int mla = !strcmp(m->arch, "deepseek2"), yarn_mul = 0;
+    if (mla) {
+        if ((yarn_mul = deepseek2_config(m, &hd)) < 0) return -1;
+    } else {
+        if (get_arch_int(m, "attention.key_length", &hd) < 0) return -1;
+        vd = hd;
+        if (get_arch_int(m, "attention.value_length", &vd) < 0) return -1;
+        if (hd <= 0 || vd != hd)
+            return sl_fail(m->e, "%s: %s.attention.key_length %lld and value_length %lld must be equal and positive",
+                           path, m->arch, (long long)hd, (long long)vd);
+        json_object_set_new(m->cfg, "head_dim", json_integer(hd));
+    }
     double eps = 1e-6;
     if (sl_gguf_get_float(g, akey(m, "attention.layer_norm_rms_epsilon", k, sizeof k), &eps, m->e) < 0) return -1;
     json_object_set_new(m->cfg, "rms_norm_eps", json_real(eps));
     if (rope_config(m, hd)) return -1;
+    if (yarn_mul) {
+        double mul = 0;
+        json_t *rp = json_object_get(m->cfg, "rope_parameters");
+        if (sl_gguf_get_float(g, akey(m, "rope.scaling.yarn_log_multiplier", k, sizeof k), &mul, m->e) < 0) return -1;
+        json_object_set_new(rp, "mscale_all_dim", json_real(mul / 0.1));
+        json_object_set_new(rp, "mscale", json_real(mul / 0.1));
+    }
+    if ((mla || !strcmp(m->arch, "glm4moe")) && sigmoid_moe_config(m)) return -1;
+    layers = json_integer_value(json_object_get(m->cfg, "num_hidden_layers"));
     int norm = 1;
     if (sl_gguf_get_bool(g, akey(m, "expert_weights_norm", k, sizeof k), &norm, m->e) < 0) return -1;
     json_object_set_new(m->cfg, "norm_topk_prob", json_boolean(norm));
@@ -247,6 +321,24 @@ static const struct {
     {"ssm_a", "linear_attn.A_log"},
     {"ssm_dt.bias", "linear_attn.dt_bias"},
     {"ssm_norm.weight", "linear_attn.norm.weight"},
+    {"exp_probs_b.bias", "mlp.gate.e_score_correction_bias"},
+    {"attn_q_a.weight", "self_attn.q_a_proj.weight"},
+    {"attn_q_a_norm.weight", "self_attn.q_a_layernorm.weight"},
+    {"attn_q_b.weight", "self_attn.q_b_proj.weight"},
+    {"attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight"},
+    {"attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight"},
+    {"attn_kv_b.weight", "self_attn.kv_b_proj.weight"},
+    {"attn_k_b.weight", "self_attn.k_b_proj.weight"},
+    {"attn_v_b.weight", "self_attn.v_b_proj.weight"},
+};
+
+/* deepseek2 and glm4moe: the shared expert is DeepSeek's ungated shared_experts */
+static const struct {
+    const char *gguf, *hf;
+} plain_shared_names[] = {
+    {"ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight"},
+    {"ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight"},
+    {"ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight"},
 };
 
 static const struct {
@@ -257,14 +349,25 @@ static const struct {
     {"output.weight", "lm_head.weight"},
 };
 
-/* The Hugging Face name of a GGUF tensor; unknown names are kept, so the loader reports them as unexpected. */
-static char *hf_name(const sl_gguf *g, const char *name) {
+/* The Hugging Face name of a GGUF tensor; unknown names are kept, so the loader reports them as unexpected.
+ * Blocks past the decoder's layers (multi-token prediction) go under "mtp.", which the loader skips. */
+static char *hf_name(const sl_gguf *g, const sl_config *c, const char *name) {
     for (size_t i = 0; i < sizeof global_names / sizeof global_names[0]; i++)
         if (!strcmp(name, global_names[i].gguf)) return strdup(global_names[i].hf);
     int l, used = 0;
     if (sscanf(name, "blk.%d.%n", &l, &used) == 1 && used > 0 && l >= 0) {
         const char *rest = name + used;
         char buf[256];
+        if (l >= c->n_layers) {
+            snprintf(buf, sizeof buf, "mtp.layers.%d.%s", l, rest);
+            return strdup(buf);
+        }
+        if (c->route_sigmoid)
+            for (size_t i = 0; i < sizeof plain_shared_names / sizeof plain_shared_names[0]; i++)
+                if (!strcmp(rest, plain_shared_names[i].gguf)) {
+                    snprintf(buf, sizeof buf, "model.layers.%d.%s", l, plain_shared_names[i].hf);
+                    return strdup(buf);
+                }
         if (!strcmp(rest, "ffn_down_exps.weight")) {
             /* down_proj pairs with the fused gate_up stack when the file has one */
             snprintf(buf, sizeof buf, "blk.%d.ffn_gate_up_exps.weight", l);
@@ -336,7 +439,7 @@ static int a_log_from_ssm_a(sl_st_tensor *t, const char *path, const char *gname
 
 static int convert_tensor(const sl_gguf *g, const sl_gguf_tensor *gt, const sl_config *c, sl_st_tensor *t, sl_err *e) {
     const char *path = g->paths[gt->file];
-    t->name = hf_name(g, gt->name);
+    t->name = hf_name(g, c, gt->name);
     if (!t->name) return sl_fail(e, "out of memory");
     t->ndim = gt->ndim;
     for (int i = 0; i < gt->ndim; i++) t->shape[i] = gt->ne[gt->ndim - 1 - i];

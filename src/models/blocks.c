@@ -106,6 +106,9 @@ int blk_load_moe(sl_model *m, sl_loader *ld, int l, int with_shared, sl_err *e) 
     L->is_moe = 1;
     if (sl_ld_linear(ld, NAME(nb, "%s.gate", p), E, H, &L->router, e)) return -1;
     L->router.exact = 1;
+    if (sl_ld_has(ld, NAME(nb, "%s.gate.e_score_correction_bias", p)) &&
+        sl_ld_vector(ld, nb, E, 0.0f, &L->router_bias, e))
+        return -1;
     L->expert_store = calloc((size_t)E, sizeof *L->expert_store);
     L->experts.experts = calloc((size_t)E, sizeof *L->experts.experts);
     if (!L->expert_store || !L->experts.experts) return sl_fail(e, "out of memory");
@@ -129,7 +132,17 @@ int blk_load_moe(sl_model *m, sl_loader *ld, int l, int with_shared, sl_err *e) 
         if (rc) return -1;
         L->experts.experts[x] = ex;
     }
-    if (!with_shared) return 0;
+    if (with_shared == BLK_SHARED_NONE) return 0;
+    if (with_shared == BLK_SHARED_PLAIN) { /* shared_experts: n_shared experts' width, joined ungated */
+        int SI = c->shared_intermediate;
+        if (SI <= 0) return sl_fail(e, "%s%s: n_shared_experts missing", m->path, m->cfg_suffix);
+        L->has_shared = L->shared_plain = 1;
+        return sl_ld_linear(ld, NAME(nb, "%s.shared_experts.gate_proj", p), SI, H, &L->sh_gate, e) ||
+                       sl_ld_linear(ld, NAME(nb, "%s.shared_experts.up_proj", p), SI, H, &L->sh_up, e) ||
+                       sl_ld_linear(ld, NAME(nb, "%s.shared_experts.down_proj", p), H, SI, &L->sh_down, e)
+                   ? -1
+                   : 0;
+    }
     int SI = c->shared_intermediate;
     if (SI <= 0) return sl_fail(e, "%s%s: shared_expert_intermediate_size missing", m->path, m->cfg_suffix);
     L->has_shared = 1;
@@ -141,12 +154,37 @@ int blk_load_moe(sl_model *m, sl_loader *ld, int l, int with_shared, sl_err *e) 
                : 0;
 }
 
+/* Routed experts plus an ungated shared expert: out = moe(xn) + down(silu(gate xn) * up xn). */
+static void moe_plain_shared(sl_model *m, sl_session *s, int l, const float *xn, int n, float *out) {
+    const sl_config *c = &m->cfg;
+    sl_backend *be = m->be;
+    sl_layer *L = &m->layers[l];
+    sl_scratch *x = &s->s;
+    const sl_weight *w[3] = {&L->router, &L->sh_gate, &L->sh_up};
+    float *y[3] = {x->router, x->ff_g, x->ff_u};
+    sl_matmul_multi(be, 3, w, xn, n, y);
+    if (m->store) {
+        sl_store_moe_args a = {
+            .x = xn, .n = n, .logits = x->router, .ids = x->moe_ids, .weights = x->moe_w, .out = out};
+        sl_store_moe(m->store, l, &a);
+    } else {
+        sl_route(be, c, L->router_bias, x->router, n, c->n_experts, x->moe_ids, x->moe_w);
+        be->ops->moe(be, &L->experts, xn, n, c->hidden, x->moe_ids, x->moe_w, c->top_k, out);
+    }
+    sl_swiglu_matmul(be, &L->sh_down, x->ff_g, x->ff_u, n, NULL, NULL, x->ff_o);
+    be->ops->add(be, out, x->ff_o, (size_t)n * (size_t)c->hidden);
+}
+
 void blk_moe(sl_model *m, sl_session *s, int l, const float *xn, int n, float *out) {
     const sl_config *c = &m->cfg;
     const sl_backend_ops *op = m->be->ops;
     sl_backend *be = m->be;
     sl_layer *L = &m->layers[l];
     sl_scratch *x = &s->s;
+    if (L->shared_plain) {
+        moe_plain_shared(m, s, l, xn, n, out);
+        return;
+    }
     /* the router and the shared expert's gate and up projections all read xn */
     const sl_weight *w[4] = {&L->router, &L->sh_router, &L->sh_gate, &L->sh_up};
     float *y[4] = {x->router, x->sh_gate, x->ff_g, x->ff_u};
@@ -167,7 +205,7 @@ void blk_moe(sl_model *m, sl_session *s, int l, const float *xn, int n, float *o
         return;
     }
     if (!L->has_shared) {
-        op->route(be, x->router, n, c->n_experts, c->top_k, c->norm_topk_prob, x->moe_ids, x->moe_w);
+        sl_route(be, c, L->router_bias, x->router, n, c->n_experts, x->moe_ids, x->moe_w);
         op->moe(be, &L->experts, xn, n, c->hidden, x->moe_ids, x->moe_w, c->top_k, out);
         return;
     }

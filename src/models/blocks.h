@@ -25,8 +25,12 @@ void blk_attention(sl_model *m, sl_session *s, int l, const float *xn, int n, fl
 int blk_load_mlp(sl_model *m, sl_loader *ld, int l, sl_err *e);
 void blk_mlp(sl_model *m, sl_session *s, int l, const float *xn, int n, float *out);
 
-/* Router, experts in any stored layout (per-expert, fused gate_up, stacked switch_mlp) and the shared
- * expert with its sigmoid gate when with_shared. */
+/* The shared expert of a MoE layer: none, Qwen's shared_expert with its sigmoid gate, or DeepSeek's
+ * shared_experts (n_shared_experts wide) joined ungated. */
+enum { BLK_SHARED_NONE = 0, BLK_SHARED_GATED = 1, BLK_SHARED_PLAIN = 2 };
+
+/* Router (with e_score_correction_bias when the checkpoint has one), experts in any stored layout
+ * (per-expert, fused gate_up, stacked switch_mlp) and the shared expert of kind with_shared. */
 int blk_load_moe(sl_model *m, sl_loader *ld, int l, int with_shared, sl_err *e);
 void blk_moe(sl_model *m, sl_session *s, int l, const float *xn, int n, float *out);
 

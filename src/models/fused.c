@@ -118,3 +118,12 @@ void sl_matmul_multi_conv(sl_backend *b, int nw, const sl_weight *const *w, cons
     sl_matmul_multi(b, nw < SL_MATMUL_MULTI ? nw : SL_MATMUL_MULTI, w, x, n, yy);
     op->conv1d_silu(b, tmp, n, w[0]->rows, conv_w, kernel, state, y[0]);
 }
+
+void sl_route(sl_backend *b, const sl_config *c, const float *bias, const float *logits, int n, int n_experts,
+              int32_t *ids, float *weights) {
+    if (c->route_sigmoid)
+        b->ops->route_grouped(b, logits, bias, n, n_experts, c->top_k, c->n_group, c->topk_group, c->norm_topk_prob,
+                              (float)c->routed_scale, ids, weights);
+    else
+        b->ops->route(b, logits, n, n_experts, c->top_k, c->norm_topk_prob, ids, weights);
+}

@@ -4,6 +4,12 @@
 #define SLUICE_MODELS_FUSED_H
 
 #include "backend/backend.h"
+#include "formats/config.h"
+
+/* The routing the config asks for: softmax top-k (route), or sigmoid scores with the correction bias
+ * and group-limited choice (route_grouped). */
+void sl_route(sl_backend *b, const sl_config *c, const float *bias, const float *logits, int n, int n_experts,
+              int32_t *ids, float *weights);
 
 /* x += d (d NULL: nothing to add), then y = rmsnorm(x) * w. */
 void sl_add_rmsnorm(sl_backend *b, float *x, const float *d, const float *w, int rows, int dim, float eps, float *y);

@@ -1,5 +1,6 @@
 #include "models/loader.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,6 +71,13 @@ static char *normalise(const char *raw) {
     return s ? mixtral_moe_name(s) : NULL;
 }
 
+/* DeepSeek-V3 and GLM-4.5 checkpoints store their multi-token-prediction layers as model.layers.N with N
+ * past num_hidden_layers; a decoder does not use them. */
+static int mtp_layer(const sl_config *c, const char *name) {
+    int l, used = 0;
+    return c->n_nextn > 0 && sscanf(name, "model.layers.%d.%n", &l, &used) == 1 && used > 0 && l >= c->n_layers;
+}
+
 static int cmp_norm(const void *a, const void *b, void *ctx) {
     char **names = ctx;
     return strcmp(names[*(const int *)a], names[*(const int *)b]);
@@ -85,6 +93,10 @@ int sl_loader_init(sl_loader *l, sl_model *m, sl_err *e) {
     if (!l->norm_names || !l->order || !l->used) return sl_fail(e, "out of memory");
     for (int i = 0; i < n; i++) {
         l->norm_names[i] = normalise(m->st->tensors[i].name);
+        if (l->norm_names[i] && mtp_layer(&m->cfg, l->norm_names[i])) {
+            free(l->norm_names[i]);
+            l->norm_names[i] = NULL;
+        }
         if (l->norm_names[i]) l->order[l->n++] = i;
     }
     qsort_r(l->order, (size_t)l->n, sizeof *l->order, cmp_norm, l->norm_names);
@@ -227,6 +239,42 @@ static char *cat(char *buf, size_t n, const char *a, const char *b) {
     return buf;
 }
 
+/* A float8 e4m3 matrix (stack) t with its float32 `module.weight_scale_inv` of one scale per tile (the
+ * tile shape from quantization_config.weight_block_size, 128 x 128 when absent). Slices of a stack must
+ * start on a tile row. */
+static int fill_fp8(sl_loader *l, const char *module, const sl_st_tensor *t, int stacked, int n_experts, int rows_total,
+                    int64_t first_row, sl_weight *w, sl_err *e) {
+    char nb[512], s[96];
+    const sl_config *c = &l->m->cfg;
+    int br = c->fp8_block_rows > 0 ? c->fp8_block_rows : 128, bc = c->fp8_block_cols > 0 ? c->fp8_block_cols : 128;
+    int nd = stacked ? 3 : 2;
+    const sl_st_tensor *sc = sl_ld_find(l, cat(nb, sizeof nb, module, ".weight_scale_inv"));
+    if (!sc)
+        return sl_fail(e, "%s: tensor '%s' is F8_E4M3 but '%s' is missing (expected float32 scales per %dx%d tile)",
+                       file_of(l, t), t->name, nb, br, bc);
+    int64_t tr = (rows_total + br - 1) / br, tc = (w->cols + bc - 1) / bc;
+    shape_str(sc, s, sizeof s);
+    if (sc->dtype != SL_ST_F32 || sc->ndim != nd || (stacked && sc->shape[0] != n_experts) || sc->shape[nd - 2] != tr ||
+        sc->shape[nd - 1] != tc)
+        return sl_fail(e, "%s: tensor '%s' is %s %s, expected F32 [%s%lld, %lld] (one scale per %dx%d tile of %s)",
+                       file_of(l, sc), sc->name, sl_st_dtype_name(sc->dtype), s, stacked ? "E, " : "", (long long)tr,
+                       (long long)tc, br, bc, t->name);
+    int64_t in_stack = first_row % rows_total, mat = first_row / rows_total;
+    if (in_stack % br)
+        return sl_fail(e, "%s: tensor '%s': rows from %lld do not start on a %d-row FP8 tile", file_of(l, t), t->name,
+                       (long long)in_stack, br);
+    w->fmt = SL_WF_FP8;
+    w->group = bc;
+    w->tile_rows = br;
+    w->sb_fmt = SL_WF_F32;
+    w->row_bytes = (size_t)w->cols;
+    w->data = t->data + (size_t)first_row * w->row_bytes;
+    size_t tiles = (size_t)((w->rows + br - 1) / br) * (size_t)tc * 4;
+    w->scales =
+        aligned_data(l, sc->data + ((size_t)mat * (size_t)tr + (size_t)(in_stack / br)) * (size_t)tc * 4, tiles, 4);
+    return w->scales ? 0 : sl_fail(e, "out of memory");
+}
+
 /* Describes an MLX-packed (or plain) matrix stack: t is [E?, rows_total, packed_cols]. Fills w for the
  * slice starting at element row `first_row` (counting across the stack) of `rows` rows. */
 static int fill_weight(sl_loader *l, const char *module, const char *wname, const sl_st_tensor *t, int stacked,
@@ -291,9 +339,15 @@ static int fill_weight(sl_loader *l, const char *module, const char *wname, cons
         l->m->n_params += (uint64_t)rows * (uint64_t)cols;
         return 0;
     }
+    if (t->dtype == SL_ST_F8_E4M3) {
+        if (t->shape[want_nd - 1] != cols) goto bad_shape;
+        if (fill_fp8(l, module, t, stacked, n_experts, rows_total, first_row, w, e)) return -1;
+        l->m->n_params += (uint64_t)rows * (uint64_t)cols;
+        return 0;
+    }
     if (to_wfmt(t->dtype, &w->fmt))
-        return sl_fail(e, "%s: tensor '%s' has dtype %s, expected F32, F16, BF16 or MLX-packed U32", file_of(l, t),
-                       wname, dtype_name(t));
+        return sl_fail(e, "%s: tensor '%s' has dtype %s, expected F32, F16, BF16, F8_E4M3 or MLX-packed U32",
+                       file_of(l, t), wname, dtype_name(t));
     if (t->shape[want_nd - 1] != cols) goto bad_shape;
     size_t es = sl_st_dtype_size(t->dtype);
     w->row_bytes = (size_t)cols * es;
@@ -367,6 +421,48 @@ int sl_ld_linear_rows(sl_loader *l, const char *module, int rows_total, int cols
         return sl_fail(e, "out of memory");
     /* the parameters are counted once over all the parts of the fused tensor */
     l->m->n_params -= (uint64_t)(rows_total - n) * (uint64_t)(cols + (full.bias ? 1 : 0));
+int sl_ld_row_f32(const sl_weight *w, int r, float *d, const char *what, sl_err *e) {
+    if (w->fmt == SL_WF_MLX)
+        return sl_fail(e, "%s is MLX-packed, expected F32, F16, BF16, F8_E4M3 or a GGML type", what);
+    if (w->bias) return sl_fail(e, "%s has a bias, which this layer does not use", what);
+    const uint8_t *p = w->data + (size_t)r * w->row_bytes;
+    if (w->fmt == SL_WF_GGML) {
+        sl_ggml_dequant_row(w->gtype, p, d, w->cols);
+        return 0;
+    }
+    for (int j = 0; j < w->cols; j++) {
+        uint16_t h;
+        switch (w->fmt) {
+        case SL_WF_F32: memcpy(&d[j], p + 4 * (size_t)j, 4); break;
+        case SL_WF_BF16: memcpy(&h, p + 2 * (size_t)j, 2), d[j] = sl_bf16_to_f32(h); break;
+        case SL_WF_F16: memcpy(&h, p + 2 * (size_t)j, 2), d[j] = sl_f16_to_f32(h); break;
+        case SL_WF_FP8: d[j] = sl_fp8_e4m3_to_f32(p[j]) * sl_fp8_scale(w, r, j); break;
+        default: d[j] = 0; break;
+        }
+    }
+    return 0;
+}
+
+float *sl_ld_alloc_f32(sl_loader *l, size_t n, sl_err *e) {
+    float *v = malloc(sizeof *v * (n ? n : 1));
+    if (!v || model_own(l->m, v)) {
+        free(v);
+        sl_fail(e, "out of memory");
+        return NULL;
+    }
+    return v;
+}
+
+int sl_ld_matrix_f32(sl_loader *l, const char *module, int rows, int cols, float **out, sl_err *e) {
+    sl_weight w;
+    char what[300];
+    snprintf(what, sizeof what, "%s: '%s'", l->m->path, module);
+    if (sl_ld_linear(l, module, rows, cols, &w, e)) return -1;
+    float *v = sl_ld_alloc_f32(l, (size_t)rows * (size_t)cols, e);
+    if (!v) return -1;
+    for (int r = 0; r < rows; r++)
+        if (sl_ld_row_f32(&w, r, v + (size_t)r * (size_t)cols, what, e)) return -1;
+    *out = v;
     return 0;
 }
 

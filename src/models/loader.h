@@ -22,13 +22,21 @@ void sl_loader_free(sl_loader *l);
 const sl_st_tensor *sl_ld_find(sl_loader *l, const char *name);
 int sl_ld_has(sl_loader *l, const char *name);
 
-/* A linear layer `module` (without ".weight") of [rows, cols]: plain F32/F16/BF16 or MLX-packed
- * (".weight" U32 + ".scales" + ".biases"). An optional ".bias" is read when present. */
+/* A linear layer `module` (without ".weight") of [rows, cols]: plain F32/F16/BF16, MLX-packed
+ * (".weight" U32 + ".scales" + ".biases") or block FP8 (".weight" F8_E4M3 + ".weight_scale_inv"). An
+ * optional ".bias" is read when present. */
 int sl_ld_linear(sl_loader *l, const char *module, int rows, int cols, sl_weight *w, sl_err *e);
 /* Rows rows[0..n) of the linear layer `module` of [rows_total, cols], in that order, as an owned copy: the
  * parts of a fused projection whose rows are stored interleaved (e.g. grouped per head). */
 int sl_ld_linear_rows(sl_loader *l, const char *module, int rows_total, int cols, int n, const int *rows, sl_weight *w,
                       sl_err *e);
+/* A linear layer's weight dequantised into a float32 [rows][cols] copy owned by the model, for layers
+ * whose kernels read it as plain floats. */
+int sl_ld_matrix_f32(sl_loader *l, const char *module, int rows, int cols, float **out, sl_err *e);
+/* Row r of w as float32 into d[w->cols] (any format but MLX, and no bias); `what` names w in errors. */
+int sl_ld_row_f32(const sl_weight *w, int r, float *d, const char *what, sl_err *e);
+/* n floats owned by the model. */
+float *sl_ld_alloc_f32(sl_loader *l, size_t n, sl_err *e);
 /* Expert slice `index` of a stacked [E, rows, cols] tensor (MLX-packed or plain); with `row0` selecting
  * rows [row0, row0 + rows) of a fused gate/up stack. `module` names the stack (no ".weight"). */
 int sl_ld_stacked(sl_loader *l, const char *module, int has_weight_suffix, int n_experts, int index, int row0,

@@ -62,9 +62,9 @@ static const sl_weight *unsupported(sl_model *m) {
     if (!b->ops->supports(b, &m->embed) || !b->ops->supports(b, &m->lm_head)) return &m->lm_head;
     for (int l = 0; l < m->cfg.n_layers; l++) {
         sl_layer *L = &m->layers[l];
-        const sl_weight *ws[] = {&L->wq,     &L->wk,      &L->wv,       &L->wo,      &L->in_qkv,   &L->in_z,
-                                 &L->in_a,   &L->in_b,    &L->out_proj, &L->w_gate,  &L->w_up,     &L->w_down,
-                                 &L->router, &L->sh_gate, &L->sh_up,    &L->sh_down, &L->sh_router};
+        const sl_weight *ws[] = {&L->wq,    &L->wk,       &L->wv,        &L->wo,   &L->in_qkv, &L->in_z,   &L->in_a,
+                                 &L->in_b,  &L->out_proj, &L->w_gate,    &L->w_up, &L->w_down, &L->router, &L->sh_gate,
+                                 &L->sh_up, &L->sh_down,  &L->sh_router, &L->wq_a, &L->wq_b,   &L->wkv_a};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
             if (ws[i]->data && !b->ops->supports(b, ws[i])) return ws[i];
         for (int x = 0; L->is_moe && x < L->experts.n_experts; x++) {
@@ -112,9 +112,9 @@ static int place_dense(sl_model *m, sl_err *e) {
     int conv_dim = sl_config_conv_dim(c), nv = c->lin_n_v_heads;
     for (int l = 0; l < c->n_layers; l++) {
         sl_layer *L = &m->layers[l];
-        sl_weight *ws[] = {&L->wq,     &L->wk,      &L->wv,       &L->wo,      &L->in_qkv,   &L->in_z,
-                           &L->in_a,   &L->in_b,    &L->out_proj, &L->w_gate,  &L->w_up,     &L->w_down,
-                           &L->router, &L->sh_gate, &L->sh_up,    &L->sh_down, &L->sh_router};
+        sl_weight *ws[] = {&L->wq,    &L->wk,       &L->wv,        &L->wo,   &L->in_qkv, &L->in_z,   &L->in_a,
+                           &L->in_b,  &L->out_proj, &L->w_gate,    &L->w_up, &L->w_down, &L->router, &L->sh_gate,
+                           &L->sh_up, &L->sh_down,  &L->sh_router, &L->wq_a, &L->wq_b,   &L->wkv_a};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
             /* a mixture of experts keeps its products near fp32 on every backend: a bf16 rounding
              * anywhere upstream of a router can change which experts run (SLUICE_CUDA_PREFILL=bf16 rounds
@@ -132,7 +132,11 @@ static int place_dense(sl_model *m, sl_err *e) {
                   {&L->conv_w, (size_t)conv_dim * (size_t)c->conv_kernel},
                   {&L->A_log, (size_t)nv},
                   {&L->dt_bias, (size_t)nv},
-                  {&L->lin_norm, (size_t)c->lin_v_head_dim}};
+                  {&L->lin_norm, (size_t)c->lin_v_head_dim},
+                  {&L->q_a_norm, (size_t)c->q_lora_rank},
+                  {&L->kv_a_norm, (size_t)c->kv_lora_rank},
+                  {&L->wkv_b, (size_t)c->n_heads * (size_t)(c->qk_nope_dim + c->v_head_dim) * (size_t)c->kv_lora_rank},
+                  {&L->router_bias, (size_t)c->n_experts}};
         for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++)
             if (*vs[i].v && op->place_vector(b, vs[i].v, vs[i].len, e)) return -1;
     }
@@ -147,9 +151,10 @@ static int64_t session_reserve(const sl_model *m, int ctx) {
     if (ctx <= 0) ctx = c->max_pos < 4096 ? c->max_pos : 4096;
     int64_t kv = 0;
     for (int l = 0; l < c->n_layers; l++)
-        kv += m->layers[l].kind == SL_LAYER_ATTENTION ? (int64_t)ctx * c->n_kv_heads * c->head_dim * 8
-                                                      : (int64_t)sl_config_ssm_floats(c) * 4;
-    int64_t scratch = (int64_t)256 * (c->hidden * 8 + c->n_heads * c->head_dim * 6 + c->vocab_size / 16) * 4;
+        kv += m->layers[l].kind == SL_LAYER_ATTENTION
+                  ? (int64_t)ctx * sl_config_kv_width(c) * sl_config_kv_caches(c) * 4
+                  : (int64_t)sl_config_ssm_floats(c) * 4;
+    int64_t scratch = (int64_t)256 * (c->hidden * 8 + sl_config_q_width(c) * 6 + c->vocab_size / 16) * 4;
     return 4 * kv + scratch + ((int64_t)512 << 20);
 }
 

@@ -16,6 +16,10 @@ typedef struct sl_layer {
     sl_weight wq, wk, wv, wo;
     float *q_norm, *k_norm; /* per-head RMSNorm (Qwen3, Qwen3.5), NULL otherwise */
     int q_gated;            /* q_proj yields [query | gate] per head (Qwen3.5) */
+    /* multi-head latent attention (DeepSeek-V3): wq (no q_lora_rank) or wq_a -> q_a_norm -> wq_b;
+     * wkv_a gives [latent | k_rope]; kv_b_proj as float32 [n_heads * (nope + v)][kv_lora], absorbed */
+    sl_weight wq_a, wq_b, wkv_a;
+    float *q_a_norm, *kv_a_norm, *wkv_b;
     /* gated delta-net */
     sl_weight in_qkv, in_z, in_a, in_b, out_proj;
     float *conv_w, *A_log, *dt_bias, *lin_norm;
@@ -25,7 +29,9 @@ typedef struct sl_layer {
     sl_weight router;
     sl_expert_table experts; /* pointers into `expert_store` or into a cache's slots */
     sl_expert *expert_store; /* resident experts owned by the model */
+    float *router_bias;      /* e_score_correction_bias of sigmoid routing (NULL: none) */
     int has_shared;
+    int shared_plain; /* the shared expert joins ungated (DeepSeek-V3, GLM-4.5), not through sh_router */
     sl_weight sh_gate, sh_up, sh_down, sh_router;
 } sl_layer;
 

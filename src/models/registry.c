@@ -15,6 +15,9 @@ static const struct {
     {"qwen3_5_moe", &sl_family_qwen3_5},
     {"qwen3_5_moe_text", &sl_family_qwen3_5},
     {"qwen3_next", &sl_family_qwen3_5}, /* delta-net input projections fused per key head */
+    {"deepseek_v3", &sl_family_deepseek_v3},
+    {"kimi_k2", &sl_family_deepseek_v3},
+    {"glm4_moe", &sl_family_glm4_moe},
 };
 
 const sl_family *sl_family_for(const char *model_type) {
@@ -24,5 +27,6 @@ const sl_family *sl_family_for(const char *model_type) {
 }
 
 const char *sl_supported_types(void) {
-    return "llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, qwen3_5_moe, qwen3_5_moe_text, qwen3_next";
+    return "llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, qwen3_5_moe, qwen3_5_moe_text, qwen3_next, deepseek_v3, "
+           "kimi_k2, glm4_moe";
 }

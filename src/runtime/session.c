@@ -32,13 +32,13 @@ static int imax(int a, int b) {
 }
 
 static size_t kv_width(const sl_config *c) {
-    return (size_t)c->n_kv_heads * (size_t)c->head_dim;
+    return (size_t)sl_config_kv_width(c);
 }
 
 size_t sl_session_kv_bytes_per_token(const sl_model *m) {
     int n_attn = 0;
     for (int l = 0; l < m->cfg.n_layers; l++) n_attn += m->layers[l].kind == SL_LAYER_ATTENTION;
-    return (size_t)n_attn * kv_width(&m->cfg) * 2 * sizeof(float);
+    return (size_t)n_attn * kv_width(&m->cfg) * (size_t)sl_config_kv_caches(&m->cfg) * sizeof(float);
 }
 
 static int alloc_scratch(sl_session *s) {
@@ -47,14 +47,15 @@ static int alloc_scratch(sl_session *s) {
     int conv_dim = sl_config_conv_dim(c);
     int lin_v = c->lin_n_v_heads * c->lin_v_head_dim;
     size_t B = (size_t)s->max_batch, H = (size_t)c->hidden;
-    size_t qw = (size_t)c->n_heads * (size_t)c->head_dim;
+    size_t qw = (size_t)sl_config_q_width(c);
+    /* latent attention: q_a (the query's low-rank input) goes through qraw, the heads' values through att */
+    size_t qraw = (size_t)imax((int)qw * 2, c->q_lora_rank), aw = (size_t)imax((int)qw, c->n_heads * c->v_head_dim);
     int ff = imax(imax(c->intermediate, c->shared_intermediate), c->moe_intermediate);
     int E = imax(c->n_experts, 1), K = imax(c->top_k, 1);
     sl_scratch *x = &s->s;
-    return !(x->x = balloc(s, B * H * 4)) || !(x->xn = balloc(s, B * H * 4)) ||
-           !(x->qraw = balloc(s, B * qw * 2 * 4)) || !(x->q = balloc(s, B * qw * 4)) ||
-           !(x->gate = balloc(s, B * qw * 4)) || !(x->k = balloc(s, B * kv * 4)) || !(x->v = balloc(s, B * kv * 4)) ||
-           !(x->att = balloc(s, B * (size_t)imax((int)qw, lin_v) * 4)) ||
+    return !(x->x = balloc(s, B * H * 4)) || !(x->xn = balloc(s, B * H * 4)) || !(x->qraw = balloc(s, B * qraw * 4)) ||
+           !(x->q = balloc(s, B * qw * 4)) || !(x->gate = balloc(s, B * qw * 4)) || !(x->k = balloc(s, B * kv * 4)) ||
+           !(x->v = balloc(s, B * kv * 4)) || !(x->att = balloc(s, B * (size_t)imax((int)aw, lin_v) * 4)) ||
            !(x->qkv = balloc(s, B * (size_t)imax(conv_dim, 1) * 4)) ||
            !(x->conv = balloc(s, B * (size_t)imax(conv_dim, 1) * 4)) ||
            !(x->z = balloc(s, B * (size_t)imax(lin_v, 1) * 4)) ||
@@ -120,7 +121,8 @@ int sl_session_create_opts(sl_model *m, const sl_session_opts *o, sl_session **o
     size_t pool = (size_t)s->n_pages * SL_KV_PAGE * kv * 4;
     for (int l = 0; l < L; l++) {
         if (m->layers[l].kind == SL_LAYER_ATTENTION) {
-            if (!(s->kc[l] = balloc(s, pool)) || !(s->vc[l] = balloc(s, pool))) goto oom;
+            if (!(s->kc[l] = balloc(s, pool)) || (sl_config_kv_caches(c) == 2 && !(s->vc[l] = balloc(s, pool))))
+                goto oom;
         } else {
             s->recurrent = 1;
             if (!(s->conv[l] = balloc(s, s->conv_stride * (size_t)n_seqs * 4 + 4)) ||
@@ -248,7 +250,8 @@ static void page_copy(sl_session *s, int32_t dst, int32_t src) {
     for (int l = 0; l < s->m->cfg.n_layers; l++) {
         if (!s->kc[l]) continue;
         be->ops->copy_rows(be, s->kc[l] + (size_t)dst * w, (int)w, s->kc[l] + (size_t)src * w, (int)w, 1, (int)w);
-        be->ops->copy_rows(be, s->vc[l] + (size_t)dst * w, (int)w, s->vc[l] + (size_t)src * w, (int)w, 1, (int)w);
+        if (s->vc[l])
+            be->ops->copy_rows(be, s->vc[l] + (size_t)dst * w, (int)w, s->vc[l] + (size_t)src * w, (int)w, 1, (int)w);
     }
 }
 

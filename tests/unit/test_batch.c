@@ -219,6 +219,9 @@ FIXTURE(qwen3_5_moe_mlx4)
     }
 FAMILY_FIXTURE(mixtral)
 FAMILY_FIXTURE(qwen3_next)
+FAMILY_FIXTURE(deepseek_v3)
+FAMILY_FIXTURE(deepseek_v3_fp8)
+FAMILY_FIXTURE(glm4_moe)
 
 #define GGUF_FIXTURE(n, dir)                                                                                           \
     Test(batch_gguf, n) {                                                                                              \

@@ -70,6 +70,39 @@ Test(gemv, plain_formats_with_tails) {
     sl_backend_destroy(be);
 }
 
+/* Block FP8 with every byte value (NaN codes aside), tiles cut short at the edges, and widths the vector
+ * kernels take (multiples of 16) beside one they leave to the row path. */
+Test(gemv, fp8_tiles) {
+    sl_backend *be;
+    sl_err e;
+    cr_assert_eq(sl_cpu_backend_create(2, &be, &e), 0);
+    const int colss[] = {256, 320, 200, 48}, groups[] = {128, 128, 128, 16};
+    for (int k = 0; k < 4; k++) {
+        int rows = 150, cols = colss[k], bc = groups[k], br = 128, tr = (rows + br - 1) / br, tc = (cols + bc - 1) / bc;
+        uint8_t *d = malloc((size_t)rows * (size_t)cols);
+        float *sc = malloc(sizeof *sc * (size_t)(tr * tc));
+        unsigned s = 7u + (unsigned)k;
+        for (int i = 0; i < rows * cols; i++) {
+            uint8_t b = (uint8_t)(i * 37 + k);
+            d[i] = (b & 0x7f) == 0x7f ? 0 : b;
+        }
+        for (int i = 0; i < tr * tc; i++) sc[i] = 1e-3f * (1.0f + frand(&s));
+        sl_weight w = {.fmt = SL_WF_FP8,
+                       .rows = rows,
+                       .cols = cols,
+                       .data = d,
+                       .row_bytes = (size_t)cols,
+                       .group = bc,
+                       .tile_rows = br,
+                       .sb_fmt = SL_WF_F32,
+                       .scales = (const uint8_t *)sc};
+        check(be, &w, s);
+        free(d);
+        free(sc);
+    }
+    sl_backend_destroy(be);
+}
+
 Test(gemv, mlx_every_bit_width_and_group) {
     sl_backend *be;
     sl_err e;

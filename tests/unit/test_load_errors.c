@@ -618,7 +618,7 @@ Test(load_errors, wrong_dtype_i32_weight) {
     const char *m = load_fail(d);
     has_st_path(m, d);
     HAS(m, Q0);
-    HAS(m, "dtype I32, expected F32, F16, BF16 or MLX-packed U32");
+    HAS(m, "dtype I32, expected F32, F16, BF16, F8_E4M3 or MLX-packed U32");
 }
 
 Test(load_errors, wrong_dtype_norm) {
@@ -1178,4 +1178,51 @@ Test(load_errors, config_vocab_not_integer) {
     const char *m = load_with_field("vocab_size", json_string("512"));
     HAS(m, "config.json");
     HAS(m, "'vocab_size' missing or not a positive integer");
+}
+
+/* ---- DeepSeek-V3: block FP8 scales, multi-token-prediction layers ---- */
+
+#define DS_FP8 "../families/deepseek_v3_fp8"
+#define DS "../families/deepseek_v3"
+
+Test(load_errors, fp8_scale_missing) {
+    st_file f = st_read(DS_FP8);
+    const char *w = "model.layers.0.self_attn.q_a_proj.weight_scale_inv";
+    cr_assert(json_object_get(f.hdr, w));
+    json_object_del(f.hdr, w);
+    char *d = model_dir(DS_FP8, &f);
+    st_free(&f);
+    const char *m = load_fail(d);
+    HAS(m, "model.layers.0.self_attn.q_a_proj.weight' is F8_E4M3 but");
+    HAS(m, "weight_scale_inv' is missing");
+}
+
+Test(load_errors, fp8_scale_shape) {
+    st_file f = st_read(DS_FP8);
+    set_shape(&f, "model.layers.0.self_attn.q_a_proj.weight_scale_inv", json_pack("[i]", 2));
+    char *d = model_dir(DS_FP8, &f);
+    st_free(&f);
+    const char *m = load_fail(d);
+    HAS(m, "q_a_proj.weight_scale_inv' is F32 [2], expected F32 [1, 2] (one scale per 128x128 tile");
+}
+
+Test(load_errors, nextn_layers_ignored_only_when_configured) {
+    st_file f = st_read(DS);
+    add_tensor(&f, "model.layers.3.eh_proj.weight", "BF16", json_pack("[ii]", 4, 4), 32);
+    char *d = model_dir(DS, &f);
+    sl_err e;
+    sl_model *m;
+    sl_model_opts o = {.threads = 1};
+    cr_assert_eq(sl_model_load(d, &o, &m, &e), 0, "num_nextn_predict_layers 1: %s", e.msg);
+    sl_model_free(m);
+    json_t *c = config_of(DS);
+    json_object_set_new(c, "num_nextn_predict_layers", json_integer(0));
+    char *d2 = new_dir();
+    char *p = sl_path_join(d2, "config.json");
+    cr_assert_eq(json_dump_file(c, p, JSON_INDENT(2)), 0);
+    free(p);
+    json_decref(c);
+    st_write(d2, &f);
+    st_free(&f);
+    HAS(load_fail(d2), "unexpected tensor 'model.layers.3.eh_proj.weight'");
 }

@@ -150,6 +150,9 @@ FIXTURE(qwen3_5_moe_mlx4)
     }
 FAMILY_FIXTURE(mixtral)
 FAMILY_FIXTURE(qwen3_next)
+FAMILY_FIXTURE(deepseek_v3)
+FAMILY_FIXTURE(deepseek_v3_fp8)
+FAMILY_FIXTURE(glm4_moe)
 
 /* GGUF files written by llama.cpp's converter and quantizer; references from their dequantised weights (on
  * CUDA too: the GGML block formats have kernels there) */

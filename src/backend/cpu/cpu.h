@@ -87,6 +87,12 @@ void cpu_attention(sl_backend *b, const float *q, const float *kc, const float *
                    int n_kv, int head_dim, int window, float scale, float *out);
 void cpu_route(sl_backend *b, const float *logits, int n, int n_experts, int k, int renorm, int32_t *ids,
                float *weights);
+void cpu_route_grouped(sl_backend *b, const float *logits, const float *bias, int n, int n_experts, int k, int n_group,
+                       int topk_group, int renorm, float scale, int32_t *ids, float *weights);
+void cpu_mla_rope_store(sl_backend *b, float *q, float *kv, const sl_batch_map *bm, const sl_mla_dims *d,
+                        const float *kv_norm, float eps, const float *inv_freq, float attn_factor, float *cache);
+void cpu_mla_attention(sl_backend *b, const float *q, const float *cache, const sl_batch_map *bm, const sl_mla_dims *d,
+                       const float *wkv_b, float scale, float *out);
 void cpu_moe(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
              const float *weights, int k, float *out);
 void cpu_moe_pairs(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,

@@ -1,7 +1,8 @@
 /* One-token matmul (decode). Each weight row is read once, widened to float in registers and multiplied
  * into the input with FMA, so decode streams the weights instead of first copying them out as floats.
  * MLX rows are computed as sum over groups of scale * (q . x) + bias * sum(x); the input is rearranged
- * once per call so that the low and high nibbles of 4-bit bytes meet their inputs in vector order. */
+ * once per call so that the low and high nibbles of 4-bit bytes meet their inputs in vector order. Block
+ * FP8 rows are sums over tiles of scale * (q . x). */
 #include "backend/cpu/cpu.h"
 
 #if defined(__x86_64__)
@@ -155,6 +156,39 @@ __attribute__((target("avx512f"))) static float dot512_q8(const sl_weight *w, in
     return _mm512_reduce_add_ps(tot) + bsum;
 }
 
+/* Block FP8 (e4m3fn): each byte's float built from its bits, exactly: normal values as exponent + 120 over
+ * the 3 mantissa bits, subnormals as mantissa * 2^-9, S.1111.111 as NaN; the sum over each tile is scaled
+ * once. */
+__attribute__((target("avx512f"))) static inline __m512 fp8x16_512(__m128i b) {
+    __m512i v = _mm512_cvtepu8_epi32(b), em = _mm512_and_si512(v, _mm512_set1_epi32(0x7f));
+    __m512i sign = _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0x80)), 24);
+    __m512i bits = _mm512_add_epi32(_mm512_slli_epi32(em, 20), _mm512_set1_epi32(120 << 23));
+    __m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(em), _mm512_set1_ps(0x1p-9f));
+    bits = _mm512_mask_mov_epi32(bits, _mm512_cmplt_epi32_mask(em, _mm512_set1_epi32(8)), _mm512_castps_si512(sub));
+    bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(em, _mm512_set1_epi32(0x7f)),
+                                 _mm512_set1_epi32(0x7fc00000));
+    return _mm512_castsi512_ps(_mm512_or_si512(bits, sign));
+}
+
+/* cols and the tile width multiples of 16 */
+__attribute__((target("avx512f"))) static float dot512_fp8(const sl_weight *w, int r, const float *x, const float *xp,
+                                                           const float *xs) {
+    (void)xp, (void)xs;
+    const uint8_t *p = w->data + (size_t)r * w->row_bytes;
+    int tc = (w->cols + w->group - 1) / w->group;
+    const float *sc = (const float *)(const void *)w->scales + (size_t)(r / w->tile_rows) * (size_t)tc;
+    __m512 tot = _mm512_setzero_ps();
+    for (int g = 0; g < tc; g++) {
+        int c0 = g * w->group, c1 = c0 + w->group < w->cols ? c0 + w->group : w->cols;
+        __m512 acc = _mm512_setzero_ps();
+        _mm_prefetch((const char *)p + c0 + PF_AHEAD, _MM_HINT_T0);
+        for (int i = c0; i < c1; i += 16)
+            acc = _mm512_fmadd_ps(fp8x16_512(_mm_loadu_si128((const __m128i *)(p + i))), _mm512_loadu_ps(x + i), acc);
+        tot = _mm512_fmadd_ps(_mm512_set1_ps(sc[g]), acc, tot);
+    }
+    return _mm512_reduce_add_ps(tot);
+}
+
 /* ---- AVX2 + FMA + F16C ---- */
 
 __attribute__((target("avx2,fma"))) static inline float hsum256(__m256 v) {
@@ -264,8 +298,41 @@ __attribute__((target("avx2,fma"))) static float dot256_q8(const sl_weight *w, i
     return hsum256(tot) + bsum;
 }
 
+__attribute__((target("avx2,fma"))) static inline __m256 fp8x8_256(__m128i b) {
+    __m256i v = _mm256_cvtepu8_epi32(b), em = _mm256_and_si256(v, _mm256_set1_epi32(0x7f));
+    __m256i sign = _mm256_slli_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x80)), 24);
+    __m256i bits = _mm256_add_epi32(_mm256_slli_epi32(em, 20), _mm256_set1_epi32(120 << 23));
+    __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(em), _mm256_set1_ps(0x1p-9f));
+    bits = _mm256_blendv_epi8(bits, _mm256_castps_si256(sub), _mm256_cmpgt_epi32(_mm256_set1_epi32(8), em));
+    bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x7fc00000), _mm256_cmpeq_epi32(em, _mm256_set1_epi32(0x7f)));
+    return _mm256_castsi256_ps(_mm256_or_si256(bits, sign));
+}
+
+__attribute__((target("avx2,fma"))) static float dot256_fp8(const sl_weight *w, int r, const float *x, const float *xp,
+                                                            const float *xs) {
+    (void)xp, (void)xs;
+    const uint8_t *p = w->data + (size_t)r * w->row_bytes;
+    int tc = (w->cols + w->group - 1) / w->group;
+    const float *sc = (const float *)(const void *)w->scales + (size_t)(r / w->tile_rows) * (size_t)tc;
+    __m256 tot = _mm256_setzero_ps();
+    for (int g = 0; g < tc; g++) {
+        int c0 = g * w->group, c1 = c0 + w->group < w->cols ? c0 + w->group : w->cols;
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+        _mm_prefetch((const char *)p + c0 + PF_AHEAD, _MM_HINT_T0);
+        for (int i = c0; i < c1; i += 16) {
+            __m128i b = _mm_loadu_si128((const __m128i *)(p + i));
+            a0 = _mm256_fmadd_ps(fp8x8_256(b), _mm256_loadu_ps(x + i), a0);
+            a1 = _mm256_fmadd_ps(fp8x8_256(_mm_srli_si128(b, 8)), _mm256_loadu_ps(x + i + 8), a1);
+        }
+        tot = _mm256_fmadd_ps(_mm256_set1_ps(sc[g]), _mm256_add_ps(a0, a1), tot);
+    }
+    return hsum256(tot);
+}
+
 static row_dot_fn pick(const cpu_impl *c, const sl_weight *w) {
     int q = w->fmt == SL_WF_MLX && w->group % 32 == 0 ? w->bits : 0;
+    int fp8 = w->fmt == SL_WF_FP8 && w->cols % 16 == 0 && w->group % 16 == 0;
+    if (fp8) return c->avx512 ? dot512_fp8 : c->avx2 ? dot256_fp8 : NULL;
     if (c->avx512) {
         if (w->fmt == SL_WF_F32) return dot512_f32;
         if (w->fmt == SL_WF_BF16) return dot512_bf16;

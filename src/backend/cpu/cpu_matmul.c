@@ -64,6 +64,14 @@ void cpu_row_f32(const sl_weight *w, int r, float *dst) {
     }
     case SL_WF_MLX: mlx_row(w, r, dst); break;
     case SL_WF_GGML: sl_ggml_dequant_row(w->gtype, p, dst, w->cols); break;
+    case SL_WF_FP8: {
+        for (int c0 = 0; c0 < w->cols; c0 += w->group) {
+            float s = sl_fp8_scale(w, r, c0);
+            int c1 = c0 + w->group < w->cols ? c0 + w->group : w->cols;
+            for (int j = c0; j < c1; j++) dst[j] = sl_fp8_e4m3_to_f32(p[j]) * s;
+        }
+        break;
+    }
     default: memset(dst, 0, (size_t)w->cols * 4); break;
     }
 }

@@ -36,6 +36,60 @@ void cpu_route(sl_backend *b, const float *logits, int n, int n_experts, int k, 
     }
 }
 
+/* The index of the largest of v[0, n) not yet in taken[0, nt) (the lowest among equals), as torch.topk
+ * picks them. */
+static int best_untaken(const float *v, int n, const int32_t *taken, int nt) {
+    int best = -1;
+    for (int x = 0; x < n; x++) {
+        int t = 0;
+        for (int r = 0; r < nt && !t; r++) t = taken[r] == x;
+        if (!t && (best < 0 || v[x] > v[best])) best = x;
+    }
+    return best;
+}
+
+void cpu_route_grouped(sl_backend *b, const float *logits, const float *bias, int n, int n_experts, int k, int n_group,
+                       int topk_group, int renorm, float scale, int32_t *ids, float *weights) {
+    cpu_impl *c = cpu_of(b);
+    /* per token: sigmoid scores, biased scores, group scores, chosen groups */
+    if (cpu_scratch_reserve(c, (size_t)n_experts * 2 + (size_t)n_group * 2) != 0) return;
+    float *s = c->scratch[0], *sc = s + n_experts, *gs = sc + n_experts;
+    int32_t *gsel = (int32_t *)(gs + n_group);
+    int per = n_experts / n_group;
+    for (int t = 0; t < n; t++) {
+        const float *l = logits + (size_t)t * (size_t)n_experts;
+        for (int x = 0; x < n_experts; x++) {
+            s[x] = 1.0f / (1.0f + expf(-l[x]));
+            sc[x] = bias ? s[x] + bias[x] : s[x];
+        }
+        for (int g = 0; g < n_group; g++) { /* the sum of the group's two best biased scores */
+            int32_t top[2];
+            int m = per < 2 ? per : 2;
+            float sum = 0;
+            for (int r = 0; r < m; r++) {
+                top[r] = best_untaken(sc + g * per, per, top, r);
+                sum += sc[g * per + top[r]];
+            }
+            gs[g] = sum;
+        }
+        for (int r = 0; r < topk_group; r++) gsel[r] = best_untaken(gs, n_group, gsel, r);
+        for (int g = 0; g < n_group; g++) {
+            int keep = 0;
+            for (int r = 0; r < topk_group && !keep; r++) keep = gsel[r] == g;
+            if (!keep)
+                for (int x = g * per; x < (g + 1) * per; x++) sc[x] = 0.0f; /* masked_fill(0), as transformers */
+        }
+        int32_t *id = ids + (size_t)t * (size_t)k;
+        float *w = weights + (size_t)t * (size_t)k, tot = 0;
+        for (int r = 0; r < k; r++) {
+            id[r] = best_untaken(sc, n_experts, id, r);
+            w[r] = s[id[r]];
+            tot += w[r];
+        }
+        for (int r = 0; r < k; r++) w[r] = (renorm ? w[r] / (tot + 1e-20f) : w[r]) * scale;
+    }
+}
+
 /* The pair buffer P[n * k][hidden], kept across calls (passes of an expert store fill it in parts). */
 static float *pair_buf(cpu_impl *c, size_t floats) {
     if (floats > c->pairs_len) {

@@ -61,6 +61,7 @@ cu_w cu_w_of(const sl_weight *w) {
     d.group = w->group;
     d.sbf = w->sb_fmt;
     d.gtype = w->gtype;
+    d.trows = w->tile_rows;
     int aligned = ((uintptr_t)w->data % 16) == 0;
     switch (w->fmt) {
     case SL_WF_BF16:
@@ -70,6 +71,7 @@ cu_w cu_w_of(const sl_weight *w) {
         d.vec = aligned && w->cols % 32 == 0 && w->group % 32 == 0 &&
                 (w->bits == 2 || w->bits == 3 || w->bits == 4 || w->bits == 5 || w->bits == 6 || w->bits == 8);
         break;
+    case SL_WF_FP8: d.vec = aligned && w->cols % 16 == 0 && w->group % 16 == 0; break;
     default: d.vec = 0;
     }
     return d;
@@ -166,7 +168,7 @@ static const void *put(cu_impl *c, const void *src, size_t bytes, sl_err *e) {
 static int cu_supports(sl_backend *b, const sl_weight *w) {
     (void)b;
     return w->fmt == SL_WF_F32 || w->fmt == SL_WF_F16 || w->fmt == SL_WF_BF16 || w->fmt == SL_WF_MLX ||
-           (w->fmt == SL_WF_GGML && cu_ggml_supported(w->gtype));
+           w->fmt == SL_WF_FP8 || (w->fmt == SL_WF_GGML && cu_ggml_supported(w->gtype));
 }
 
 static int cu_place_weight(sl_backend *b, sl_weight *w, sl_err *e) {
@@ -179,11 +181,13 @@ static int cu_place_weight(sl_backend *b, sl_weight *w, sl_err *e) {
     size_t data = (size_t)w->rows * w->row_bytes;
     if (!(w->data = (const uint8_t *)put(c, w->data, data, e))) return -1;
     if (w->fmt == SL_WF_MLX) {
-        size_t sb = (size_t)w->rows * (size_t)(w->cols / w->group) * (w->sb_fmt == SL_WF_F32 ? 4 : 2);
+        size_t sb = sl_weight_scale_bytes(w);
         if (!(w->scales = (const uint8_t *)put(c, w->scales, sb, e)) ||
             !(w->biases = (const uint8_t *)put(c, w->biases, sb, e)))
             return -1;
     }
+    if (w->fmt == SL_WF_FP8 && !(w->scales = (const uint8_t *)put(c, w->scales, sl_weight_scale_bytes(w), e)))
+        return -1;
     if (w->bias && !(w->bias = (const float *)put(c, w->bias, (size_t)w->rows * sizeof(float), e))) return -1;
     return 0;
 }
@@ -404,6 +408,7 @@ static const sl_backend_ops cuda_ops = {
     .mul_sigmoid = cu_mul_sigmoid,
     .scale_rows_sigmoid = cu_scale_rows_sigmoid,
     .route = cu_route,
+    .route_grouped = cu_route_grouped,
     .moe = cu_moe,
     .moe_pairs = cu_moe_pairs,
     .moe_combine = cu_moe_combine,
@@ -411,6 +416,8 @@ static const sl_backend_ops cuda_ops = {
     .deltanet = cu_deltanet,
     .gated_rmsnorm = cu_gated_rmsnorm,
     .kv_store = cu_kv_store,
+    .mla_rope_store = cu_mla_rope_store,
+    .mla_attention = cu_mla_attention,
     .add_rmsnorm = cu_add_rmsnorm,
     .matmul_multi = cu_matmul_multi,
     .matmul_multi_conv = cu_matmul_multi_conv,

@@ -5,6 +5,7 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -21,6 +22,7 @@ struct cu_w {
     long long row_bytes;
     int rows, cols, fmt, bits, group, sbf;
     int gtype; /* SL_WF_GGML: the sl_ggml_type */
+    int trows; /* SL_WF_FP8: rows of a scale tile (group: its columns) */
     int vec; /* 1: the vectorised path applies (see cu_w_of) */
 };
 
@@ -311,6 +313,12 @@ void cu_mul_sigmoid(sl_backend *b, float *x, const float *g, size_t len);
 void cu_scale_rows_sigmoid(sl_backend *b, float *x, const float *s, int rows, int dim);
 void cu_route(sl_backend *b, const float *logits, int n, int n_experts, int k, int renorm, int32_t *ids,
               float *weights);
+void cu_route_grouped(sl_backend *b, const float *logits, const float *bias, int n, int n_experts, int k, int n_group,
+                      int topk_group, int renorm, float scale, int32_t *ids, float *weights);
+void cu_mla_rope_store(sl_backend *b, float *q, float *kv, const sl_batch_map *bm, const sl_mla_dims *d,
+                       const float *kv_norm, float eps, const float *inv_freq, float attn_factor, float *cache);
+void cu_mla_attention(sl_backend *b, const float *q, const float *cache, const sl_batch_map *bm, const sl_mla_dims *d,
+                      const float *wkv_b, float scale, float *out);
 void cu_moe(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
             const float *weights, int k, float *out);
 void cu_moe_pairs(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,

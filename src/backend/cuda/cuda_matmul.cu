@@ -9,7 +9,7 @@
 #define GV_WARPS 8
 
 /* Kernel variants per storage format keep each one's registers (and so its occupancy) to its own need. */
-enum { KIND_ELEM = 0, KIND_BF16 = 1, KIND_F16 = 2, KIND_F32 = 3, KIND_MLX = 10 /* + bits */ };
+enum { KIND_ELEM = 0, KIND_BF16 = 1, KIND_F16 = 2, KIND_F32 = 3, KIND_FP8 = 4, KIND_MLX = 10 /* + bits */ };
 
 /* Rows per warp (RPW), whose loads are issued together: 2, or 4 for 4- and 8-bit MLX rows of one token
  * when the launch has enough rows to keep every SM busy with 4 (see launch_nt). */
@@ -30,6 +30,18 @@ __device__ __forceinline__ float load_sb(int fmt, const uint8_t *p, long long i)
     return __half2float(__ushort_as_half(h));
 }
 
+/* float8 e4m3fn to float (NaN for S.1111.111, no infinities), by the hardware conversion where there is one */
+__device__ __forceinline__ float fp8_f32(unsigned v) {
+    __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)v, __NV_E4M3);
+    return __half2float(__half(h));
+}
+
+/* The scale of element (r, j) of an FP8 weight: one per tile of trows x group. */
+__device__ __forceinline__ float fp8_scale(const cu_w &w, int r, int j) {
+    int tc = (w.cols + w.group - 1) / w.group;
+    return __ldg((const float *)w.scales + (long long)(r / w.trows) * tc + j / w.group);
+}
+
 /* Element (r, j) of any stored format (the slow general path). */
 __device__ float w_elem(const cu_w &w, int r, int j) {
     const uint8_t *p = w.data + (long long)r * w.row_bytes;
@@ -45,6 +57,7 @@ __device__ float w_elem(const cu_w &w, int r, int j) {
         long long g = (long long)r * (w.cols / w.group) + j / w.group;
         return load_sb(w.sbf, w.scales, g) * (float)v + load_sb(w.sbf, w.biases, g);
     }
+    case SL_WF_FP8: return fp8_f32(__ldg(p + j)) * fp8_scale(w, r, j);
     default: return 0.0f;
     }
 }
@@ -140,6 +153,48 @@ __device__ __forceinline__ void rows_f32(const cu_w &w, int row0, int c0, int cl
             for (int rr = 0; rr < RPW; rr++) {
                 float f[4] = {q[rr][b].x, q[rr][b].y, q[rr][b].z, q[rr][b].w};
                 dot_units<NT>(f, 4, sx, padw, pad(u * 4), n, acc[rr]);
+            }
+        }
+    }
+}
+
+/* Block-FP8 rows: units of 16 values (one 128-bit load), all in one scale tile (chunks and tiles are
+ * multiples of 16 columns); the unit's dot is scaled once. */
+template <int NT>
+__device__ __forceinline__ void rows_fp8(const cu_w &w, int row0, int c0, int cl, const float *sx, int padw, int n,
+                                         int lane, float (*acc)[NT]) {
+    constexpr int RPW = 2, UB = 4;
+    const int nu = cl / 16;
+    for (int u0 = lane; u0 < nu; u0 += 32 * UB) {
+        uint4 q[RPW][UB];
+        float sc[RPW][UB];
+#pragma unroll
+        for (int rr = 0; rr < RPW; rr++) {
+            int r = min(row0 + rr, w.rows - 1);
+            const uint8_t *p = w.data + (long long)r * w.row_bytes + c0;
+#pragma unroll
+            for (int b = 0; b < UB; b++) {
+                int u = u0 + 32 * b;
+                q[rr][b] = u < nu ? __ldg((const uint4 *)(p + (long long)u * 16)) : make_uint4(0, 0, 0, 0);
+                sc[rr][b] = u < nu ? fp8_scale(w, r, c0 + u * 16) : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int b = 0; b < UB; b++) {
+            int u = u0 + 32 * b;
+            if (u >= nu) break;
+#pragma unroll
+            for (int rr = 0; rr < RPW; rr++) {
+                unsigned wd[4] = {q[rr][b].x, q[rr][b].y, q[rr][b].z, q[rr][b].w};
+                float f[16];
+#pragma unroll
+                for (int i = 0; i < 16; i++) f[i] = fp8_f32((wd[i / 4] >> (8 * (i % 4))) & 0xffu);
+                float part[NT];
+#pragma unroll
+                for (int t = 0; t < NT; t++) part[t] = 0.0f;
+                dot_units<NT>(f, 16, sx, padw, pad(u * 16), n, part);
+#pragma unroll
+                for (int t = 0; t < NT; t++) acc[rr][t] += sc[rr][b] * part[t];
             }
         }
     }
@@ -477,6 +532,7 @@ __host__ __device__ __forceinline__ int kind_of(const cu_w &w) {
     case SL_WF_BF16: return KIND_BF16;
     case SL_WF_F16: return KIND_F16;
     case SL_WF_F32: return KIND_F32;
+    case SL_WF_FP8: return KIND_FP8;
     case SL_WF_MLX: return KIND_MLX + w.bits;
     default: return KIND_ELEM;
     }
@@ -537,6 +593,7 @@ __device__ __forceinline__ void rows_kind(const cu_w &w, int row0, int c0, int c
     if constexpr (K == KIND_BF16) rows_half<NT, true>(w, row0, c0, cl, sx, padw, n, lane, acc);
     else if constexpr (K == KIND_F16) rows_half<NT, false>(w, row0, c0, cl, sx, padw, n, lane, acc);
     else if constexpr (K == KIND_F32) rows_f32<NT>(w, row0, c0, cl, sx, padw, n, lane, acc);
+    else if constexpr (K == KIND_FP8) rows_fp8<NT>(w, row0, c0, cl, sx, padw, n, lane, acc);
     else if constexpr (K == KIND_MLX + 4 || K == KIND_MLX + 8) {
         if (w.sbf == SL_WF_BF16 && (w.group & (w.group - 1)) == 0)
             rows_mlx_fast<NT, K - KIND_MLX, RPW>(w, row0, c0, cl, sx, padw, n, lane, acc);
@@ -768,6 +825,7 @@ static void launch_kind(cu_impl *c, const gv_call &g, const gv_set &set, int t0,
     case KIND_BF16: launch_k<NT, KIND_BF16, KIND_BF16, FX, 2>(c, g, set, t0, n); break;
     case KIND_F16: launch_k<NT, KIND_F16, KIND_F16, FX, 2>(c, g, set, t0, n); break;
     case KIND_F32: launch_k<NT, KIND_F32, KIND_F32, FX, 2>(c, g, set, t0, n); break;
+    case KIND_FP8: launch_k<NT, KIND_FP8, KIND_FP8, FX, 2>(c, g, set, t0, n); break;
     case KIND_MLX + 2: launch_k<NT, KIND_MLX + 2, KIND_MLX + 2, FX, 2>(c, g, set, t0, n); break;
     case KIND_MLX + 3: launch_k<NT, KIND_MLX + 3, KIND_MLX + 3, FX, 2>(c, g, set, t0, n); break;
     case KIND_MLX + 4: launch_k<NT, KIND_MLX + 4, KIND_MLX + 4, FX, 2>(c, g, set, t0, n); break;
@@ -1027,7 +1085,8 @@ __global__ void add_bias_k(float *y, const float *bias, int rows, long long len)
 
 /* Formats the fused GEMV ops take; GGML weights go one matmul at a time through their own kernels. */
 static int has_kernel(const sl_weight *w) {
-    return w->fmt == SL_WF_F32 || w->fmt == SL_WF_F16 || w->fmt == SL_WF_BF16 || w->fmt == SL_WF_MLX;
+    return w->fmt == SL_WF_F32 || w->fmt == SL_WF_F16 || w->fmt == SL_WF_BF16 || w->fmt == SL_WF_MLX ||
+           w->fmt == SL_WF_FP8;
 }
 
 /* The largest batch a weight's GEMV kernels take before the tensor-core GEMM does. Float weights go to the

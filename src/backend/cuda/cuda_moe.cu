@@ -34,6 +34,94 @@ void cu_route(sl_backend *b, const float *logits, int n, int n_experts, int k, i
     cu_check_launch(c, "routing");
 }
 
+/* The lane's best of v[x] for x = lane, lane + 32, ... < n, then the warp's: the largest value, the lowest
+ * index among equals (as torch.topk and the CPU pick). */
+__device__ __forceinline__ int warp_argmax(const float *v, int n, int lane) {
+    float bv = -INFINITY;
+    int bi = n;
+    for (int x = lane; x < n; x += 32)
+        if (v[x] > bv) {
+            bv = v[x];
+            bi = x;
+        }
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (ov > bv || (ov == bv && oi < bi)) {
+            bv = ov;
+            bi = oi;
+        }
+    }
+    return bi;
+}
+
+/* Sigmoid routing, one warp per token (see route_grouped in backend.h). Shared memory: sigmoid scores
+ * [ne], biased scores [ne], group scores [ng]. A chosen group or expert is marked -inf, so the next
+ * repeated max skips it; the masked experts count as 0, as transformers' masked_fill leaves them. */
+__global__ void route_grouped_k(const float *logits, const float *bias, int ne, int k, int ng, int tg, int renorm,
+                                float scale, int32_t *ids, float *weights) {
+    cu_pdl_enter();
+    extern __shared__ float rg[];
+    float *s = rg, *sc = s + ne, *gs = sc + ne;
+    int t = blockIdx.x, lane = threadIdx.x, per = ne / ng;
+    const float *l = logits + (long long)t * ne;
+    for (int x = lane; x < ne; x += 32) {
+        s[x] = cu_sigmoid(l[x]);
+        sc[x] = bias ? s[x] + bias[x] : s[x];
+    }
+    __syncwarp();
+    for (int g = lane; g < ng; g += 32) { /* the sum of the group's two best biased scores */
+        const float *v = sc + g * per;
+        int b1 = 0;
+        for (int x = 1; x < per; x++)
+            if (v[x] > v[b1]) b1 = x;
+        int b2 = -1;
+        for (int x = 0; x < per; x++)
+            if (x != b1 && (b2 < 0 || v[x] > v[b2])) b2 = x;
+        gs[g] = v[b1] + (b2 >= 0 ? v[b2] : 0.0f);
+    }
+    __syncwarp();
+    for (int r = 0; r < tg; r++) { /* chosen groups end as -inf, the others keep their finite scores */
+        int g = warp_argmax(gs, ng, lane);
+        __syncwarp();
+        if (lane == 0) gs[g] = -INFINITY;
+        __syncwarp();
+    }
+    for (int x = lane; x < ne; x += 32)
+        if (gs[x / per] != -INFINITY) sc[x] = 0.0f;
+    __syncwarp();
+    int32_t *id = ids + (long long)t * k;
+    float *w = weights + (long long)t * k, tot = 0;
+    for (int r = 0; r < k; r++) {
+        int x = warp_argmax(sc, ne, lane);
+        __syncwarp();
+        if (lane == 0) {
+            id[r] = x;
+            sc[x] = -INFINITY;
+        }
+        tot += s[x];
+        __syncwarp();
+    }
+    for (int r = lane; r < k; r += 32) {
+        float v = s[id[r]];
+        w[r] = (renorm ? v / (tot + 1e-20f) : v) * scale;
+    }
+}
+
+void cu_route_grouped(sl_backend *b, const float *logits, const float *bias, int n, int n_experts, int k, int n_group,
+                      int topk_group, int renorm, float scale, int32_t *ids, float *weights) {
+    cu_impl *c = cu_of(b);
+    if (n <= 0) return;
+    if (n_experts > 4096 || n_group < 1 || n_experts % n_group || k > n_experts) {
+        cu_fail(c, "routing: top-%d of %d experts in %d groups is beyond the CUDA kernel (at most 4096 experts)", k,
+                n_experts, n_group);
+        return;
+    }
+    cu_launch(c, route_grouped_k, n, 32, (size_t)(2 * n_experts + n_group) * sizeof(float), logits, bias, n_experts,
+              k, n_group, topk_group, renorm, scale, ids, weights);
+    cu_check_launch(c, "grouped routing");
+}
+
 /* out[t][j] = sum over slots s of weights[t][s] * d[t * k + s][j] */
 __global__ void moe_combine_k(const float *d, const float *weights, int k, int hidden, float *out) {
     cu_pdl_enter();
