@@ -311,10 +311,10 @@ static void check(const char *name) {
     free(tmp);
 }
 
-Test(gguf_families, deepseek2) {
+Test(gguf_mla_glm, deepseek2) {
     check("deepseek_v3");
 }
 
-Test(gguf_families, glm4moe) {
+Test(gguf_mla_glm, glm4moe) {
     check("glm4_moe");
 }
