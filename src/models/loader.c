@@ -421,6 +421,9 @@ int sl_ld_linear_rows(sl_loader *l, const char *module, int rows_total, int cols
         return sl_fail(e, "out of memory");
     /* the parameters are counted once over all the parts of the fused tensor */
     l->m->n_params -= (uint64_t)(rows_total - n) * (uint64_t)(cols + (full.bias ? 1 : 0));
+    return 0;
+}
+
 int sl_ld_row_f32(const sl_weight *w, int r, float *d, const char *what, sl_err *e) {
     if (w->fmt == SL_WF_MLX)
         return sl_fail(e, "%s is MLX-packed, expected F32, F16, BF16, F8_E4M3 or a GGML type", what);
