@@ -13,6 +13,11 @@ typedef enum {
     SL_WF_BF16,
     SL_WF_MLX,  /* affine: w = scale * q + bias per group of `group` inputs; q packed `bits` per value */
     SL_WF_GGML, /* a GGML block-quantised type (`gtype`); rows are whole blocks, see backend/ggml_types.h */
+    /* OCP microscaling FP4 as OpenAI ships gpt-oss: data holds two E2M1 codes a byte (element 2j in the low
+     * nibble of byte j), `scales` one E8M0 exponent byte per block of 32 inputs (value 2^(s-127)), rows
+     * of cols/32 bytes. Unlike GGML's MXFP4 block (scale byte + 16 bytes, element j beside j + 16), the
+     * codes and the scales are separate arrays, so the checkpoint's tensors are used in place. */
+    SL_WF_MXFP4,
 } sl_wfmt;
 
 typedef struct sl_weight {
@@ -20,16 +25,22 @@ typedef struct sl_weight {
     int rows, cols;
     const uint8_t *data;
     size_t row_bytes;
-    /* MLX only: per-row arrays of cols/group scales and biases, stored as sb_fmt (F32, F16 or BF16) */
+    /* MLX: per-row arrays of cols/group scales and biases, stored as sb_fmt (F32, F16 or BF16) */
     int bits, group;
     sl_wfmt sb_fmt;
-    const uint8_t *scales, *biases;
+    const uint8_t *scales, *biases; /* MXFP4: scales are the E8M0 bytes [rows][cols / 32] */
     /* GGML only: the type id (sl_ggml_type); data is the first block of row 0 and row_bytes = blocks
      * per row x block bytes */
     int gtype;
     /* optional additive bias of the linear layer, float32 [rows] (owned by the model) */
     const float *bias;
 } sl_weight;
+
+/* Value of E2M1 code q (0..15) and of E8M0 exponent byte s (255 is NaN). */
+float sl_e2m1(unsigned q);
+float sl_e8m0(uint8_t s);
+/* Row r of an MXFP4 weight as float32 into dst[w->cols]. */
+void sl_mxfp4_row(const sl_weight *w, int r, float *dst);
 
 /* Bytes of storage the weight occupies (data + scales + biases). */
 size_t sl_weight_bytes(const sl_weight *w);

@@ -13,6 +13,7 @@ static int file_of(const sl_st_set *set, const uint8_t *p, size_t len, uint64_t 
 }
 
 static size_t sb_bytes(const sl_weight *w) {
+    if (w->fmt == SL_WF_MXFP4) return (size_t)w->rows * (size_t)(w->cols / 32); /* one E8M0 byte a block */
     return (size_t)w->rows * (size_t)(w->cols / w->group) * (w->sb_fmt == SL_WF_F32 ? 4 : 2);
 }
 
@@ -41,6 +42,9 @@ void sl_xinfo_describe(const sl_st_set *set, const sl_expert *ex, xinfo *xi, siz
         if (w->fmt == SL_WF_MLX) {
             set_piece(set, &p[1], w->scales, sb_bytes(w));
             set_piece(set, &p[2], w->biases, sb_bytes(w));
+        } else if (w->fmt == SL_WF_MXFP4) {
+            set_piece(set, &p[1], w->scales, sb_bytes(w));
+            set_piece(set, &p[2], NULL, 0);
         } else {
             set_piece(set, &p[1], NULL, 0);
             set_piece(set, &p[2], NULL, 0);

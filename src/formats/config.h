@@ -29,10 +29,12 @@ typedef struct sl_config {
     double rms_eps;
     int tie_embeddings;
     int sliding_window; /* 0: full attention */
+    int *layer_window;  /* per layer: its window, sliding_window or 0 where layer_types says full_attention */
     sl_rope_cfg rope;
     /* mixture of experts */
     int n_experts, top_k, moe_intermediate, shared_intermediate, norm_topk_prob, decoder_sparse_step;
-    int *mlp_only; /* per layer: 1 when the layer keeps a dense MLP */
+    int *mlp_only;       /* per layer: 1 when the layer keeps a dense MLP */
+    double swiglu_limit; /* gpt-oss experts' clamp (0: none) */
     /* hybrid linear attention (gated delta-net) */
     sl_layer_kind *layer_kind;
     int conv_kernel, lin_k_head_dim, lin_v_head_dim, lin_n_k_heads, lin_n_v_heads;

@@ -16,6 +16,8 @@ typedef struct sl_layer {
     sl_weight wq, wk, wv, wo;
     float *q_norm, *k_norm; /* per-head RMSNorm (Qwen3, Qwen3.5), NULL otherwise */
     int q_gated;            /* q_proj yields [query | gate] per head (Qwen3.5) */
+    int window;             /* sliding window of this layer (0: full attention) */
+    float *sinks;           /* per-head attention sink logits (gpt-oss), NULL otherwise */
     /* gated delta-net */
     sl_weight in_qkv, in_z, in_a, in_b, out_proj;
     float *conv_w, *A_log, *dt_bias, *lin_norm;

@@ -13,6 +13,7 @@ static const struct {
     {"qwen3_moe", &sl_family_qwen3_moe},
     {"qwen3_5_moe", &sl_family_qwen3_5},
     {"qwen3_5_moe_text", &sl_family_qwen3_5},
+    {"gpt_oss", &sl_family_gpt_oss},
 };
 
 const sl_family *sl_family_for(const char *model_type) {
@@ -22,5 +23,5 @@ const sl_family *sl_family_for(const char *model_type) {
 }
 
 const char *sl_supported_types(void) {
-    return "llama, mistral, qwen2, qwen3, qwen3_moe, qwen3_5_moe, qwen3_5_moe_text";
+    return "llama, mistral, qwen2, qwen3, qwen3_moe, qwen3_5_moe, qwen3_5_moe_text, gpt_oss";
 }

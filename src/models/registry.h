@@ -7,6 +7,7 @@
 extern const sl_family sl_family_llama;     /* llama, mistral, qwen2, qwen3 */
 extern const sl_family sl_family_qwen3_moe; /* qwen3_moe */
 extern const sl_family sl_family_qwen3_5;   /* qwen3_5_moe, qwen3_5_moe_text, qwen3_next */
+extern const sl_family sl_family_gpt_oss;   /* gpt_oss */
 
 /* NULL when the type is unknown. */
 const sl_family *sl_family_for(const char *model_type);

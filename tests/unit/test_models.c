@@ -143,6 +143,14 @@ FIXTURE(qwen3_5_moe)
 FIXTURE(qwen3_5_moe_long)
 FIXTURE(qwen3_5_moe_mlx4)
 
+/* Architectures of their own, one folder each under families/ */
+#define FAMILY(n)                                                                                                      \
+    Test(families, n) {                                                                                                \
+        check_fixture_in("families", #n);                                                                              \
+    }
+FAMILY(gpt_oss)
+FAMILY(gpt_oss_mxfp4)
+
 /* GGUF files written by llama.cpp's converter and quantizer; references from their dequantised weights (on
  * CUDA too: the GGML block formats have kernels there) */
 #define GGUF_FIXTURE(n, dir)                                                                                           \

@@ -64,6 +64,7 @@ void cpu_row_f32(const sl_weight *w, int r, float *dst) {
     }
     case SL_WF_MLX: mlx_row(w, r, dst); break;
     case SL_WF_GGML: sl_ggml_dequant_row(w->gtype, p, dst, w->cols); break;
+    case SL_WF_MXFP4: sl_mxfp4_row(w, r, dst); break;
     default: memset(dst, 0, (size_t)w->cols * 4); break;
     }
 }

@@ -296,7 +296,7 @@ void cu_rope(sl_backend *b, float *x, int stride, int n_heads, int head_dim, int
 void cu_copy_rows(sl_backend *b, float *dst, int dst_stride, const float *src, int src_stride, int n, int width);
 void cu_kv_store(sl_backend *b, float *cache, const sl_batch_map *bm, const float *x, int width);
 void cu_attention(sl_backend *b, const float *q, const float *kc, const float *vc, const sl_batch_map *bm, int n_heads,
-                  int n_kv, int head_dim, int window, float scale, float *out);
+                  int n_kv, int head_dim, int window, float scale, const float *sinks, float *out);
 /* Grows the decode attention partials to what a recorded step of n tokens will need. */
 int cu_attention_reserve(cu_impl *c, int n);
 void cu_add(sl_backend *b, float *y, const float *x, size_t len);
