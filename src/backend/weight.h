@@ -1,5 +1,6 @@
-/* A 2-D weight matrix as the kernels see it: `rows` outputs x `cols` inputs, row-major, in one of the
- * stored formats. The bytes stay where the checkpoint put them (mmap) — nothing is dequantised at load. */
+/* A 2-D weight matrix as the kernels see it: `rows` outputs x `cols` inputs, row-major (or transposed, see
+ * below), in one of the stored formats. The bytes stay where the checkpoint put them (mmap) — nothing is dequantised at
+ * load. */
 #ifndef SLUICE_BACKEND_WEIGHT_H
 #define SLUICE_BACKEND_WEIGHT_H
 
@@ -32,6 +33,10 @@ typedef struct sl_weight {
     /* GGML only: the type id (sl_ggml_type); data is the first block of row 0 and row_bytes = blocks
      * per row x block bytes */
     int gtype;
+    /* F32/F16/BF16 only: stored inputs-first, element (r, j) at data[j * rows + r] (a [cols, rows] matrix, as
+     * gpt-oss stores its experts), so the kernels read the checkpoint's bytes as they are; the data still
+     * spans rows * row_bytes bytes */
+    int transposed;
     /* optional additive bias of the linear layer, float32 [rows] (owned by the model) */
     const float *bias;
 } sl_weight;

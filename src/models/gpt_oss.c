@@ -2,7 +2,8 @@
  * alternating (layer_types), YaRN rotary embeddings; every feed-forward is a mixture of experts whose
  * router has a bias and takes the softmax over its top-k logits, and whose experts (with biases) keep
  * gate and up interleaved in one projection under a clamped SwiGLU. Experts come in MXFP4 as OpenAI ships
- * them (used in place) or as float stacks stored inputs-first (transposed into owned copies at load). */
+ * them or as float stacks stored inputs-first (transposed weights); both are used where they lie, so they
+ * stream from the file like any other experts. */
 #include "models/blocks.h"
 #include "models/registry.h"
 

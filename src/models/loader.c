@@ -377,18 +377,11 @@ int sl_ld_expert_t(sl_loader *l, const char *module, int n_experts, int index, i
         if (t->ndim != 3 || t->shape[0] != n_experts || t->shape[1] != cols || t->shape[2] != rows)
             return sl_fail(e, "%s: tensor '%s' has shape %s, expected [%d, %d, %d] (experts, inputs, outputs)",
                            file_of(l, t), t->name, s, n_experts, cols, rows);
-        /* the kernels take rows of inputs: an owned transposed copy of this expert's [cols, rows] */
+        /* used in place: the kernels read it inputs-first (sl_weight.transposed) */
         size_t es = sl_st_dtype_size(t->dtype), n = (size_t)rows * (size_t)cols;
-        uint8_t *c = aligned_alloc(16, (n * es + 15) & ~(size_t)15);
-        if (!c || model_own(l->m, c)) {
-            free(c);
-            return sl_fail(e, "out of memory");
-        }
-        const uint8_t *src = t->data + (size_t)index * n * es;
-        for (size_t j = 0; j < (size_t)cols; j++)
-            for (size_t r = 0; r < (size_t)rows; r++)
-                memcpy(c + (r * (size_t)cols + j) * es, src + (j * (size_t)rows + r) * es, es);
-        w->data = c;
+        w->transposed = 1;
+        w->data = aligned_data(l, t->data + (size_t)index * n * es, n * es, es);
+        if (!w->data) return sl_fail(e, "out of memory");
         w->row_bytes = (size_t)cols * es;
     }
     l->m->n_params += (uint64_t)rows * (uint64_t)cols;

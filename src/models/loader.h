@@ -31,8 +31,8 @@ int sl_ld_stacked(sl_loader *l, const char *module, int has_weight_suffix, int n
 /* Expert `index` of a gpt-oss expert stack `module` (e.g. "model.layers.0.mlp.experts.gate_up_proj") as a
  * [rows, cols] weight with its bias (module + "_bias", [E, rows]). MXFP4 as OpenAI ships it
  * (module + "_blocks" U8 [E, rows, cols / 32, 16] and "_scales" U8 [E, rows, cols / 32]) is used in place;
- * a float stack `module` [E, cols, rows] (inputs first, the transpose of nn.Linear) is transposed into a
- * copy the model owns. */
+ * so is a float stack `module` [E, cols, rows] (inputs first, the transpose of nn.Linear), as a transposed
+ * weight (sl_weight.transposed). */
 int sl_ld_expert_t(sl_loader *l, const char *module, int n_experts, int index, int rows, int cols, sl_weight *w,
                    sl_err *e);
 /* A float32 copy of a small tensor of exactly `len` elements (norm weights, A_log, conv kernels, ...),

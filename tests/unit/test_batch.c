@@ -213,6 +213,13 @@ FIXTURE(qwen3_5_moe)
 FIXTURE(qwen3_5_moe_long)
 FIXTURE(qwen3_5_moe_mlx4)
 
+#define FAMILY(n)                                                                                                      \
+    Test(batch_families, n) {                                                                                          \
+        check_in("families", #n);                                                                                      \
+    }
+FAMILY(gpt_oss)
+FAMILY(gpt_oss_mxfp4)
+
 #define GGUF_FIXTURE(n, dir)                                                                                           \
     Test(batch_gguf, n) {                                                                                              \
         check_in("gguf", dir);                                                                                         \

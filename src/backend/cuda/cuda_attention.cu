@@ -9,9 +9,9 @@
 
 #include "backend/cuda/cuda_int.cuh"
 
-#define ATT_Q 4       /* queries (warps) per prefill block */
-#define ATT_MAXD 8    /* head_dim / 32 held per lane: head_dim <= 256 */
-#define DEC_SPLITS 64 /* most decode slices per token (the cache length is unknown when recording) */
+#define ATT_Q 4        /* queries (warps) per prefill block */
+#define ATT_MAXD 8     /* head_dim / 32 held per lane: head_dim <= 256 */
+#define DEC_SPLITS 64  /* most decode slices per token (the cache length is unknown when recording) */
 #define DEC_WARPS 4
 
 struct att_args {
@@ -21,8 +21,8 @@ struct att_args {
     float scale;
     const float *sinks; /* per query head: a logit in the softmax's denominator with no value (NULL: none) */
     cu_bmap bm;
-    int t0, n;      /* prefill: the run's first token and its length */
-    const int *tok; /* decode: the tokens of the launch's z index (NULL: z itself) */
+    int t0, n;         /* prefill: the run's first token and its length */
+    const int *tok;    /* decode: the tokens of the launch's z index (NULL: z itself) */
 };
 
 /* Slices per decode token in a recorded step of n tokens: enough blocks to fill the GPU at any length. */

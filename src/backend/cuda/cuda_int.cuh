@@ -22,6 +22,7 @@ struct cu_w {
     int rows, cols, fmt, bits, group, sbf;
     int gtype; /* SL_WF_GGML: the sl_ggml_type */
     int vec; /* 1: the vectorised path applies (see cu_w_of) */
+    int trans; /* stored inputs-first (sl_weight.transposed): only w_elem reads it */
 };
 
 /* One routed expert on the device; a layer's experts form a table indexed by expert id. */
