@@ -3,7 +3,8 @@
  * router has a bias and takes the softmax over its top-k logits, and whose experts (with biases) keep
  * gate and up interleaved in one projection under a clamped SwiGLU. Experts come in MXFP4 as OpenAI ships
  * them or as float stacks stored inputs-first (transposed weights); both are used where they lie, so they
- * stream from the file like any other experts. */
+ * stream from the file like any other experts. GGUF files (general.architecture gpt-oss) hold gate and up
+ * apart, in GGML types (MXFP4 as llama.cpp writes them). */
 #include "models/blocks.h"
 #include "models/registry.h"
 
@@ -12,13 +13,32 @@
 #define GPT_OSS_ALPHA 1.702f /* the sigmoid's slope in the experts' SwiGLU (fixed in the reference) */
 #define GPT_OSS_LIMIT 7.0f   /* swiglu_limit when the config has none */
 
+/* Expert x of layer l as llama.cpp's GGUF writes it: gate, up and down stacks [E, out, in] (separate gate
+ * and up rows), each with its stacked biases [E, out]. */
+static int load_gguf_expert(sl_loader *ld, int l, int E, int x, int I, int H, sl_expert *ex, sl_err *e) {
+    static const char *const part[3] = {"gate_proj", "up_proj", "down_proj"};
+    sl_weight *w[3] = {&ex->gate, &ex->up, &ex->down};
+    char mod[160], nb[192];
+    for (int i = 0; i < 3; i++) {
+        int rows = i < 2 ? I : H, cols = i < 2 ? H : I;
+        snprintf(mod, sizeof mod, "model.layers.%d.mlp.switch_mlp.%s", l, part[i]);
+        if (sl_ld_stacked(ld, mod, 1, E, x, 0, rows, rows, cols, w[i], e) ||
+            sl_ld_stacked_bias(ld, NAME(nb, "%s.bias", mod), E, x, rows, w[i], e))
+            return -1;
+    }
+    return 0;
+}
+
 static int load_experts(sl_model *m, sl_loader *ld, int l, int I, sl_err *e) {
     const sl_config *c = &m->cfg;
     sl_layer *L = &m->layers[l];
     char nb[256], gu[160], dn[160];
     int E = c->n_experts, H = c->hidden;
+    int gguf = sl_ld_has(ld, NAME(nb, "model.layers.%d.mlp.switch_mlp.gate_proj.weight", l));
     L->is_moe = 1;
-    if (sl_ld_linear(ld, NAME(nb, "model.layers.%d.mlp.router", l), E, H, &L->router, e)) return -1;
+    if (sl_ld_linear(ld, NAME(nb, "model.layers.%d.mlp.%s", l, gguf ? "gate" : "router"), E, H, &L->router, e))
+        return -1;
+    if (!L->router.bias) return sl_fail(e, "%s: missing tensor '%s.bias' (the router's bias)", m->path, nb);
     L->expert_store = calloc((size_t)E, sizeof *L->expert_store);
     L->experts.experts = calloc((size_t)E, sizeof *L->experts.experts);
     if (!L->expert_store || !L->experts.experts) return sl_fail(e, "out of memory");
@@ -29,9 +49,12 @@ static int load_experts(sl_model *m, sl_loader *ld, int l, int I, sl_err *e) {
     snprintf(dn, sizeof dn, "model.layers.%d.mlp.experts.down_proj", l);
     for (int x = 0; x < E; x++) {
         sl_expert *ex = &L->expert_store[x];
-        /* gate_up: 2I outputs, gate and up interleaved (no separate up weight, see sl_expert) */
-        if (sl_ld_expert_t(ld, gu, E, x, 2 * I, H, &ex->gate, e) || sl_ld_expert_t(ld, dn, E, x, H, I, &ex->down, e))
+        if (gguf) {
+            if (load_gguf_expert(ld, l, E, x, I, H, ex, e)) return -1;
+        } else if (sl_ld_expert_t(ld, gu, E, x, 2 * I, H, &ex->gate, e) || /* gate and up interleaved */
+                   sl_ld_expert_t(ld, dn, E, x, H, I, &ex->down, e)) {
             return -1;
+        }
         L->experts.experts[x] = ex;
     }
     return 0;

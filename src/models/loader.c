@@ -316,11 +316,10 @@ int sl_ld_stacked(sl_loader *l, const char *module, int has_weight_suffix, int n
     return fill_weight(l, module, nb, t, 1, n_experts, rows_total, rows, cols, first, w, e);
 }
 
-/* The float32 bias of expert `index`: row `index` of module + "_bias" [E, rows], owned by the model. */
-static int expert_bias(sl_loader *l, const char *module, int n_experts, int index, int rows, sl_weight *w, sl_err *e) {
-    char nb[512], s[96];
-    const sl_st_tensor *t = sl_ld_find(l, cat(nb, sizeof nb, module, "_bias"));
-    if (!t) return sl_fail(e, "%s: missing tensor '%s' (expected [%d, %d])", l->m->path, nb, n_experts, rows);
+int sl_ld_stacked_bias(sl_loader *l, const char *name, int n_experts, int index, int rows, sl_weight *w, sl_err *e) {
+    char s[96];
+    const sl_st_tensor *t = sl_ld_find(l, name);
+    if (!t) return sl_fail(e, "%s: missing tensor '%s' (expected [%d, %d])", l->m->path, name, n_experts, rows);
     if (t->dtype != SL_ST_F32 && t->dtype != SL_ST_F16 && t->dtype != SL_ST_BF16)
         return sl_fail(e, "%s: tensor '%s' has dtype %s, expected F32, F16 or BF16", file_of(l, t), t->name,
                        dtype_name(t));
@@ -385,7 +384,7 @@ int sl_ld_expert_t(sl_loader *l, const char *module, int n_experts, int index, i
         w->row_bytes = (size_t)cols * es;
     }
     l->m->n_params += (uint64_t)rows * (uint64_t)cols;
-    return expert_bias(l, module, n_experts, index, rows, w, e);
+    return sl_ld_stacked_bias(l, cat(nb, sizeof nb, module, "_bias"), n_experts, index, rows, w, e);
 }
 
 int sl_ld_check_all_used(sl_loader *l, sl_err *e) {

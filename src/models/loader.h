@@ -28,6 +28,8 @@ int sl_ld_linear(sl_loader *l, const char *module, int rows, int cols, sl_weight
  * rows [row0, row0 + rows) of a fused gate/up stack. `module` names the stack (no ".weight"). */
 int sl_ld_stacked(sl_loader *l, const char *module, int has_weight_suffix, int n_experts, int index, int row0,
                   int rows_total, int rows, int cols, sl_weight *w, sl_err *e);
+/* The float32 bias of expert `index`: row `index` of the stacked biases `name` [E, rows], owned by the model. */
+int sl_ld_stacked_bias(sl_loader *l, const char *name, int n_experts, int index, int rows, sl_weight *w, sl_err *e);
 /* Expert `index` of a gpt-oss expert stack `module` (e.g. "model.layers.0.mlp.experts.gate_up_proj") as a
  * [rows, cols] weight with its bias (module + "_bias", [E, rows]). MXFP4 as OpenAI ships it
  * (module + "_blocks" U8 [E, rows, cols / 32, 16] and "_scales" U8 [E, rows, cols / 32]) is used in place;
