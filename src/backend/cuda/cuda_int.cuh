@@ -379,6 +379,12 @@ void cu_moe_grouped(cu_impl *c, const cu_w *gate, const cu_w *down, const cu_exp
                     const int *pairs, const int *count, int max_units, int gsize, int slots, int k, const float *x,
                     int hidden, float *gu, float *d);
 
+/* One grouped launch of weight `which` (+ grid z < nz) of the table's experts: group u's pairs p read row
+ * p / x_div of x (x_stride apart) and write row p of y (y_stride apart, + z * yz), plain inputs. */
+void cu_grouped_launch(cu_impl *c, const cu_w *w, const cu_expert *table, int which, int nz, const int4 *units,
+                       const int *pairs, const int *count, int max_units, int gsize, const float *x, int x_div,
+                       long long x_stride, float *y, long long y_stride, long long yz);
+
 /* GGML block-quantised weights (cuda_ggml.cu); every type decodes by the CPU reference formulas */
 /* GPUDirect Storage (cuda_gds.cu), the backend's gds_* ops; cu_gds_close unloads it. */
 int cu_gds_open(sl_backend *b, int *direct, sl_err *e);

@@ -1065,6 +1065,28 @@ void cu_moe_grouped(cu_impl *c, const cu_w *gate, const cu_w *down, const cu_exp
     cu_check_launch(c, "grouped expert kernels");
 }
 
+void cu_grouped_launch(cu_impl *c, const cu_w *w, const cu_expert *table, int which, int nz, const int4 *units,
+                       const int *pairs, const int *count, int max_units, int gsize, const float *x, int x_div,
+                       long long x_stride, float *y, long long y_stride, long long yz) {
+    gv_call g = plain_call(w, y, x, NULL, XM_PLAIN);
+    g.table = table;
+    g.which = which;
+    g.slots = max_units;
+    g.nz = nz;
+    g.x_div = x_div;
+    g.x_stride = x_stride;
+    g.y_stride = y_stride;
+    g.yz = yz;
+    g.gunits = units;
+    g.gpairs = pairs;
+    g.gcount = count;
+    if (gsize == 8)
+        grouped_run<8>(c, g);
+    else
+        grouped_run<4>(c, g);
+    cu_check_launch(c, "grouped expert kernels");
+}
+
 __global__ void dequant_split_k(cu_w w, __nv_bfloat16 *hi, __nv_bfloat16 *lo) {
     cu_pdl_enter();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x, total = (long long)w.rows * w.cols;
