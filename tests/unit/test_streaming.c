@@ -338,6 +338,10 @@ Test(streaming, pack_safetensors) {
     check_pack("models/qwen3_5_moe_mlx4");
 }
 
+Test(streaming, pack_gpt_oss_mxfp4) {
+    check_pack("families/gpt_oss_mxfp4");
+}
+
 Test(streaming, pack_gguf) {
     check_pack("gguf/qwen3_moe-Q4_K_M/model.gguf");
 }
