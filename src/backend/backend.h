@@ -15,17 +15,31 @@
 #include "backend/weight.h"
 #include "core/err.h"
 
-/* One routed expert: SwiGLU MLP down(silu(gate x) * up x). */
+/* One routed expert: SwiGLU MLP down(act(gate x, up x)). With no up weight (up.data NULL) gate holds
+ * both projections with their rows interleaved, as gpt-oss stores them: gate row 2i is gate output i,
+ * row 2i + 1 up output i ([2 * inter, hidden]). Each weight may carry its bias. */
 typedef struct sl_expert {
     sl_weight gate, up, down;
 } sl_expert;
 
 /* Per-layer table of expert pointers. Resident models point into the checkpoint; an expert store hands
- * in its own slots by rewriting entries, so layers never own their experts. */
+ * in its own slots by rewriting entries, so layers never own their experts. The activation is the
+ * layer's: silu(g) * u when swiglu_limit is 0, else gpt-oss's clamped form g = min(g, limit),
+ * u = clamp(u, -limit, limit), g * sigmoid(swiglu_alpha * g) * (u + 1). */
 typedef struct sl_expert_table {
     int n_experts;
     const sl_expert **experts;
+    float swiglu_alpha, swiglu_limit;
 } sl_expert_table;
+
+/* The expert activation of gate value g and up value u under table t. */
+static inline float sl_expert_act(const sl_expert_table *t, float g, float u) {
+    if (t->swiglu_limit <= 0) return g / (1.0f + __builtin_expf(-g)) * u;
+    float L = t->swiglu_limit;
+    g = g < L ? g : L;
+    u = u < -L ? -L : u > L ? L : u;
+    return g / (1.0f + __builtin_expf(-t->swiglu_alpha * g)) * (u + 1.0f);
+}
 
 /* Dimensions of a gated delta-net (linear attention) layer. Value head h reads key head
  * h / (n_v_heads / n_k_heads) (grouped, Hugging Face order), or h % n_k_heads when `tiled` (GGUF order). */
@@ -101,9 +115,10 @@ typedef struct sl_backend_ops {
     void (*copy_rows)(sl_backend *b, float *dst, int dst_stride, const float *src, int src_stride, int n, int width);
     /* causal GQA attention of the batch's queries, each over positions [0, pos] of its own sequence's
      * cache pages; the new keys/values must already be in the caches. window > 0 limits each query to the
-     * last `window` positions (itself included). out[n][n_heads * head_dim]. */
+     * last `window` positions (itself included). sinks (NULL: none) holds a learned logit per query head
+     * that joins the softmax's denominator and attends to no value (gpt-oss). out[n][n_heads * head_dim]. */
     void (*attention)(sl_backend *b, const float *q, const float *kc, const float *vc, const sl_batch_map *bm,
-                      int n_heads, int n_kv, int head_dim, int window, float scale, float *out);
+                      int n_heads, int n_kv, int head_dim, int window, float scale, const float *sinks, float *out);
     void (*add)(sl_backend *b, float *y, const float *x, size_t len);                      /* y += x */
     void (*swiglu)(sl_backend *b, const float *g, const float *u, size_t len, float *out); /* silu(g)*u */
     void (*mul_sigmoid)(sl_backend *b, float *x, const float *g, size_t len);              /* x *= sigmoid(g) */

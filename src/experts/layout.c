@@ -37,7 +37,7 @@ void sl_xinfo_describe(const sl_st_set *set, const sl_expert *ex, xinfo *xi, siz
         if (w->fmt == SL_WF_MLX) {
             set_piece(set, &p[1], w->scales, sl_weight_scale_bytes(w));
             set_piece(set, &p[2], w->biases, sl_weight_scale_bytes(w));
-        } else if (w->fmt == SL_WF_FP8) {
+        } else if (w->fmt == SL_WF_FP8 || w->fmt == SL_WF_MXFP4) {
             set_piece(set, &p[1], w->scales, sl_weight_scale_bytes(w));
             set_piece(set, &p[2], NULL, 0);
         } else {

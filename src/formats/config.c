@@ -228,9 +228,12 @@ static int parse_config(json_t *root, const char *where, sl_config *c, sl_err *e
     c->norm_topk_prob = json_is_boolean(ntp) ? json_is_true(ntp) : 1;
     if (c->n_experts && (c->top_k <= 0 || c->top_k > c->n_experts))
         return sl_fail(e, "%s: num_experts_per_tok %d must be in [1, %d]", where, c->top_k, c->n_experts);
+    c->swiglu_limit = get_num(tc, "swiglu_limit", 0.0);
     c->mlp_only = calloc((size_t)c->n_layers, sizeof *c->mlp_only);
     c->layer_kind = calloc((size_t)c->n_layers, sizeof *c->layer_kind);
-    if (!c->mlp_only || !c->layer_kind) return sl_fail(e, "out of memory");
+    c->layer_window = calloc((size_t)c->n_layers, sizeof *c->layer_window);
+    if (!c->mlp_only || !c->layer_kind || !c->layer_window) return sl_fail(e, "out of memory");
+    for (int l = 0; l < c->n_layers; l++) c->layer_window[l] = c->sliding_window;
     json_t *mo = json_object_get(tc, "mlp_only_layers");
     size_t i;
     json_t *v;
@@ -250,8 +253,11 @@ static int parse_config(json_t *root, const char *where, sl_config *c, sl_err *e
             else if (s && (!strcmp(s, "full_attention") || !strcmp(s, "sliding_attention")))
                 c->layer_kind[i] = SL_LAYER_ATTENTION;
             else
-                return sl_fail(e, "%s: layer_types[%zu] = '%s' is not linear_attention or full_attention", where, i,
-                               s ? s : "?");
+                return sl_fail(e,
+                               "%s: layer_types[%zu] = '%s' is not linear_attention, full_attention or "
+                               "sliding_attention",
+                               where, i, s ? s : "?");
+            if (s && strcmp(s, "sliding_attention")) c->layer_window[i] = 0; /* only sliding layers slide */
         }
     } else if (json_is_integer(json_object_get(tc, "full_attention_interval"))) {
         /* older hybrid configs: every interval-th layer is full attention, the rest delta-net */
@@ -326,6 +332,7 @@ int sl_config_load(const char *dir, sl_config *c, sl_err *e) {
 void sl_config_free(sl_config *c) {
     free(c->mlp_only);
     free(c->layer_kind);
+    free(c->layer_window);
     json_decref(c->quant);
     memset(c, 0, sizeof *c);
 }

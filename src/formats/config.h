@@ -29,10 +29,12 @@ typedef struct sl_config {
     double rms_eps;
     int tie_embeddings;
     int sliding_window; /* 0: full attention */
+    int *layer_window;  /* per layer: its window, sliding_window or 0 where layer_types says full_attention */
     sl_rope_cfg rope;
     /* mixture of experts */
     int n_experts, top_k, moe_intermediate, shared_intermediate, norm_topk_prob, decoder_sparse_step;
-    int *mlp_only; /* per layer: 1 when the layer keeps a dense MLP */
+    int *mlp_only;       /* per layer: 1 when the layer keeps a dense MLP */
+    double swiglu_limit; /* gpt-oss experts' clamp (0: none) */
     /* sigmoid routing (DeepSeek-V3, GLM-4.5): scores are sigmoids, a correction bias steers the choice,
      * experts are picked within the topk_group best of n_group groups, weights scaled by routed_scale */
     int route_sigmoid, n_group, topk_group;

@@ -11,8 +11,9 @@
 static const struct {
     const char *arch, *model_type;
 } archs[] = {
-    {"llama", "llama"},           {"qwen2", "qwen2"},           {"qwen3", "qwen3"},      {"qwen3moe", "qwen3_moe"},
-    {"qwen35moe", "qwen3_5_moe"}, {"qwen3next", "qwen3_next"},  {"deepseek2", "deepseek_v3"}, {"glm4moe", "glm4_moe"},
+    {"llama", "llama"},           {"qwen2", "qwen2"},           {"qwen3", "qwen3"},
+    {"qwen3moe", "qwen3_moe"},    {"qwen35moe", "qwen3_5_moe"}, {"qwen3next", "qwen3_next"},
+    {"deepseek2", "deepseek_v3"}, {"glm4moe", "glm4_moe"},      {"gpt-oss", "gpt_oss"},
 };
 
 /* ---- metadata -> config ---- */
@@ -92,6 +93,8 @@ static int rope_config(meta *m, int64_t head_dim) {
             return -1;
         json_object_set_new(rp, "beta_fast", json_real(bf));
         json_object_set_new(rp, "beta_slow", json_real(bs));
+        /* gpt-oss ramps its YaRN frequencies without rounding the bounds (llama.cpp leaves that implied) */
+        if (!strcmp(m->arch, "gpt-oss")) json_object_set_new(rp, "truncate", json_false());
     } else {
         return sl_fail(m->e, "%s: %s.rope.scaling.type '%.*s' is not supported (expected none, linear or yarn)",
                        m->g->paths[0], m->arch, (int)st.len, st.s);
@@ -169,7 +172,7 @@ static int build_config(meta *m) {
     if (!mt)
         return sl_fail(m->e,
                        "%s: general.architecture '%s' is not supported (expected llama, qwen2, qwen3, qwen3moe, "
-                       "qwen35moe, qwen3next, deepseek2 or glm4moe)",
+                       "qwen35moe, qwen3next, deepseek2, glm4moe or gpt-oss)",
                        path, m->arch);
     /* llama.cpp writes Mixtral as llama with experts */
     int64_t experts = 0;
@@ -235,7 +238,13 @@ static int build_config(meta *m) {
         json_array_append_new(kinds,
                               json_string(has_tensor(g, "blk.%d.ssm_a", l) ? "linear_attention" : "full_attention"));
     }
-    if (hybrid) {
+    if (!strcmp(m->arch, "gpt-oss")) { /* llama.cpp's pattern: even layers slide, odd ones see everything */
+        json_decref(kinds);
+        kinds = json_array();
+        for (int l = 0; l < layers && l < 4096; l++)
+            json_array_append_new(kinds, json_string(l % 2 ? "full_attention" : "sliding_attention"));
+        json_object_set_new(m->cfg, "layer_types", kinds);
+    } else if (hybrid) {
         json_object_set_new(m->cfg, "layer_types", kinds);
         int64_t conv = 0, state = 0, groups = 0, rank = 0, inner = 0;
         if (get_arch_int(m, "ssm.conv_kernel", &conv) < 0 || get_arch_int(m, "ssm.state_size", &state) < 0 ||
@@ -303,6 +312,12 @@ static const struct {
     {"ffn_up.weight", "mlp.up_proj.weight"},
     {"ffn_down.weight", "mlp.down_proj.weight"},
     {"ffn_gate_inp.weight", "mlp.gate.weight"},
+    {"ffn_gate_inp.bias", "mlp.gate.bias"},
+    {"attn_sinks.weight", "self_attn.sinks"},
+    {"attn_sinks", "self_attn.sinks"},
+    {"ffn_gate_exps.bias", "mlp.switch_mlp.gate_proj.bias"},
+    {"ffn_up_exps.bias", "mlp.switch_mlp.up_proj.bias"},
+    {"ffn_down_exps.bias", "mlp.switch_mlp.down_proj.bias"},
     {"ffn_gate_exps.weight", "mlp.switch_mlp.gate_proj.weight"},
     {"ffn_up_exps.weight", "mlp.switch_mlp.up_proj.weight"},
     {"ffn_gate_up_exps.weight", "mlp.experts.gate_up_proj"},

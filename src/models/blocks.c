@@ -36,6 +36,7 @@ int blk_load_attention(sl_model *m, sl_loader *ld, int l, int q_gated, float nor
     int qw = c->n_heads * c->head_dim, kw = c->n_kv_heads * c->head_dim;
     L->kind = SL_LAYER_ATTENTION;
     L->q_gated = q_gated;
+    L->window = c->layer_window ? c->layer_window[l] : c->sliding_window;
     if (sl_ld_linear(ld, NAME(nb, "model.layers.%d.self_attn.q_proj", l), qw * (q_gated ? 2 : 1), c->hidden, &L->wq,
                      e) ||
         sl_ld_linear(ld, NAME(nb, "model.layers.%d.self_attn.k_proj", l), kw, c->hidden, &L->wk, e) ||
@@ -48,6 +49,9 @@ int blk_load_attention(sl_model *m, sl_loader *ld, int l, int q_gated, float nor
                          e))
             return -1;
     }
+    if (sl_ld_has(ld, NAME(nb, "model.layers.%d.self_attn.sinks", l)) &&
+        sl_ld_vector(ld, nb, c->n_heads, 0.0f, &L->sinks, e))
+        return -1;
     return 0;
 }
 
@@ -65,7 +69,7 @@ void blk_attention(sl_model *m, sl_session *s, int l, const float *xn, int n, fl
     /* gated q_proj rows are [query | gate] per head; the queries and gates are split out on the way */
     sl_qk_rope_store(be, x->q, x->k, x->v, &s->bm, nh, nkv, hd, L->q_norm, L->q_norm ? L->k_norm : NULL, eps,
                      m->rot_dim, m->inv_freq, m->attn_factor, s->kc[l], s->vc[l], L->q_gated ? x->qraw : NULL, x->gate);
-    op->attention(be, x->q, s->kc[l], s->vc[l], &s->bm, nh, nkv, hd, c->sliding_window, 1.0f / sqrtf((float)hd),
+    op->attention(be, x->q, s->kc[l], s->vc[l], &s->bm, nh, nkv, hd, L->window, 1.0f / sqrtf((float)hd), L->sinks,
                   x->att);
     if (L->q_gated)
         sl_sigmoid_matmul(be, &L->wo, x->att, x->gate, n, out);

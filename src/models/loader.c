@@ -481,6 +481,77 @@ int sl_ld_stacked(sl_loader *l, const char *module, int has_weight_suffix, int n
     return fill_weight(l, module, nb, t, 1, n_experts, rows_total, rows, cols, first, w, e);
 }
 
+int sl_ld_stacked_bias(sl_loader *l, const char *name, int n_experts, int index, int rows, sl_weight *w, sl_err *e) {
+    char s[96];
+    const sl_st_tensor *t = sl_ld_find(l, name);
+    if (!t) return sl_fail(e, "%s: missing tensor '%s' (expected [%d, %d])", l->m->path, name, n_experts, rows);
+    if (t->dtype != SL_ST_F32 && t->dtype != SL_ST_F16 && t->dtype != SL_ST_BF16)
+        return sl_fail(e, "%s: tensor '%s' has dtype %s, expected F32, F16 or BF16", file_of(l, t), t->name,
+                       dtype_name(t));
+    shape_str(t, s, sizeof s);
+    if (t->ndim != 2 || t->shape[0] != n_experts || t->shape[1] != rows)
+        return sl_fail(e, "%s: tensor '%s' has shape %s, expected [%d, %d]", file_of(l, t), t->name, s, n_experts,
+                       rows);
+    float *b = malloc(sizeof *b * (size_t)rows);
+    if (!b || model_own(l->m, b)) {
+        free(b);
+        return sl_fail(e, "out of memory");
+    }
+    for (int r = 0; r < rows; r++) b[r] = elem_f32(t, (int64_t)index * rows + r);
+    l->m->n_params += (uint64_t)rows;
+    w->bias = b;
+    return 0;
+}
+
+int sl_ld_expert_t(sl_loader *l, const char *module, int n_experts, int index, int rows, int cols, sl_weight *w,
+                   sl_err *e) {
+    char nb[512], s[96];
+    memset(w, 0, sizeof *w);
+    w->rows = rows;
+    w->cols = cols;
+    const sl_st_tensor *bl = sl_ld_find(l, cat(nb, sizeof nb, module, "_blocks"));
+    if (bl) {
+        const sl_st_tensor *sc = sl_ld_find(l, cat(nb, sizeof nb, module, "_scales"));
+        if (!sc)
+            return sl_fail(e, "%s: tensor '%s' is MXFP4 but '%s_scales' is missing", file_of(l, bl), bl->name, module);
+        shape_str(bl, s, sizeof s);
+        if (cols % 32 || bl->dtype != SL_ST_U8 || bl->ndim != 4 || bl->shape[0] != n_experts || bl->shape[1] != rows ||
+            bl->shape[2] != cols / 32 || bl->shape[3] != 16)
+            return sl_fail(e, "%s: tensor '%s' is %s %s, expected U8 [%d, %d, %d, 16] (MXFP4 blocks)", file_of(l, bl),
+                           bl->name, dtype_name(bl), s, n_experts, rows, cols / 32);
+        shape_str(sc, s, sizeof s);
+        if (sc->dtype != SL_ST_U8 || sc->ndim != 3 || sc->shape[0] != n_experts || sc->shape[1] != rows ||
+            sc->shape[2] != cols / 32)
+            return sl_fail(e, "%s: tensor '%s' is %s %s, expected U8 [%d, %d, %d] (MXFP4 scales)", file_of(l, sc),
+                           sc->name, dtype_name(sc), s, n_experts, rows, cols / 32);
+        w->fmt = SL_WF_MXFP4;
+        w->group = 32;
+        w->row_bytes = (size_t)cols / 2;
+        w->data = bl->data + (size_t)index * (size_t)rows * w->row_bytes;
+        w->scales = sc->data + (size_t)index * (size_t)rows * (size_t)(cols / 32);
+    } else {
+        const sl_st_tensor *t = sl_ld_find(l, module);
+        if (!t)
+            return sl_fail(e, "%s: missing tensor '%s' (expected [%d, %d, %d], or MXFP4 '%s_blocks')", l->m->path,
+                           module, n_experts, cols, rows, module);
+        shape_str(t, s, sizeof s);
+        if (to_wfmt(t->dtype, &w->fmt))
+            return sl_fail(e, "%s: tensor '%s' has dtype %s, expected F32, F16 or BF16", file_of(l, t), t->name,
+                           dtype_name(t));
+        if (t->ndim != 3 || t->shape[0] != n_experts || t->shape[1] != cols || t->shape[2] != rows)
+            return sl_fail(e, "%s: tensor '%s' has shape %s, expected [%d, %d, %d] (experts, inputs, outputs)",
+                           file_of(l, t), t->name, s, n_experts, cols, rows);
+        /* used in place: the kernels read it inputs-first (sl_weight.transposed) */
+        size_t es = sl_st_dtype_size(t->dtype), n = (size_t)rows * (size_t)cols;
+        w->transposed = 1;
+        w->data = aligned_data(l, t->data + (size_t)index * n * es, n * es, es);
+        if (!w->data) return sl_fail(e, "out of memory");
+        w->row_bytes = (size_t)cols * es;
+    }
+    l->m->n_params += (uint64_t)rows * (uint64_t)cols;
+    return sl_ld_stacked_bias(l, cat(nb, sizeof nb, module, "_bias"), n_experts, index, rows, w, e);
+}
+
 int sl_ld_check_all_used(sl_loader *l, sl_err *e) {
     for (int k = 0; k < l->n; k++) {
         int i = l->order[k];

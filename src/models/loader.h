@@ -41,6 +41,15 @@ float *sl_ld_alloc_f32(sl_loader *l, size_t n, sl_err *e);
  * rows [row0, row0 + rows) of a fused gate/up stack. `module` names the stack (no ".weight"). */
 int sl_ld_stacked(sl_loader *l, const char *module, int has_weight_suffix, int n_experts, int index, int row0,
                   int rows_total, int rows, int cols, sl_weight *w, sl_err *e);
+/* The float32 bias of expert `index`: row `index` of the stacked biases `name` [E, rows], owned by the model. */
+int sl_ld_stacked_bias(sl_loader *l, const char *name, int n_experts, int index, int rows, sl_weight *w, sl_err *e);
+/* Expert `index` of a gpt-oss expert stack `module` (e.g. "model.layers.0.mlp.experts.gate_up_proj") as a
+ * [rows, cols] weight with its bias (module + "_bias", [E, rows]). MXFP4 as OpenAI ships it
+ * (module + "_blocks" U8 [E, rows, cols / 32, 16] and "_scales" U8 [E, rows, cols / 32]) is used in place;
+ * so is a float stack `module` [E, cols, rows] (inputs first, the transpose of nn.Linear), as a transposed
+ * weight (sl_weight.transposed). */
+int sl_ld_expert_t(sl_loader *l, const char *module, int n_experts, int index, int rows, int cols, sl_weight *w,
+                   sl_err *e);
 /* A float32 copy of a small tensor of exactly `len` elements (norm weights, A_log, conv kernels, ...),
  * with `add` added to each element. Owned by the model. */
 int sl_ld_vector(sl_loader *l, const char *name, int64_t len, float add, float **out, sl_err *e);

@@ -69,7 +69,8 @@ static const sl_weight *unsupported(sl_model *m) {
             if (ws[i]->data && !b->ops->supports(b, ws[i])) return ws[i];
         for (int x = 0; L->is_moe && x < L->experts.n_experts; x++) {
             const sl_expert *ex = &L->expert_store[x];
-            if (!b->ops->supports(b, &ex->gate) || !b->ops->supports(b, &ex->up) || !b->ops->supports(b, &ex->down))
+            if (!b->ops->supports(b, &ex->gate) || (ex->up.data && !b->ops->supports(b, &ex->up)) ||
+                !b->ops->supports(b, &ex->down))
                 return &ex->gate;
         }
     }
@@ -128,6 +129,7 @@ static int place_dense(sl_model *m, sl_err *e) {
         } vs[] = {{&L->attn_norm, (size_t)c->hidden},
                   {&L->ffn_norm, (size_t)c->hidden},
                   {&L->q_norm, (size_t)c->head_dim},
+                  {&L->sinks, (size_t)c->n_heads},
                   {&L->k_norm, (size_t)c->head_dim},
                   {&L->conv_w, (size_t)conv_dim * (size_t)c->conv_kernel},
                   {&L->A_log, (size_t)nv},
@@ -170,7 +172,7 @@ static int place_experts_resident(sl_model *m, sl_err *e) {
         sl_layer *L = &m->layers[l];
         for (int x = 0; L->is_moe && x < L->experts.n_experts; x++) {
             sl_expert *ex = &L->expert_store[x];
-            if (op->place_weight(m->be, &ex->gate, e) || op->place_weight(m->be, &ex->up, e) ||
+            if (op->place_weight(m->be, &ex->gate, e) || (ex->up.data && op->place_weight(m->be, &ex->up, e)) ||
                 op->place_weight(m->be, &ex->down, e))
                 return -1;
         }

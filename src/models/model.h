@@ -16,6 +16,8 @@ typedef struct sl_layer {
     sl_weight wq, wk, wv, wo;
     float *q_norm, *k_norm; /* per-head RMSNorm (Qwen3, Qwen3.5), NULL otherwise */
     int q_gated;            /* q_proj yields [query | gate] per head (Qwen3.5) */
+    int window;             /* sliding window of this layer (0: full attention) */
+    float *sinks;           /* per-head attention sink logits (gpt-oss), NULL otherwise */
     /* multi-head latent attention (DeepSeek-V3): wq (no q_lora_rank) or wq_a -> q_a_norm -> wq_b;
      * wkv_a gives [latent | k_rope]; kv_b_proj as float32 [n_heads * (nope + v)][kv_lora], absorbed */
     sl_weight wq_a, wq_b, wkv_a;

@@ -18,6 +18,7 @@ static const struct {
     {"deepseek_v3", &sl_family_deepseek_v3},
     {"kimi_k2", &sl_family_deepseek_v3},
     {"glm4_moe", &sl_family_glm4_moe},
+    {"gpt_oss", &sl_family_gpt_oss},
 };
 
 const sl_family *sl_family_for(const char *model_type) {
@@ -28,5 +29,5 @@ const sl_family *sl_family_for(const char *model_type) {
 
 const char *sl_supported_types(void) {
     return "llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, qwen3_5_moe, qwen3_5_moe_text, qwen3_next, deepseek_v3, "
-           "kimi_k2, glm4_moe";
+           "kimi_k2, glm4_moe, gpt_oss";
 }

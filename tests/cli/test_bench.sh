@@ -27,8 +27,10 @@ jq -e '.bytes_per_token < 0.6 * .weight_bytes' \
   <<<"$("$SLUICE_BIN" bench "$SLUICE_FIXTURES/models/qwen3_moe" -p 4 -n 1 --json)" >/dev/null ||
   fail "qwen3_moe: bytes per token should count only the routed experts"
 
-"$SLUICE_BIN" bench --help | grep -q "usage: sluice bench" || fail "--help"
-"$SLUICE_BIN" bench --help | grep -q "qwen3.5-397b-a17b" || fail "--help does not list the synthetic shapes"
+# read whole: grep -q stops at its match, and under pipefail the writer's SIGPIPE would fail the check
+help=$("$SLUICE_BIN" bench --help)
+grep -q "usage: sluice bench" <<<"$help" || fail "--help"
+grep -q "qwen3.5-397b-a17b" <<<"$help" || fail "--help does not list the synthetic shapes"
 
 # synthetic checkpoints: written once into SLUICE_CACHE, loaded by the ordinary loader, finite, with routing
 # spread over the experts; a second run reuses the files

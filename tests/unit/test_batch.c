@@ -222,6 +222,8 @@ FAMILY_FIXTURE(qwen3_next)
 FAMILY_FIXTURE(deepseek_v3)
 FAMILY_FIXTURE(deepseek_v3_fp8)
 FAMILY_FIXTURE(glm4_moe)
+FAMILY_FIXTURE(gpt_oss)
+FAMILY_FIXTURE(gpt_oss_mxfp4)
 
 #define GGUF_FIXTURE(n, dir)                                                                                           \
     Test(batch_gguf, n) {                                                                                              \

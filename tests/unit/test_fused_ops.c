@@ -540,7 +540,7 @@ static void moe_shared_case(int E, int k, int renorm, int hidden, int inter, int
         ex[e] = (sl_expert){tw[3 * e].w, tw[3 * e + 1].w, tw[3 * e + 2].w};
         exp[e] = &ex[e];
     }
-    sl_expert_table tab = {E, exp};
+    sl_expert_table tab = {.n_experts = E, .experts = exp};
     sl_err e = {{0}};
     if (be->ops->place_experts) cr_assert_eq(be->ops->place_experts(be, &tab, &e), 0, "%s", e.msg);
     make_expert_weight(be, &shd, bits, hidden, inter, &st);

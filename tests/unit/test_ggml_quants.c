@@ -439,7 +439,7 @@ Test(ggml_quants, moe_experts_of_mixed_types) {
         }
         ptrs[x] = &ex[x];
     }
-    sl_expert_table tab = {E, ptrs};
+    sl_expert_table tab = {.n_experts = E, .experts = ptrs};
     for (int n = 1; n <= 5; n += 4) {
         float *xin = malloc(sizeof *xin * (size_t)n * H), *out = malloc(sizeof *out * (size_t)n * H);
         int32_t ids[5 * K];
@@ -514,8 +514,8 @@ static void *dev_copy(sl_backend *be, const void *src, size_t bytes) {
 }
 
 /* matmul of n tokens on the device (w placed there, host rows in hw) against a double-precision dot */
-static void check_cuda_matmul(sl_backend *be, const sl_weight *w, const sl_weight *hw, int n, unsigned seed,
-                              double tol, int q8_input) {
+static void check_cuda_matmul(sl_backend *be, const sl_weight *w, const sl_weight *hw, int n, unsigned seed, double tol,
+                              int q8_input) {
     size_t cols = (size_t)w->cols, rows = (size_t)w->rows;
     float *x = malloc(sizeof *x * cols * (size_t)n), *y = malloc(sizeof *y * rows * (size_t)n);
     float *row = malloc(sizeof *row * cols);
@@ -640,7 +640,7 @@ Test(ggml_quants, cuda_moe_experts) {
         hp[x] = &hx[x];
         dp[x] = &dx[x];
     }
-    sl_expert_table tab = {E, dp};
+    sl_expert_table tab = {.n_experts = E, .experts = dp};
     cr_assert_eq(be->ops->place_experts(be, &tab, &e), 0, "%s", e.msg);
     for (int n = 1; n <= 5; n += 4) {
         float *xin = malloc(sizeof *xin * (size_t)n * H), *out = malloc(sizeof *out * (size_t)n * H);
@@ -699,7 +699,7 @@ Test(ggml_quants, cuda_moe_experts) {
     const sl_expert *op[E];
     for (int x = 0; x < E; x++) odd[x] = dx[x], op[x] = &odd[x];
     odd[2].down.gtype = SL_GGML_Q8_0;
-    sl_expert_table bad = {E, op};
+    sl_expert_table bad = {.n_experts = E, .experts = op};
     cr_assert_eq(be->ops->place_experts(be, &bad, &e), -1);
     cr_assert(strstr(e.msg, "expert 2") && strstr(e.msg, "type"), "%s", e.msg);
     for (int x = 0; x < E; x++)

@@ -23,9 +23,10 @@ typedef struct st_file {
     size_t len;
 } st_file;
 
+/* model: a folder under models/, or a path under the fixtures ("families/gpt_oss") */
 static char *fixture_file(const char *model, const char *name) {
     char rel[256];
-    snprintf(rel, sizeof rel, "models/%s/%s", model, name);
+    snprintf(rel, sizeof rel, strchr(model, '/') ? "%s/%s" : "models/%s/%s", model, name);
     return tu_fixture(rel);
 }
 
@@ -646,6 +647,69 @@ Test(load_errors, u32_weight_without_quantization) {
 
 /* ---- 4. config.json ---- */
 
+/* ---- gpt-oss experts ---- */
+
+#define OSS "families/gpt_oss"
+#define OSS4 "families/gpt_oss_mxfp4"
+#define GU0 "model.layers.0.mlp.experts.gate_up_proj"
+
+Test(load_errors, gpt_oss_stack_inputs_last) {
+    st_file f = st_read(OSS);
+    set_shape(&f, GU0, json_pack("[iii]", 8, 256, 128)); /* the nn.Linear orientation: same bytes */
+    char *d = model_dir(OSS, &f);
+    st_free(&f);
+    const char *m = load_fail(d);
+    has_st_path(m, d);
+    HAS(m, GU0);
+    HAS(m, "has shape [8, 256, 128], expected [8, 128, 256] (experts, inputs, outputs)");
+}
+
+Test(load_errors, gpt_oss_missing_sinks) {
+    st_file f = st_read(OSS);
+    json_object_del(f.hdr, "model.layers.2.self_attn.sinks");
+    char *d = model_dir(OSS, &f);
+    st_free(&f);
+    HAS(load_fail(d), "missing tensor 'model.layers.2.self_attn.sinks' (expected 8 attention sinks)");
+}
+
+Test(load_errors, gpt_oss_missing_expert_bias) {
+    st_file f = st_read(OSS4);
+    json_object_del(f.hdr, "model.layers.1.mlp.experts.down_proj_bias");
+    char *d = model_dir(OSS4, &f);
+    st_free(&f);
+    HAS(load_fail(d), "missing tensor 'model.layers.1.mlp.experts.down_proj_bias' (expected [8, 128])");
+}
+
+Test(load_errors, mxfp4_scales_missing) {
+    st_file f = st_read(OSS4);
+    json_object_del(f.hdr, GU0 "_scales");
+    char *d = model_dir(OSS4, &f);
+    st_free(&f);
+    const char *m = load_fail(d);
+    HAS(m, GU0 "_blocks' is MXFP4 but '" GU0 "_scales' is missing");
+}
+
+Test(load_errors, mxfp4_scales_wrong_shape) {
+    st_file f = st_read(OSS4);
+    set_shape(&f, GU0 "_scales", json_pack("[iii]", 8, 512, 2)); /* same bytes, other blocks */
+    char *d = model_dir(OSS4, &f);
+    st_free(&f);
+    const char *m = load_fail(d);
+    has_st_path(m, d);
+    HAS(m, "tensor '" GU0 "_scales' is U8 [8, 512, 2], expected U8 [8, 256, 4] (MXFP4 scales)");
+}
+
+Test(load_errors, mxfp4_blocks_wrong_dtype) {
+    st_file f = st_read(OSS4);
+    json_int_t b = begin_of(&f, GU0 "_blocks");
+    set_dtype(&f, GU0 "_blocks", "BF16");
+    set_shape(&f, GU0 "_blocks", json_pack("[iiii]", 8, 256, 4, 8));
+    set_offsets(&f, GU0 "_blocks", b, b + 8 * 256 * 4 * 8 * 2);
+    char *d = model_dir(OSS4, &f);
+    st_free(&f);
+    HAS(load_fail(d), "is BF16 [8, 256, 4, 8], expected U8 [8, 256, 4, 16] (MXFP4 blocks)");
+}
+
 Test(load_errors, config_missing) {
     char *d = new_dir();
     st_file f = st_read("llama");
@@ -1182,8 +1246,8 @@ Test(load_errors, config_vocab_not_integer) {
 
 /* ---- DeepSeek-V3: block FP8 scales, multi-token-prediction layers ---- */
 
-#define DS_FP8 "../families/deepseek_v3_fp8"
-#define DS "../families/deepseek_v3"
+#define DS_FP8 "families/deepseek_v3_fp8"
+#define DS "families/deepseek_v3"
 
 Test(load_errors, fp8_scale_missing) {
     st_file f = st_read(DS_FP8);

@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/ggml_types.h"
+#include "formats/gguf_write.h"
+#include "formats/safetensors.h"
 #include "runtime/session.h"
 #include "testutil.h"
 
@@ -49,11 +52,9 @@ static int argmax(const float *v, int n) {
     return b;
 }
 
-/* kind is "models" or "families" (a checkpoint folder) or "gguf" (FIXTURE/model.gguf) */
-static void check_fixture_in(const char *kind, const char *name) {
+/* The model at dir (a checkpoint folder or a .gguf file) against the references of fixture kind/name. */
+static void check_model(char *dir, const char *kind, const char *name) {
     char rel[256];
-    snprintf(rel, sizeof rel, strcmp(kind, "gguf") ? "%s/%s" : "%s/%s/model.gguf", kind, name);
-    char *dir = tu_fixture(rel);
     snprintf(rel, sizeof rel, "%s/%s/expected.json", kind, name);
     char *ej = tu_fixture(rel);
     json_error_t je;
@@ -123,6 +124,13 @@ static void check_fixture_in(const char *kind, const char *name) {
     sl_model_free(m);
 }
 
+/* kind is "models" or "families" (a checkpoint folder) or "gguf" (FIXTURE/model.gguf) */
+static void check_fixture_in(const char *kind, const char *name) {
+    char rel[256];
+    snprintf(rel, sizeof rel, strcmp(kind, "gguf") ? "%s/%s" : "%s/%s/model.gguf", kind, name);
+    check_model(tu_fixture(rel), kind, name);
+}
+
 static void check_fixture(const char *name) {
     check_fixture_in("models", name);
 }
@@ -153,6 +161,175 @@ FAMILY_FIXTURE(qwen3_next)
 FAMILY_FIXTURE(deepseek_v3)
 FAMILY_FIXTURE(deepseek_v3_fp8)
 FAMILY_FIXTURE(glm4_moe)
+FAMILY_FIXTURE(gpt_oss)
+FAMILY_FIXTURE(gpt_oss_mxfp4)
+
+/* ---- gpt-oss as llama.cpp writes it to GGUF ---- */
+
+typedef struct oss_gguf {
+    sl_gguf_wtensor t[128];
+    uint8_t *data[128];
+    int n;
+} oss_gguf;
+
+static const sl_st_tensor *st_get(const sl_st_set *set, const char *name) {
+    for (int i = 0; i < set->n_tensors; i++)
+        if (!strcmp(set->tensors[i].name, name)) return &set->tensors[i];
+    cr_assert_fail("the fixture has no tensor '%s'", name);
+    return NULL;
+}
+
+/* A tensor of the GGUF: ne in GGML order (ne[0] contiguous), its bytes in `bytes` (taken over). */
+static void og_add(oss_gguf *o, const char *name, int type, int ndim, const int64_t *ne, uint8_t *bytes) {
+    cr_assert_lt(o->n, 128);
+    sl_gguf_wtensor *t = &o->t[o->n];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->type = type;
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; i++) t->ne[i] = ne[i];
+    t->kind = o->n;
+    o->data[o->n++] = bytes;
+}
+
+/* A bf16 tensor copied as it is (shape reversed into GGML order). */
+static void og_copy(oss_gguf *o, const sl_st_set *set, const char *hf, const char *gg) {
+    const sl_st_tensor *t = st_get(set, hf);
+    cr_assert_eq(t->dtype, SL_ST_BF16, "%s", hf);
+    int64_t ne[4];
+    for (int i = 0; i < t->ndim; i++) ne[i] = t->shape[t->ndim - 1 - i];
+    uint8_t *b = malloc(t->nbytes);
+    memcpy(b, t->data, t->nbytes);
+    og_add(o, gg, SL_GGML_BF16, t->ndim, ne, b);
+}
+
+/* Rows [first, first + step, ...) of each expert of an MXFP4 stack (blocks [E, R, in/32, 16], scales
+ * [E, R, in/32]) as a GGML MXFP4 tensor: each block a scale byte, then byte j holding elements j (low
+ * nibble) and j + 16 (high) where the checkpoint pairs elements 2j and 2j + 1. */
+static void og_mxfp4(oss_gguf *o, const sl_st_set *set, const char *hf, int first, int step, const char *gg) {
+    char nb[160];
+    snprintf(nb, sizeof nb, "%s_blocks", hf);
+    const sl_st_tensor *bl = st_get(set, nb);
+    snprintf(nb, sizeof nb, "%s_scales", hf);
+    const sl_st_tensor *sc = st_get(set, nb);
+    int64_t E = bl->shape[0], R = bl->shape[1], nbk = bl->shape[2], rows = R / step;
+    uint8_t *out = malloc((size_t)(E * rows * nbk * 17)), *w = out;
+    for (int64_t x = 0; x < E; x++)
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t b = 0; b < nbk; b++) {
+                int64_t src = (x * R + first + r * step) * nbk + b;
+                const uint8_t *q = bl->data + src * 16;
+                *w++ = sc->data[src];
+                for (int j = 0; j < 16; j++) {
+                    unsigned lo = (q[j / 2] >> (j % 2 * 4)) & 15u, hi = (q[(j + 16) / 2] >> (j % 2 * 4)) & 15u;
+                    *w++ = (uint8_t)(lo | hi << 4);
+                }
+            }
+    int64_t ne[3] = {nbk * 32, rows, E};
+    og_add(o, gg, SL_GGML_MXFP4, 3, ne, out);
+}
+
+/* Columns [first, first + step, ...) of a bf16 [E, C] bias stack. */
+static void og_bias(oss_gguf *o, const sl_st_set *set, const char *hf, int first, int step, const char *gg) {
+    const sl_st_tensor *t = st_get(set, hf);
+    int64_t E = t->shape[0], C = t->shape[1], cols = C / step;
+    uint16_t *out = malloc((size_t)(E * cols) * 2);
+    for (int64_t x = 0; x < E; x++)
+        for (int64_t c = 0; c < cols; c++) memcpy(&out[x * cols + c], t->data + (x * C + first + c * step) * 2, 2);
+    int64_t ne[2] = {cols, E};
+    og_add(o, gg, SL_GGML_BF16, 2, ne, (uint8_t *)out);
+}
+
+static void og_fill(void *ctx, const sl_gguf_wtensor *t, uint64_t off, uint8_t *buf, size_t n) {
+    oss_gguf *o = ctx;
+    memcpy(buf, o->data[t->kind] + off, n);
+}
+
+/* The gpt_oss_mxfp4 fixture converted the way llama.cpp's converter does it (gate and up split out of the
+ * interleaved stack, MXFP4 repacked into GGML blocks), written to path. */
+static void write_gpt_oss_gguf(const char *src, const char *path) {
+    sl_err e = {{0}};
+    sl_st_set *set;
+    cr_assert_eq(sl_st_open_dir(src, &set, &e), 0, "%s", e.msg);
+    oss_gguf *o = calloc(1, sizeof *o);
+    og_copy(o, set, "model.embed_tokens.weight", "token_embd.weight");
+    og_copy(o, set, "model.norm.weight", "output_norm.weight");
+    og_copy(o, set, "lm_head.weight", "output.weight");
+    static const char *const same[][2] = {
+        {"input_layernorm.weight", "attn_norm.weight"},
+        {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+        {"self_attn.q_proj.weight", "attn_q.weight"},
+        {"self_attn.q_proj.bias", "attn_q.bias"},
+        {"self_attn.k_proj.weight", "attn_k.weight"},
+        {"self_attn.k_proj.bias", "attn_k.bias"},
+        {"self_attn.v_proj.weight", "attn_v.weight"},
+        {"self_attn.v_proj.bias", "attn_v.bias"},
+        {"self_attn.o_proj.weight", "attn_output.weight"},
+        {"self_attn.o_proj.bias", "attn_output.bias"},
+        {"self_attn.sinks", "attn_sinks.weight"},
+        {"mlp.router.weight", "ffn_gate_inp.weight"},
+        {"mlp.router.bias", "ffn_gate_inp.bias"},
+    };
+    for (int l = 0; l < 4; l++) {
+        char hf[160], gg[96];
+        for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+            snprintf(hf, sizeof hf, "model.layers.%d.%s", l, same[i][0]);
+            snprintf(gg, sizeof gg, "blk.%d.%s", l, same[i][1]);
+            og_copy(o, set, hf, gg);
+        }
+        snprintf(hf, sizeof hf, "model.layers.%d.mlp.experts.gate_up_proj", l);
+        og_mxfp4(o, set, hf, 0, 2, (snprintf(gg, sizeof gg, "blk.%d.ffn_gate_exps.weight", l), gg));
+        og_mxfp4(o, set, hf, 1, 2, (snprintf(gg, sizeof gg, "blk.%d.ffn_up_exps.weight", l), gg));
+        snprintf(hf, sizeof hf, "model.layers.%d.mlp.experts.down_proj", l);
+        og_mxfp4(o, set, hf, 0, 1, (snprintf(gg, sizeof gg, "blk.%d.ffn_down_exps.weight", l), gg));
+        snprintf(hf, sizeof hf, "model.layers.%d.mlp.experts.gate_up_proj_bias", l);
+        og_bias(o, set, hf, 0, 2, (snprintf(gg, sizeof gg, "blk.%d.ffn_gate_exps.bias", l), gg));
+        og_bias(o, set, hf, 1, 2, (snprintf(gg, sizeof gg, "blk.%d.ffn_up_exps.bias", l), gg));
+        snprintf(hf, sizeof hf, "model.layers.%d.mlp.experts.down_proj_bias", l);
+        og_bias(o, set, hf, 0, 1, (snprintf(gg, sizeof gg, "blk.%d.ffn_down_exps.bias", l), gg));
+    }
+    cr_assert_eq(o->n, 3 + 4 * 19);
+    sl_gguf_wkv kv[] = {
+        {.key = "general.architecture", .type = SL_GGUF_STRING, .s = "gpt-oss"},
+        {.key = "gpt-oss.block_count", .type = SL_GGUF_U32, .i = 4},
+        {.key = "gpt-oss.context_length", .type = SL_GGUF_U32, .i = 163840},
+        {.key = "gpt-oss.embedding_length", .type = SL_GGUF_U32, .i = 128},
+        {.key = "gpt-oss.feed_forward_length", .type = SL_GGUF_U32, .i = 128},
+        {.key = "gpt-oss.expert_feed_forward_length", .type = SL_GGUF_U32, .i = 128},
+        {.key = "gpt-oss.attention.head_count", .type = SL_GGUF_U32, .i = 8},
+        {.key = "gpt-oss.attention.head_count_kv", .type = SL_GGUF_U32, .i = 2},
+        {.key = "gpt-oss.attention.key_length", .type = SL_GGUF_U32, .i = 32},
+        {.key = "gpt-oss.attention.value_length", .type = SL_GGUF_U32, .i = 32},
+        {.key = "gpt-oss.attention.sliding_window", .type = SL_GGUF_U32, .i = 16},
+        {.key = "gpt-oss.attention.layer_norm_rms_epsilon", .type = SL_GGUF_F32, .f = 1e-6},
+        {.key = "gpt-oss.expert_count", .type = SL_GGUF_U32, .i = 8},
+        {.key = "gpt-oss.expert_used_count", .type = SL_GGUF_U32, .i = 4},
+        {.key = "gpt-oss.rope.freq_base", .type = SL_GGUF_F32, .f = 150000.0},
+        {.key = "gpt-oss.rope.scaling.type", .type = SL_GGUF_STRING, .s = "yarn"},
+        {.key = "gpt-oss.rope.scaling.factor", .type = SL_GGUF_F32, .f = 32.0},
+        {.key = "gpt-oss.rope.scaling.original_context_length", .type = SL_GGUF_U32, .i = 64},
+    };
+    cr_assert_eq(sl_gguf_write(path, kv, (int)(sizeof kv / sizeof kv[0]), o->t, o->n, og_fill, NULL, o, &e), 0, "%s",
+                 e.msg);
+    for (int i = 0; i < o->n; i++) free(o->data[i]);
+    free(o);
+    sl_st_close(set);
+}
+
+/* The converted file gives the checkpoint's logits: the same weights (MXFP4 exactly repacked) */
+Test(families, gpt_oss_gguf) {
+    char *src = tu_fixture("families/gpt_oss_mxfp4"), *dir = tu_tmpdir();
+    size_t len = strlen(dir) + 32;
+    char *path = malloc(len);
+    snprintf(path, len, "%s/gpt-oss.gguf", dir);
+    write_gpt_oss_gguf(src, path);
+    check_model(strdup(path), "families", "gpt_oss_mxfp4");
+    remove(path);
+    remove(dir);
+    free(path);
+    free(dir);
+    free(src);
+}
 
 /* GGUF files written by llama.cpp's converter and quantizer; references from their dequantised weights (on
  * CUDA too: the GGML block formats have kernels there) */

@@ -132,6 +132,8 @@ STREAM_FIXTURE(qwen3_next, "families/qwen3_next")
 STREAM_FIXTURE(deepseek_v3, "families/deepseek_v3")
 STREAM_FIXTURE(deepseek_v3_fp8, "families/deepseek_v3_fp8")
 STREAM_FIXTURE(glm4_moe, "families/glm4_moe")
+STREAM_FIXTURE(gpt_oss, "families/gpt_oss")
+STREAM_FIXTURE(gpt_oss_mxfp4, "families/gpt_oss_mxfp4")
 STREAM_FIXTURE(gguf_qwen3_moe_q4k, "gguf/qwen3_moe-Q4_K_M/model.gguf")
 STREAM_FIXTURE(gguf_qwen3_moe_q5k, "gguf/qwen3_moe-Q5_K_M/model.gguf")
 STREAM_FIXTURE(gguf_qwen3_5_moe_q4k, "gguf/qwen3_5_moe-Q4_K_M/model.gguf")
@@ -339,6 +341,10 @@ static void check_pack(const char *rel) {
 
 Test(streaming, pack_safetensors) {
     check_pack("models/qwen3_5_moe_mlx4");
+}
+
+Test(streaming, pack_gpt_oss_mxfp4) {
+    check_pack("families/gpt_oss_mxfp4");
 }
 
 Test(streaming, pack_gguf) {

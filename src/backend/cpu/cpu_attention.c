@@ -11,6 +11,7 @@ typedef struct {
     const sl_batch_map *bm;
     int n_heads, n_kv, hd, window;
     float scale;
+    const float *sinks; /* [n_heads] or NULL */
     float *out;
 } att_job;
 
@@ -52,7 +53,11 @@ __attribute__((target_clones("avx2", "default"))) static void att_task(void *ctx
         }
         for (int g = 0; g < G; g++) {
             float *s = sc + (size_t)g * (size_t)len, mx = -INFINITY, sum = 0;
+            /* a sink is one more logit in the softmax, with no value behind it */
+            float sink = j->sinks ? j->sinks[kvh * G + g] : -INFINITY;
             for (int t = 0; t < len; t++) mx = s[t] > mx ? s[t] : mx;
+            mx = sink > mx ? sink : mx;
+            if (j->sinks) sum = expf(sink - mx);
             for (int t = 0; t < len; t++) {
                 s[t] = expf(s[t] - mx);
                 sum += s[t];
@@ -75,9 +80,9 @@ __attribute__((target_clones("avx2", "default"))) static void att_task(void *ctx
 }
 
 void cpu_attention(sl_backend *b, const float *q, const float *kc, const float *vc, const sl_batch_map *bm, int n_heads,
-                   int n_kv, int head_dim, int window, float scale, float *out) {
+                   int n_kv, int head_dim, int window, float scale, const float *sinks, float *out) {
     cpu_impl *c = cpu_of(b);
     if (cpu_scratch_reserve(c, (size_t)(n_heads / n_kv) * (size_t)bm->span) != 0) return;
-    att_job j = {c, q, kc, vc, bm, n_heads, n_kv, head_dim, window, scale, out};
+    att_job j = {c, q, kc, vc, bm, n_heads, n_kv, head_dim, window, scale, sinks, out};
     sl_pool_for(c->pool, (int64_t)bm->n * n_kv, 1, att_task, &j);
 }

@@ -329,10 +329,43 @@ __attribute__((target("avx2,fma"))) static float dot256_fp8(const sl_weight *w, 
     return hsum256(tot);
 }
 
+/* MXFP4 rows against the input permuted as for 4-bit MLX (a byte's low nibble meets perm[i], its high
+ * nibble perm[16 + i]): each code's magnitude is looked up by a lane permute and its sign set by xor,
+ * and the block's sum is scaled by its power of two. */
+__attribute__((target("avx2,fma"))) static float dot256_mxfp4(const sl_weight *w, int r, const float *x,
+                                                              const float *xp, const float *xs) {
+    (void)x, (void)xs;
+    const uint8_t *p = w->data + (size_t)r * w->row_bytes, *sc = w->scales + (size_t)r * (size_t)(w->cols / 32);
+    const __m256 mag = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
+    const __m256i m7 = _mm256_set1_epi32(7), m8 = _mm256_set1_epi32(8);
+    const __m128i m15 = _mm_set1_epi8(15);
+    __m256 tot = _mm256_setzero_ps();
+    for (int b = 0; b < w->cols / 32; b++) {
+        _mm_prefetch((const char *)p + (size_t)b * 16 + PF_AHEAD, _MM_HINT_T0);
+        __m128i q = _mm_loadu_si128((const __m128i *)(p + (size_t)b * 16));
+        __m128i lo = _mm_and_si128(q, m15), hi = _mm_and_si128(_mm_srli_epi16(q, 4), m15);
+        __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+        const float *xb = xp + (size_t)b * 32;
+        __m256 acc = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            __m256i code = _mm256_cvtepu8_epi32(parts[k]);
+            __m256 v = _mm256_permutevar8x32_ps(mag, _mm256_and_si256(code, m7));
+            v = _mm256_xor_ps(v, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_and_si256(code, m8), 28)));
+            acc = _mm256_fmadd_ps(v, _mm256_loadu_ps(xb + 8 * k), acc);
+        }
+        /* E8M0: the byte is the float's exponent field (0: the subnormal 2^-127) */
+        int e = sc[b] ? (int)sc[b] << 23 : 0x00400000;
+        tot = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_set1_epi32(e)), acc, tot);
+    }
+    return hsum256(tot);
+}
+
 static row_dot_fn pick(const cpu_impl *c, const sl_weight *w) {
     int q = w->fmt == SL_WF_MLX && w->group % 32 == 0 ? w->bits : 0;
     int fp8 = w->fmt == SL_WF_FP8 && w->cols % 16 == 0 && w->group % 16 == 0;
     if (fp8) return c->avx512 ? dot512_fp8 : c->avx2 ? dot256_fp8 : NULL;
+    /* MXFP4 takes the AVX2 kernel on AVX-512 machines too (a 16-byte block fills 256-bit lanes) */
+    if ((c->avx512 || c->avx2) && w->fmt == SL_WF_MXFP4 && w->cols % 32 == 0) return dot256_mxfp4;
     if (c->avx512) {
         if (w->fmt == SL_WF_F32) return dot512_f32;
         if (w->fmt == SL_WF_BF16) return dot512_bf16;
@@ -375,6 +408,19 @@ int cpu_gemv(cpu_impl *c, const sl_weight *w, const float *x, float *y) {
                 }
         xp = perm;
         xs = sums;
+    } else if (w->fmt == SL_WF_MXFP4) { /* the 4-bit permutation, without group sums */
+        if ((size_t)w->cols > c->xprep_len) {
+            float *p = realloc(c->xprep, (size_t)w->cols * sizeof *p);
+            if (!p) return -1;
+            c->xprep = p;
+            c->xprep_len = (size_t)w->cols;
+        }
+        for (int b = 0; b < w->cols / 32; b++)
+            for (int i = 0; i < 16; i++) {
+                c->xprep[b * 32 + i] = x[b * 32 + 2 * i];
+                c->xprep[b * 32 + 16 + i] = x[b * 32 + 2 * i + 1];
+            }
+        xp = c->xprep;
     }
     gv_job j = {w, x, xp, xs, y, f};
     sl_pool_for(c->pool, w->rows, 8, gv_task, &j);

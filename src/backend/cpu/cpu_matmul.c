@@ -48,7 +48,25 @@ static void mlx_row(const sl_weight *w, int r, float *dst) {
     }
 }
 
+/* Stored row j of a transposed float weight, elements [r0, r0 + n) (outputs r0..), as float32. */
+static void trow(const sl_weight *w, int j, int r0, int n, float *dst) {
+    size_t at = (size_t)j * (size_t)w->rows + (size_t)r0;
+    if (w->fmt == SL_WF_F32) {
+        memcpy(dst, (const float *)w->data + at, (size_t)n * 4);
+        return;
+    }
+    const uint16_t *h = (const uint16_t *)w->data + at;
+    if (w->fmt == SL_WF_BF16)
+        for (int k = 0; k < n; k++) dst[k] = sl_bf16_to_f32(h[k]);
+    else
+        for (int k = 0; k < n; k++) dst[k] = sl_f16_to_f32(h[k]);
+}
+
 void cpu_row_f32(const sl_weight *w, int r, float *dst) {
+    if (w->transposed) { /* a column of the stored matrix */
+        for (int j = 0; j < w->cols; j++) trow(w, j, r, 1, dst + j);
+        return;
+    }
     const uint8_t *p = w->data + (size_t)r * w->row_bytes;
     switch (w->fmt) {
     case SL_WF_F32: memcpy(dst, p, (size_t)w->cols * 4); break;
@@ -72,6 +90,7 @@ void cpu_row_f32(const sl_weight *w, int r, float *dst) {
         }
         break;
     }
+    case SL_WF_MXFP4: sl_mxfp4_row(w, r, dst); break;
     default: memset(dst, 0, (size_t)w->cols * 4); break;
     }
 }
@@ -228,12 +247,49 @@ __attribute__((target("avx512f"))) static void mm_packed_task(void *ctx, int64_t
 }
 #endif
 
+/* Transposed weights (inputs-first): a task takes TR_ROWS outputs and walks the stored rows once, each
+ * segment widened to float and added into every token's accumulators, so the stored matrix is read in
+ * order and each output sums its inputs in order whatever the batch. */
+#define TR_ROWS 64
+
+__attribute__((target_clones("avx2", "default"))) static void axpy_rows(float *acc, const float *x, int n, int cols,
+                                                                        int j, const float *seg, int nr) {
+    for (int t = 0; t < n; t++) {
+        float xv = x[(size_t)t * (size_t)cols + (size_t)j], *a = acc + (size_t)t * TR_ROWS;
+        for (int k = 0; k < nr; k++) a[k] += xv * seg[k];
+    }
+}
+
+static void mm_trans_task(void *ctx, int64_t b, int64_t e, int tid) {
+    mm_batch_job *j = ctx;
+    const sl_weight *w = j->w;
+    float *seg = j->c->scratch[tid], *acc = seg + TR_ROWS;
+    for (int64_t r0 = b; r0 < e; r0 += TR_ROWS) {
+        int nr = (int)(e - r0 < TR_ROWS ? e - r0 : TR_ROWS);
+        memset(acc, 0, sizeof *acc * TR_ROWS * (size_t)j->n);
+        for (int k = 0; k < w->cols; k++) {
+            trow(w, k, (int)r0, nr, seg);
+            axpy_rows(acc, j->x, j->n, w->cols, k, seg, nr);
+        }
+        for (int t = 0; t < j->n; t++)
+            for (int k = 0; k < nr; k++)
+                j->y[(size_t)t * (size_t)w->rows + (size_t)r0 + (size_t)k] =
+                    acc[(size_t)t * TR_ROWS + (size_t)k] + (w->bias ? w->bias[r0 + k] : 0.0f);
+    }
+}
+
 /* Below this many tokens, GGML weights are multiplied by the fused kernels (each row read once per
  * token from cache); from it on, decoded panels are shared by the tokens. */
 #define GGML_FUSED_MAX 4
 
 void cpu_matmul(sl_backend *b, const sl_weight *w, const float *x, int n, float *y) {
     cpu_impl *c = cpu_of(b);
+    if (w->transposed) {
+        if (cpu_scratch_reserve(c, (size_t)TR_ROWS * ((size_t)n + 1)) != 0) return;
+        mm_batch_job j = {c, w, x, n, y, NULL};
+        sl_pool_for(c->pool, w->rows, TR_ROWS, mm_trans_task, &j);
+        return;
+    }
     if (w->fmt == SL_WF_GGML && n < GGML_FUSED_MAX) {
         cpu_ggml_matmul_fused(c, w, x, n, y);
         return;

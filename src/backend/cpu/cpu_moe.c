@@ -147,10 +147,19 @@ void cpu_moe_pairs(sl_backend *b, const sl_expert_table *t, const float *x, int 
         for (int r = 0; r < m; r++)
             memcpy(xs + (size_t)r * (size_t)hidden, x + pair[r] / (size_t)k * (size_t)hidden, (size_t)hidden * 4);
         cpu_matmul(b, &ex->gate, xs, m, g);
-        cpu_matmul(b, &ex->up, xs, m, u);
-        size_t gi = (size_t)m * (size_t)ex->gate.rows;
-        for (size_t i = 0; i < gi; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-        cpu_matmul(b, &ex->down, g, m, d);
+        const float *act = g;
+        if (!ex->up.data) { /* gate and up rows interleaved in one weight: the activations go to u */
+            size_t I = (size_t)ex->gate.rows / 2;
+            for (size_t r = 0; r < (size_t)m; r++)
+                for (size_t i = 0; i < I; i++)
+                    u[r * I + i] = sl_expert_act(t, g[(r * I + i) * 2], g[(r * I + i) * 2 + 1]);
+            act = u;
+        } else {
+            cpu_matmul(b, &ex->up, xs, m, u);
+            size_t gi = (size_t)m * (size_t)ex->gate.rows;
+            for (size_t i = 0; i < gi; i++) g[i] = sl_expert_act(t, g[i], u[i]);
+        }
+        cpu_matmul(b, &ex->down, act, m, d);
         for (int r = 0; r < m; r++)
             memcpy(P + pair[r] * (size_t)hidden, d + (size_t)r * (size_t)hidden, (size_t)hidden * 4);
     }

@@ -20,6 +20,7 @@ struct att_args {
     float *out;
     int n_heads, n_kv, hd, window;
     float scale;
+    const float *sinks; /* per query head: a logit in the softmax's denominator with no value (NULL: none) */
     cu_bmap bm;
     int t0, n;         /* prefill: the run's first token and its length */
     const int *tok;    /* decode: the tokens of the launch's z index (NULL: z itself) */
@@ -89,6 +90,12 @@ __global__ void __launch_bounds__(ATT_Q * 32) att_prefill_k(att_args a, int tk) 
         m = mn;
     }
     if (!live) return;
+    if (a.sinks) {
+        float sk = a.sinks[h], mn = fmaxf(m, sk), corr = expf(m - mn);
+        l = l * corr + expf(sk - mn);
+#pragma unroll
+        for (int k = 0; k < ATT_MAXD; k++) o[k] *= corr;
+    }
     float inv = 1.0f / l;
 #pragma unroll
     for (int k = 0; k < ATT_MAXD; k++) {
@@ -168,13 +175,13 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) att_decode_k(att_args a, int s
     }
 }
 
-__global__ void att_merge_k(const float *part, int splits, int hd, const int *tok, float *out) {
+__global__ void att_merge_k(const float *part, int splits, int hd, const int *tok, const float *sinks, float *out) {
     cu_pdl_enter();
     int h = blockIdx.x, z = blockIdx.y, ti = tok ? tok[z] : z;
     const float *ph = part + ((long long)z * gridDim.x + h) * splits * (hd + 2);
-    float M = -INFINITY;
+    float M = sinks ? sinks[h] : -INFINITY;
     for (int s = 0; s < splits; s++) M = fmaxf(M, ph[s * (hd + 2) + hd]);
-    float L = 0;
+    float L = sinks ? expf(sinks[h] - M) : 0.0f;
     for (int s = 0; s < splits; s++) {
         float ms = ph[s * (hd + 2) + hd];
         if (ms != -INFINITY) L += ph[s * (hd + 2) + hd + 1] * expf(ms - M);
@@ -197,7 +204,7 @@ int cu_attention_reserve(cu_impl *c, int n) {
 }
 
 void cu_attention(sl_backend *b, const float *q, const float *kc, const float *vc, const sl_batch_map *bm, int n_heads,
-                  int n_kv, int head_dim, int window, float scale, float *out) {
+                  int n_kv, int head_dim, int window, float scale, const float *sinks, float *out) {
     cu_impl *c = cu_of(b);
     if (head_dim > ATT_MAXD * 32) {
         cu_fail(c, "attention: head_dim %d is above the CUDA kernels' limit of %d", head_dim, ATT_MAXD * 32);
@@ -206,7 +213,7 @@ void cu_attention(sl_backend *b, const float *q, const float *kc, const float *v
     if (n_heads > c->att_heads) c->att_heads = n_heads;
     if (head_dim > c->att_hd) c->att_hd = head_dim;
     int n = bm->n;
-    att_args a = {q, kc, vc, out, n_heads, n_kv, head_dim, window, scale, cu_bmap_of(bm), 0, 0, NULL};
+    att_args a = {q, kc, vc, out, n_heads, n_kv, head_dim, window, scale, sinks, cu_bmap_of(bm), 0, 0, NULL};
     /* tokens alone in their sequence take the decode kernel, runs of several the prefill kernel */
     int n_dec = 0, *dec = NULL;
     if (!c->capturing) { /* host list of the lone tokens, kept between calls */
@@ -237,7 +244,7 @@ void cu_attention(sl_backend *b, const float *q, const float *kc, const float *v
             a.t0 = i;
             a.n = j - i;
             if (a.n >= 16 && c->flash &&
-                cu_flash_prefill(c, q, kc, vc, bm, i, a.n, n_heads, n_kv, head_dim, window, scale, NULL, out)) {
+                cu_flash_prefill(c, q, kc, vc, bm, i, a.n, n_heads, n_kv, head_dim, window, scale, sinks, out)) {
                 i = j;
                 continue;
             }
@@ -269,7 +276,7 @@ void cu_attention(sl_backend *b, const float *q, const float *kc, const float *v
         cu_launch(c, att_decode_k, dim3((unsigned)splits, (unsigned)n_heads, (unsigned)n_dec), DEC_WARPS * 32, 0, a,
                   splits, c->att_part);
         cu_launch(c, att_merge_k, dim3((unsigned)n_heads, (unsigned)n_dec), 128, 0, c->att_part, splits, head_dim,
-                  a.tok, out);
+                  a.tok, sinks, out);
     }
     cu_check_launch(c, "attention");
 }

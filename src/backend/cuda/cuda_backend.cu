@@ -62,11 +62,13 @@ cu_w cu_w_of(const sl_weight *w) {
     d.sbf = w->sb_fmt;
     d.gtype = w->gtype;
     d.trows = w->tile_rows;
-    int aligned = ((uintptr_t)w->data % 16) == 0;
+    d.trans = w->transposed;
+    int aligned = ((uintptr_t)w->data % 16) == 0 && !w->transposed; /* the fast paths read rows */
     switch (w->fmt) {
     case SL_WF_BF16:
     case SL_WF_F16: d.vec = aligned && w->cols % 8 == 0; break;
     case SL_WF_F32: d.vec = aligned && w->cols % 4 == 0; break;
+    case SL_WF_MXFP4: d.vec = aligned && w->cols % 32 == 0; break;
     case SL_WF_MLX:
         d.vec = aligned && w->cols % 32 == 0 && w->group % 32 == 0 &&
                 (w->bits == 2 || w->bits == 3 || w->bits == 4 || w->bits == 5 || w->bits == 6 || w->bits == 8);
@@ -168,7 +170,7 @@ static const void *put(cu_impl *c, const void *src, size_t bytes, sl_err *e) {
 static int cu_supports(sl_backend *b, const sl_weight *w) {
     (void)b;
     return w->fmt == SL_WF_F32 || w->fmt == SL_WF_F16 || w->fmt == SL_WF_BF16 || w->fmt == SL_WF_MLX ||
-           w->fmt == SL_WF_FP8 || (w->fmt == SL_WF_GGML && cu_ggml_supported(w->gtype));
+           w->fmt == SL_WF_FP8 || w->fmt == SL_WF_MXFP4 || (w->fmt == SL_WF_GGML && cu_ggml_supported(w->gtype));
 }
 
 static int cu_place_weight(sl_backend *b, sl_weight *w, sl_err *e) {
@@ -186,7 +188,8 @@ static int cu_place_weight(sl_backend *b, sl_weight *w, sl_err *e) {
             !(w->biases = (const uint8_t *)put(c, w->biases, sb, e)))
             return -1;
     }
-    if (w->fmt == SL_WF_FP8 && !(w->scales = (const uint8_t *)put(c, w->scales, sl_weight_scale_bytes(w), e)))
+    if ((w->fmt == SL_WF_FP8 || w->fmt == SL_WF_MXFP4) &&
+        !(w->scales = (const uint8_t *)put(c, w->scales, sl_weight_scale_bytes(w), e)))
         return -1;
     if (w->bias && !(w->bias = (const float *)put(c, w->bias, (size_t)w->rows * sizeof(float), e))) return -1;
     return 0;

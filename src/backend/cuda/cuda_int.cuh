@@ -24,6 +24,7 @@ struct cu_w {
     int gtype; /* SL_WF_GGML: the sl_ggml_type */
     int trows; /* SL_WF_FP8: rows of a scale tile (group: its columns) */
     int vec; /* 1: the vectorised path applies (see cu_w_of) */
+    int trans; /* stored inputs-first (sl_weight.transposed): only w_elem reads it */
 };
 
 /* One routed expert on the device; a layer's experts form a table indexed by expert id. */
@@ -303,7 +304,7 @@ void cu_rope(sl_backend *b, float *x, int stride, int n_heads, int head_dim, int
 void cu_copy_rows(sl_backend *b, float *dst, int dst_stride, const float *src, int src_stride, int n, int width);
 void cu_kv_store(sl_backend *b, float *cache, const sl_batch_map *bm, const float *x, int width);
 void cu_attention(sl_backend *b, const float *q, const float *kc, const float *vc, const sl_batch_map *bm, int n_heads,
-                  int n_kv, int head_dim, int window, float scale, float *out);
+                  int n_kv, int head_dim, int window, float scale, const float *sinks, float *out);
 /* Grows the decode attention partials to what a recorded step of n tokens will need. */
 int cu_attention_reserve(cu_impl *c, int n);
 void cu_add(sl_backend *b, float *y, const float *x, size_t len);
@@ -390,6 +391,12 @@ int cu_moe_group_size(int hidden);
 void cu_moe_grouped(cu_impl *c, const cu_w *gate, const cu_w *down, const cu_expert *table, const int4 *units,
                     const int *pairs, const int *count, int max_units, int gsize, int slots, int k, const float *x,
                     int hidden, float *gu, float *d);
+
+/* One grouped launch of weight `which` (+ grid z < nz) of the table's experts: group u's pairs p read row
+ * p / x_div of x (x_stride apart) and write row p of y (y_stride apart, + z * yz), plain inputs. */
+void cu_grouped_launch(cu_impl *c, const cu_w *w, const cu_expert *table, int which, int nz, const int4 *units,
+                       const int *pairs, const int *count, int max_units, int gsize, const float *x, int x_div,
+                       long long x_stride, float *y, long long y_stride, long long yz);
 
 /* GGML block-quantised weights (cuda_ggml.cu); every type decodes by the CPU reference formulas */
 /* GPUDirect Storage (cuda_gds.cu), the backend's gds_* ops; cu_gds_close unloads it. */

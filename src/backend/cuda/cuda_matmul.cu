@@ -9,7 +9,15 @@
 #define GV_WARPS 8
 
 /* Kernel variants per storage format keep each one's registers (and so its occupancy) to its own need. */
-enum { KIND_ELEM = 0, KIND_BF16 = 1, KIND_F16 = 2, KIND_F32 = 3, KIND_FP8 = 4, KIND_MLX = 10 /* + bits */ };
+enum {
+    KIND_ELEM = 0,
+    KIND_BF16 = 1,
+    KIND_F16 = 2,
+    KIND_F32 = 3,
+    KIND_FP8 = 4,
+    KIND_MXFP4 = 5,
+    KIND_MLX = 10 /* + bits */
+};
 
 /* Rows per warp (RPW), whose loads are issued together: 2, or 4 for 4- and 8-bit MLX rows of one token
  * when the launch has enough rows to keep every SM busy with 4 (see launch_nt). */
@@ -42,8 +50,27 @@ __device__ __forceinline__ float fp8_scale(const cu_w &w, int r, int j) {
     return __ldg((const float *)w.scales + (long long)(r / w.trows) * tc + j / w.group);
 }
 
+/* E2M1 code q as a float, built from its bits: exponent e (bias 1) and mantissa m give (1 + m/2) 2^(e-1),
+ * and e = 0 the subnormal m/2. */
+__device__ __forceinline__ float e2m1f(unsigned q) {
+    unsigned e = (q >> 1) & 3u, m = q & 1u;
+    unsigned bits = e ? ((e + 126u) << 23) | (m << 22) : (m ? 0x3F000000u : 0u);
+    return __uint_as_float(bits | ((q & 8u) << 28));
+}
+
+/* E8M0 exponent byte s as 2^(s-127) (s = 0 is subnormal; 255, NaN, is left as the float it spells) */
+__device__ __forceinline__ float e8m0f(unsigned s) {
+    return __uint_as_float(s ? s << 23 : 0x00400000u);
+}
+
 /* Element (r, j) of any stored format (the slow general path). */
 __device__ float w_elem(const cu_w &w, int r, int j) {
+    if (w.trans) { /* float weights stored inputs-first */
+        long long i = (long long)j * w.rows + r;
+        if (w.fmt == SL_WF_F32) return __ldg((const float *)w.data + i);
+        unsigned short h = __ldg((const unsigned short *)w.data + i);
+        return w.fmt == SL_WF_BF16 ? __uint_as_float((unsigned)h << 16) : __half2float(__ushort_as_half(h));
+    }
     const uint8_t *p = w.data + (long long)r * w.row_bytes;
     switch (w.fmt) {
     case SL_WF_F32: return __ldg((const float *)p + j);
@@ -58,6 +85,10 @@ __device__ float w_elem(const cu_w &w, int r, int j) {
         return load_sb(w.sbf, w.scales, g) * (float)v + load_sb(w.sbf, w.biases, g);
     }
     case SL_WF_FP8: return fp8_f32(__ldg(p + j)) * fp8_scale(w, r, j);
+    case SL_WF_MXFP4: {
+        unsigned b = __ldg(p + (j >> 1));
+        return e2m1f(j & 1 ? b >> 4 : b & 15u) * e8m0f(__ldg(w.scales + (long long)r * (w.cols >> 5) + (j >> 5)));
+    }
     default: return 0.0f;
     }
 }
@@ -395,6 +426,51 @@ __device__ __forceinline__ void rows_mlx_fast(const cu_w &w, int row0, int c0, i
     }
 }
 
+/* MXFP4 rows: units of 32 values, one 128-bit load of codes and one scale byte per row; codes of 2j and
+ * 2j + 1 share a byte, the even one in the low nibble. */
+template <int NT, int RPW>
+__device__ __forceinline__ void rows_mxfp4(const cu_w &w, int row0, int c0, int cl, const float *sx, int padw, int n,
+                                           int lane, float (*acc)[NT]) {
+    const int nb = w.cols >> 5;
+    for (int u = lane; u < cl / 32; u += 32) {
+        unsigned wd[RPW][4];
+        float sc[RPW];
+        int col = c0 + u * 32;
+#pragma unroll
+        for (int rr = 0; rr < RPW; rr++) {
+            int r = min(row0 + rr, w.rows - 1);
+            uint4 q = __ldg((const uint4 *)(w.data + (long long)r * w.row_bytes + col / 2));
+            wd[rr][0] = q.x;
+            wd[rr][1] = q.y;
+            wd[rr][2] = q.z;
+            wd[rr][3] = q.w;
+            sc[rr] = e8m0f(__ldg(w.scales + (long long)r * nb + (col >> 5)));
+        }
+        int pu = pad(u * 32);
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= n) break;
+            const float4 *xv = (const float4 *)(sx + t * padw + pu);
+            float xf[32];
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                float4 a = xv[i];
+                xf[4 * i] = a.x;
+                xf[4 * i + 1] = a.y;
+                xf[4 * i + 2] = a.z;
+                xf[4 * i + 3] = a.w;
+            }
+#pragma unroll
+            for (int rr = 0; rr < RPW; rr++) {
+                float s = 0;
+#pragma unroll
+                for (int j = 0; j < 32; j++) s += e2m1f((wd[rr][j >> 3] >> ((j & 7) * 4)) & 15u) * xf[j];
+                acc[rr][t] += sc[rr] * s;
+            }
+        }
+    }
+}
+
 template <int NT, int RPW>
 __device__ __forceinline__ void rows_elem(const cu_w &w, int row0, int c0, int cl, const float *sx, int padw, int n,
                                           int lane, float (*acc)[NT]) {
@@ -533,6 +609,7 @@ __host__ __device__ __forceinline__ int kind_of(const cu_w &w) {
     case SL_WF_F16: return KIND_F16;
     case SL_WF_F32: return KIND_F32;
     case SL_WF_FP8: return KIND_FP8;
+    case SL_WF_MXFP4: return KIND_MXFP4;
     case SL_WF_MLX: return KIND_MLX + w.bits;
     default: return KIND_ELEM;
     }
@@ -594,6 +671,7 @@ __device__ __forceinline__ void rows_kind(const cu_w &w, int row0, int c0, int c
     else if constexpr (K == KIND_F16) rows_half<NT, false>(w, row0, c0, cl, sx, padw, n, lane, acc);
     else if constexpr (K == KIND_F32) rows_f32<NT>(w, row0, c0, cl, sx, padw, n, lane, acc);
     else if constexpr (K == KIND_FP8) rows_fp8<NT>(w, row0, c0, cl, sx, padw, n, lane, acc);
+    else if constexpr (K == KIND_MXFP4) rows_mxfp4<NT, RPW>(w, row0, c0, cl, sx, padw, n, lane, acc);
     else if constexpr (K == KIND_MLX + 4 || K == KIND_MLX + 8) {
         if (w.sbf == SL_WF_BF16 && (w.group & (w.group - 1)) == 0)
             rows_mlx_fast<NT, K - KIND_MLX, RPW>(w, row0, c0, cl, sx, padw, n, lane, acc);
@@ -826,6 +904,7 @@ static void launch_kind(cu_impl *c, const gv_call &g, const gv_set &set, int t0,
     case KIND_F16: launch_k<NT, KIND_F16, KIND_F16, FX, 2>(c, g, set, t0, n); break;
     case KIND_F32: launch_k<NT, KIND_F32, KIND_F32, FX, 2>(c, g, set, t0, n); break;
     case KIND_FP8: launch_k<NT, KIND_FP8, KIND_FP8, FX, 2>(c, g, set, t0, n); break;
+    case KIND_MXFP4: launch_k<NT, KIND_MXFP4, KIND_MXFP4, FX, 2>(c, g, set, t0, n); break;
     case KIND_MLX + 2: launch_k<NT, KIND_MLX + 2, KIND_MLX + 2, FX, 2>(c, g, set, t0, n); break;
     case KIND_MLX + 3: launch_k<NT, KIND_MLX + 3, KIND_MLX + 3, FX, 2>(c, g, set, t0, n); break;
     case KIND_MLX + 4: launch_k<NT, KIND_MLX + 4, KIND_MLX + 4, FX, 2>(c, g, set, t0, n); break;
@@ -1058,6 +1137,28 @@ void cu_moe_grouped(cu_impl *c, const cu_w *gate, const cu_w *down, const cu_exp
     cu_check_launch(c, "grouped expert kernels");
 }
 
+void cu_grouped_launch(cu_impl *c, const cu_w *w, const cu_expert *table, int which, int nz, const int4 *units,
+                       const int *pairs, const int *count, int max_units, int gsize, const float *x, int x_div,
+                       long long x_stride, float *y, long long y_stride, long long yz) {
+    gv_call g = plain_call(w, y, x, NULL, XM_PLAIN);
+    g.table = table;
+    g.which = which;
+    g.slots = max_units;
+    g.nz = nz;
+    g.x_div = x_div;
+    g.x_stride = x_stride;
+    g.y_stride = y_stride;
+    g.yz = yz;
+    g.gunits = units;
+    g.gpairs = pairs;
+    g.gcount = count;
+    if (gsize == 8)
+        grouped_run<8>(c, g);
+    else
+        grouped_run<4>(c, g);
+    cu_check_launch(c, "grouped expert kernels");
+}
+
 __global__ void dequant_split_k(cu_w w, __nv_bfloat16 *hi, __nv_bfloat16 *lo) {
     cu_pdl_enter();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x, total = (long long)w.rows * w.cols;
@@ -1086,7 +1187,7 @@ __global__ void add_bias_k(float *y, const float *bias, int rows, long long len)
 /* Formats the fused GEMV ops take; GGML weights go one matmul at a time through their own kernels. */
 static int has_kernel(const sl_weight *w) {
     return w->fmt == SL_WF_F32 || w->fmt == SL_WF_F16 || w->fmt == SL_WF_BF16 || w->fmt == SL_WF_MLX ||
-           w->fmt == SL_WF_FP8;
+           w->fmt == SL_WF_FP8 || w->fmt == SL_WF_MXFP4;
 }
 
 /* The largest batch a weight's GEMV kernels take before the tensor-core GEMM does. Float weights go to the
@@ -1122,7 +1223,7 @@ void cu_matmul(sl_backend *b, const sl_weight *sw, const float *x, int n, float 
     __nv_bfloat16 *xhi = (__nv_bfloat16 *)c->xtmp, *xlo = exact ? xhi + xlen : NULL;
     cu_launch(c, split_bf16_k, CU_BLOCKS(xlen, 256), 256, 0, x, (long long)xlen, xhi, xlo);
     const void *whi = w.data, *wlo = NULL;
-    if (w.fmt != SL_WF_BF16) {
+    if (w.fmt != SL_WF_BF16 || w.trans) {
         if (cu_grow(c, &c->wtmp, &c->wtmp_len, wlen * 2 * (exact ? 2 : 1), "matmul weight")) return;
         whi = c->wtmp;
         wlo = exact ? (const void *)((__nv_bfloat16 *)c->wtmp + wlen) : NULL;

@@ -181,6 +181,96 @@ __global__ void moe_group_k(const int32_t *ids, int nk, int ne, int gsize, int *
     }
 }
 
+/* The routed pairs of a prompt grouped by expert (moe_group_k) into the MoE group buffers. */
+struct moe_groups {
+    int *count, *pairs;
+    int4 *units;
+    int max_units, gsize;
+};
+
+static int group_pairs(cu_impl *c, int E, const int32_t *ids, int slots, int hidden, moe_groups *gr) {
+    gr->gsize = cu_moe_group_size(hidden);
+    gr->max_units = slots / gr->gsize + (E < slots ? E : slots) + 1;
+    size_t gbytes = ((size_t)4 + (size_t)gr->max_units * 4 + (size_t)slots) * sizeof(int);
+    if (cu_grow(c, (void **)&c->moe_grp, &c->moe_grp_len, gbytes, "MoE groups")) return -1;
+    gr->count = c->moe_grp;
+    gr->pairs = c->moe_grp + 4 + (size_t)gr->max_units * 4;
+    gr->units = (int4 *)(c->moe_grp + 4);
+    cu_launch(c, moe_group_k, 1, 1024, (size_t)E * 3 * sizeof(int), ids, slots, E, gr->gsize, gr->count, gr->units,
+              gr->pairs);
+    return 0;
+}
+
+/* 1 when a batch of n tokens takes the grouped expert kernels (a prompt) */
+static int grouped(const cu_impl *c, int n, int E) {
+    return c->moe_group_min > 0 && n >= c->moe_group_min && n >= 2 && E <= 4096;
+}
+
+/* a[s][i] = the expert activation (sl_expert_act) of pair s's gate and up values: interleaved in
+ * g[s][2 * inter] (gate 2i, up 2i + 1) when u is NULL, else g[s][inter] and u[s][inter] */
+__global__ void expert_act_k(const float *g, const float *u, int inter, float alpha, float limit, float *a) {
+    cu_pdl_enter();
+    long long s = blockIdx.y;
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= inter) return;
+    float gv, uv;
+    if (u) {
+        gv = g[s * inter + i];
+        uv = u[s * inter + i];
+    } else {
+        gv = g[(s * inter + i) * 2];
+        uv = g[(s * inter + i) * 2 + 1];
+    }
+    if (limit > 0) {
+        gv = fminf(gv, limit);
+        uv = fminf(fmaxf(uv, -limit), limit);
+        a[s * inter + i] = gv * cu_sigmoid(alpha * gv) * (uv + 1.0f);
+    } else {
+        a[s * inter + i] = gv * cu_sigmoid(gv) * uv;
+    }
+}
+
+/* 1 when t's experts take the plain GEMV and grouped kernels (separate gate and up, silu(g) * u) */
+static int plain_swiglu(const sl_expert_table *t, const sl_expert *e0) {
+    return e0->up.data && t->swiglu_limit <= 0;
+}
+
+/* Experts whose gate and up are one interleaved weight or whose activation is the clamped SwiGLU
+ * (gpt-oss): gate (and up), the activation and down as three steps, biases added by the GEMV epilogue; a
+ * grid row per routed pair, or for prompts per group of one expert's pairs (its rows read once a group). */
+static const float *experts_act(cu_impl *c, const cu_table *tab, const sl_expert_table *t, const sl_expert *e0,
+                                const float *x, int n, int hidden, int32_t *ids, int k, const float *logits, int ne,
+                                int renorm, float *weights) {
+    int fused = !e0->up.data, inter = fused ? e0->gate.rows / 2 : e0->gate.rows, slots = n * k;
+    size_t need = (size_t)slots * ((size_t)inter * 3 + (size_t)hidden) * sizeof(float);
+    if (cu_grow(c, (void **)&c->moe_buf, &c->moe_len, need, "MoE buffers")) return NULL;
+    /* g [slots][gate rows], u [slots][inter] after it (separate up), a [slots][inter], d [slots][hidden] */
+    float *g = c->moe_buf, *u = fused ? NULL : g + (size_t)slots * inter, *a = g + (size_t)2 * slots * inter;
+    float *d = a + (size_t)slots * inter;
+    if (logits) cu_launch(c, route_k, n, 32, (size_t)ne * sizeof(float), logits, n, ne, k, renorm, ids, weights);
+    cu_w gs = cu_w_of(&e0->gate), us = cu_w_of(&e0->up), ds = cu_w_of(&e0->down);
+    int ggml = gs.fmt == SL_WF_GGML || us.fmt == SL_WF_GGML || ds.fmt == SL_WF_GGML;
+    moe_groups gr = {};
+    int grp = !ggml && grouped(c, n, t->n_experts);
+    if (grp) {
+        if (group_pairs(c, t->n_experts, ids, slots, hidden, &gr)) return NULL;
+        /* gate and up (grid z) land where the GEMV form puts them */
+        cu_grouped_launch(c, &gs, tab->d, 0, fused ? 1 : 2, gr.units, gr.pairs, gr.count, gr.max_units, gr.gsize, x,
+                          k, hidden, g, e0->gate.rows, (long long)slots * inter);
+    } else {
+        cu_gemv_launch(c, &gs, tab->d, ids, 0, slots, k, x, hidden, 1, g, e0->gate.rows);
+        if (!fused) cu_gemv_launch(c, &us, tab->d, ids, 1, slots, k, x, hidden, 1, u, inter);
+    }
+    cu_launch(c, expert_act_k, dim3(CU_BLOCKS(inter, 256), (unsigned)slots), 256, 0, (const float *)g, (const float *)u,
+              inter, t->swiglu_alpha, t->swiglu_limit, a);
+    if (grp)
+        cu_grouped_launch(c, &ds, tab->d, 2, 1, gr.units, gr.pairs, gr.count, gr.max_units, gr.gsize, a, 1, inter, d,
+                          hidden, 0);
+    else
+        cu_gemv_launch(c, &ds, tab->d, ids, 2, slots, 1, a, inter, 1, d, hidden);
+    return d;
+}
+
 /* The routed experts of n tokens: returns their outputs d[n * k][hidden] (in the MoE buffers), or NULL
  * when there is nothing to do or it failed (recorded). */
 static const float *experts(cu_impl *c, const sl_expert_table *t, const float *x, int n, int hidden, int32_t *ids,
@@ -193,6 +283,7 @@ static const float *experts(cu_impl *c, const sl_expert_table *t, const float *x
     const sl_expert *e0 = NULL;
     for (int i = 0; i < t->n_experts && !e0; i++) e0 = t->experts[i];
     if (!e0 || n <= 0) return NULL;
+    if (!plain_swiglu(t, e0)) return experts_act(c, tab, t, e0, x, n, hidden, ids, k, logits, ne, renorm, weights);
     int inter = e0->gate.rows, slots = n * k;
     size_t need = (size_t)slots * ((size_t)inter * 2 + (size_t)hidden) * sizeof(float);
     if (cu_grow(c, (void **)&c->moe_buf, &c->moe_len, need, "MoE buffers")) return NULL;
@@ -200,20 +291,14 @@ static const float *experts(cu_impl *c, const sl_expert_table *t, const float *x
     /* shapes and formats are per expert (read from the table); e0 only sizes the grids */
     cu_w gs = cu_w_of(&e0->gate), us = cu_w_of(&e0->up), ds = cu_w_of(&e0->down);
     int ggml = gs.fmt == SL_WF_GGML || us.fmt == SL_WF_GGML || ds.fmt == SL_WF_GGML;
-    int E = t->n_experts;
-    if (c->moe_group_min > 0 && n >= c->moe_group_min && n >= 2 && !ggml && E <= 4096) {
+    if (!ggml && grouped(c, n, t->n_experts)) {
         /* a prompt: group the pairs by expert, so each expert's weights are read once per group of tokens */
-        int gsize = cu_moe_group_size(hidden);
-        int max_units = slots / gsize + (E < slots ? E : slots) + 1;
-        size_t gbytes = ((size_t)4 + (size_t)max_units * 4 + (size_t)slots) * sizeof(int);
-        if (cu_grow(c, (void **)&c->moe_grp, &c->moe_grp_len, gbytes, "MoE groups")) return NULL;
         if (logits)
             cu_launch(c, route_k, n, 32, (size_t)ne * sizeof(float), logits, n, ne, k, renorm, ids, weights);
-        int *count = c->moe_grp, *pairs = c->moe_grp + 4 + (size_t)max_units * 4;
-        int4 *units = (int4 *)(c->moe_grp + 4);
-        cu_launch(c, moe_group_k, 1, 1024, (size_t)E * 3 * sizeof(int), (const int32_t *)ids, slots, E, gsize, count,
-                  units, pairs);
-        cu_moe_grouped(c, &gs, &ds, tab->d, units, pairs, count, max_units, gsize, slots, k, x, hidden, g, d);
+        moe_groups gr;
+        if (group_pairs(c, t->n_experts, ids, slots, hidden, &gr)) return NULL;
+        cu_moe_grouped(c, &gs, &ds, tab->d, gr.units, gr.pairs, gr.count, gr.max_units, gr.gsize, slots, k, x, hidden,
+                       g, d);
         return d;
     }
     cu_moe_gemv(c, &gs, &us, &ds, tab->d, ids, slots, k, x, hidden, g, d, logits, ne, renorm, weights);
@@ -262,7 +347,8 @@ static int shared_fused(cu_impl *c, const sl_expert_table *t, int n, int hidden,
     const sl_expert *e0 = NULL;
     for (int i = 0; i < t->n_experts && !e0; i++) e0 = t->experts[i];
     int ggml = e0 && (e0->gate.fmt == SL_WF_GGML || e0->up.fmt == SL_WF_GGML || e0->down.fmt == SL_WF_GGML);
-    return !ggml && cu_gemv_takes(c, sh_down, n) && sh_down->rows == hidden && cu_moe_routes(t->n_experts, k);
+    return !ggml && e0 && plain_swiglu(t, e0) && cu_gemv_takes(c, sh_down, n) && sh_down->rows == hidden &&
+           cu_moe_routes(t->n_experts, k);
 }
 
 void cu_moe_combine_shared(sl_backend *b, const sl_expert_table *t, const float *weights, int n, int k, int hidden,
