@@ -41,7 +41,7 @@ if [ "${1:-}" = "--bundle" ]; then
     # the library as one shared object beside the binaries, so the bundle stays small
     build "$dir" -DSLUICE_SHARED=ON || { tail -30 "$dir/build.log"; exit 1; }
     cp "$BUILD/sluice" "$BUILD/test_models" "$BUILD/test_ggml_quants" "$BUILD/test_fused_ops" "$BUILD/test_streaming" \
-        "$BUILD/test_batch" "$dir/"
+        "$BUILD/test_batch" "$BUILD/test_mla_route" "$BUILD/test_fp8" "$dir/"
     # everything but the C runtime and CUDA, which the GPU machine has
     ldd "$BUILD/sluice" "$BUILD/test_models" "$BUILD/test_ggml_quants" "$BUILD/test_fused_ops" "$BUILD/test_streaming" \
         "$BUILD/test_batch" | awk '/=> \//{print $3}' | sort -u |
@@ -104,6 +104,14 @@ batch=$?
 grep -E 'in a batch vs alone' "$OUT/test_batch.log" | sed 's/.*\] //' | tee -a "$OUT/fixtures.txt"
 echo "fixtures inside batches on cuda: $([ $batch -eq 0 ] && echo passed || echo FAILED)" | tee -a "$OUT/fixtures.txt"
 [ $batch -eq 0 ] || suite=1
+# latent attention and grouped routing, and block-FP8 weights, on the GPU against host arithmetic
+for t in test_mla_route test_fp8; do
+    [ -x "$BIN/$t" ] || continue
+    SLUICE_BACKEND=cuda "$BIN/$t" --jobs 1 >"$OUT/$t.log" 2>&1
+    r=$?
+    echo "$t on cuda: $([ $r -eq 0 ] && echo passed || echo FAILED)" | tee -a "$OUT/fixtures.txt"
+    [ $r -eq 0 ] || suite=1
+done
 # the same with every matmul in fp32 GEMV kernels, and with decode steps issued directly
 [ -n "${DIAG:-}" ] && { fixtures fp32 SLUICE_CUDA_GEMV_MAX=100000; fixtures nographs SLUICE_CUDA_GRAPHS=0; } |
     tee -a "$OUT/fixtures.txt"
