@@ -271,7 +271,7 @@ static void check(const char *name, void (*build)(conv *), const char *model_typ
     char *st_path = tu_fixture(rel);
     sl_err e = {{0}};
     conv c = {0};
-    sl_st_set *st;
+    sl_st_set *st = NULL; /* sl_st_open_file adds to a set it is given */
     cr_assert_eq(sl_st_open_file(st_path, &st, &e), 0, "%s", e.msg);
     c.st = st;
     build(&c);
