@@ -8,6 +8,7 @@
 #include "core/util.h"
 #include "formats/resolve.h"
 #include "text/chat.h"
+#include "text/utf8_cut.h"
 
 int sv_engine_init(sv_engine *g, int queue_cap, sl_err *e) {
     memset(g, 0, sizeof *g);
@@ -177,6 +178,7 @@ static void end_job(sv_engine *g, sv_run *u, int rc, const char *msg) {
     }
     if (rc) {
         j->failed = 1;
+        sl_utf8_scrub(e.msg); /* the writers put it in a JSON string */
         j->w->fail(j, e.msg);
     } else if (!j->cancelled) {
         j->w->finish(j);

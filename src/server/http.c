@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 
 #include "core/util.h"
+#include "text/utf8_cut.h"
 
 /* Connection limits against clients that hold connections open (slowloris): all clients together, one
  * address, and the seconds a connection may sit idle (headers or body not arriving, keep-alive with no next
@@ -29,6 +30,10 @@ int sv_bad(sv_error *er, int status, const char *param, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(er->msg, sizeof er->msg, fmt, ap);
     va_end(ap);
+    /* messages quote what the client sent, and a URL is percent-decoded to arbitrary bytes ("/v1/models/%ff");
+     * jansson refuses strings that are not UTF-8, and the error reply would become a 500 */
+    sl_utf8_scrub(er->param);
+    sl_utf8_scrub(er->msg);
     return -1;
 }
 

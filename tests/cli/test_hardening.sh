@@ -90,6 +90,11 @@ curl -sfN "http://127.0.0.1:$PORT/v1/chat/completions" \
 curl -sf "http://127.0.0.1:$PORT/v1/chat/completions" \
     -d '{"model":"m","messages":[{"role":"user","content":"Weather?"}]}' | jq -e '.choices[0].message' >/dev/null ||
     fail "a whole reply after the abuse"
+# a URL that percent-decodes to bytes that are not UTF-8 is quoted in its 404 (it was a 500: the JSON library
+# refused the message)
+code=$(curl -s -o "$T/body" -w '%{http_code}' "http://127.0.0.1:$PORT/v1/models/%ff%fe")
+[ "$code" = 404 ] && jq -e '.error.message | contains("is not served here")' "$T/body" >/dev/null ||
+    { cat "$T/body"; fail "a model name that is not UTF-8 answered $code"; }
 echo "ok"
 
 # corrupt weights (the final norm set to NaN) give one clear error, from the CLI and as a request error

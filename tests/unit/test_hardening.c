@@ -9,6 +9,7 @@
 #include "server/http.h"
 #include "text/jinja.h"
 #include "text/tokenizer.h"
+#include "text/utf8_cut.h"
 
 /* Renders tmpl with no variables; returns the output (caller frees) or NULL with e set. */
 static char *render(const char *tmpl, sl_err *e) {
@@ -304,6 +305,44 @@ Test(hardening, requests_checked_without_a_connection) {
     cr_expect_eq(sv_http_check(&srv, "GET", "/v1/chat/completions", "", 0), 405);
     cr_expect_eq(sv_http_check(&srv, "GET", "/nowhere", "", 0), 404);
     cr_expect_eq(sv_http_check(&srv, "GET", "/health", "", 0), 200);
+    /* a percent-decoded URL that is not UTF-8, quoted in the 404: it was a 500 (jansson refused the message) */
+    cr_expect_eq(sv_http_check(&srv, "GET", "/v1/models/\xff\xfe", "", 0), 404);
+    char name[1200] = "/v1/models/"; /* a 404 message cut at 1024 bytes inside a character */
+    for (size_t i = strlen(name); i + 2 < sizeof name; i += 2) memcpy(name + i, "\xc3\xa9", 3);
+    cr_expect_eq(sv_http_check(&srv, "GET", name, "", 0), 404);
     sv_engine_shutdown(&g);
     sv_engine_free(&g);
+}
+
+/* ---- error messages that quote bytes which are not UTF-8 ---- */
+
+Test(hardening, utf8_scrub) {
+    struct {
+        const char *in, *want;
+    } cases[] = {
+        {"plain", "plain"},
+        {"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"},
+        {"\xff\xfe", "??"},
+        {"\xc0\xaf", "??"},           /* overlong '/' */
+        {"\xe0\x80\xaf", "???"},      /* overlong, three bytes */
+        {"\xed\xa0\x80", "???"},      /* a surrogate */
+        {"\xf4\x90\x80\x80", "????"}, /* past U+10FFFF */
+        {"ab\xe2\x82", "ab??"},       /* cut short at the end */
+        {"\xe2\x82x", "??x"},         /* cut short by ASCII */
+        {"\x80x\xbf", "?x?"},         /* stray continuation bytes */
+        {"", ""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char buf[64];
+        snprintf(buf, sizeof buf, "%s", cases[i].in);
+        sl_utf8_scrub(buf);
+        cr_expect_str_eq(buf, cases[i].want, "case %zu", i);
+    }
+    sv_error er;
+    char long_name[2000];
+    for (size_t i = 0; i + 2 < sizeof long_name; i += 2) memcpy(long_name + i, "\xc3\xa9", 3);
+    sv_bad(&er, 404, "model\xff", "model '%s' is not served here", long_name); /* cut inside a character */
+    json_t *v = json_pack("{s:s, s:s}", "message", er.msg, "param", er.param);
+    cr_expect(v, "sv_bad left a message that is not UTF-8");
+    json_decref(v);
 }
