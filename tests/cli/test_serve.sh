@@ -88,6 +88,13 @@ start auth "$S" --api-key sekrit --max-body 2K
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/v1/models" -H 'Authorization: Bearer wrong')" = 401 ] || fail "wrong key"
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/v1/models" -H 'Authorization: Bearer sekrit')" = 200 ] || fail "bearer"
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/api/tags" -H 'x-api-key: sekrit')" = 200 ] || fail "x-api-key"
+# every route but /health wants the key, before it reads the body
+for r in "POST /v1/chat/completions" "POST /v1/completions" "GET /v1/models" "GET /v1/models/x" "POST /v1/responses" \
+    "POST /v1/messages" "POST /v1/messages/count_tokens" "POST /v1/embeddings" "POST /api/chat" "POST /api/generate" \
+    "GET /api/tags" "POST /api/show" "GET /api/ps" "GET /api/version" "POST /api/embed" "POST /api/embeddings"; do
+    code=$(curl -s -o /dev/null -w '%{http_code}' -X "${r% *}" "$URL${r#* }" -d '{}')
+    [ "$code" = 401 ] || fail "$r without a key: $code, expected 401"
+done
 big=$(head -c 4000 /dev/zero | tr '\0' a)
 [ "$(curl -s -o "$T/body" -w '%{http_code}' "$URL/v1/completions" -H 'x-api-key: sekrit' -d "{\"prompt\":\"$big\"}")" = 413 ] \
     || fail "body limit"

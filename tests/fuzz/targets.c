@@ -353,8 +353,8 @@ static void api_request(const char *const *urls, size_t n_urls, const uint8_t *d
 
 static void fuzz_api_openai(const uint8_t *data, size_t size) {
     static const char *const urls[] = {"POST /v1/chat/completions", "POST /v1/completions", "GET /v1/models",
-                                       "POST /v1/unknown"};
-    api_request(urls, 4, data, size);
+                                       "POST /v1/unknown",          "POST /v1/responses",   "POST /v1/embeddings"};
+    api_request(urls, 6, data, size);
 }
 
 static void fuzz_api_anthropic(const uint8_t *data, size_t size) {
@@ -363,8 +363,9 @@ static void fuzz_api_anthropic(const uint8_t *data, size_t size) {
 }
 
 static void fuzz_api_ollama(const uint8_t *data, size_t size) {
-    static const char *const urls[] = {"POST /api/chat", "POST /api/generate", "POST /api/show", "GET /api/tags"};
-    api_request(urls, 4, data, size);
+    static const char *const urls[] = {"POST /api/chat", "POST /api/generate", "POST /api/show",
+                                       "GET /api/tags",  "POST /api/embed",    "POST /api/embeddings"};
+    api_request(urls, 6, data, size);
 }
 
 const sl_fuzz_target sl_fuzz_targets[] = {
