@@ -20,20 +20,20 @@ trap 'rm -rf "$T"' EXIT
 for F in "$@"; do
     name=$(basename "$F")
     for D in ${DS//,/ }; do
-    P=$P0
-    [ "$D" -gt 0 ] && P=$PD
-    rm -f "$T"/pp*.json "$T/tg.json"
-    "$L/llama-bench" -m "$F" -ngl 99 -fa 1 -p "$P" -n "$N" -r "$R" -d "$D" -o jsonl >"$T/llama.jsonl" 2>"$T/llama.err" ||
-        { echo "llama-bench failed on $F:" >&2; tail -20 "$T/llama.err" >&2; exit 1; }
-    for p in ${P//,/ }; do
-        "$S" bench "$F" --backend cuda -p "$p" -n 0 -r "$R" -d "$D" --json >"$T/pp$p.json" 2>"$T/s.err" ||
-            { echo "sluice bench failed on $F (pp$p, d$D): $(tail -1 "$T/s.err")" >&2; rm -f "$T/pp$p.json"; }
-    done
-    if [ "$N" -gt 0 ]; then
-        "$S" bench "$F" --backend cuda -p 1 -n "$N" -r "$R" -d "$D" --json >"$T/tg.json" 2>"$T/s.err" ||
-            { echo "sluice bench failed on $F (tg$N, d$D): $(tail -1 "$T/s.err")" >&2; rm -f "$T/tg.json"; }
-    fi
-    python3 - "$T" "$name" "$P" "$N" "$D" <<'EOF' >>"$T/rows.md"
+        P=$P0
+        [ "$D" -gt 0 ] && P=$PD
+        rm -f "$T"/pp*.json "$T/tg.json"
+        "$L/llama-bench" -m "$F" -ngl 99 -fa 1 -p "$P" -n "$N" -r "$R" -d "$D" -o jsonl >"$T/llama.jsonl" 2>"$T/llama.err" ||
+            { echo "llama-bench failed on $F:" >&2; tail -20 "$T/llama.err" >&2; exit 1; }
+        for p in ${P//,/ }; do
+            "$S" bench "$F" --backend cuda -p "$p" -n 0 -r "$R" -d "$D" --json >"$T/pp$p.json" 2>"$T/s.err" ||
+                { echo "sluice bench failed on $F (pp$p, d$D): $(tail -1 "$T/s.err")" >&2; rm -f "$T/pp$p.json"; }
+        done
+        if [ "$N" -gt 0 ]; then
+            "$S" bench "$F" --backend cuda -p 1 -n "$N" -r "$R" -d "$D" --json >"$T/tg.json" 2>"$T/s.err" ||
+                { echo "sluice bench failed on $F (tg$N, d$D): $(tail -1 "$T/s.err")" >&2; rm -f "$T/tg.json"; }
+        fi
+        python3 - "$T" "$name" "$P" "$N" "$D" <<'EOF' >>"$T/rows.md"
 import json, sys, os
 T, name, P, N, D = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 lc = [json.loads(l) for l in open(os.path.join(T, "llama.jsonl")) if l.strip()]

@@ -42,8 +42,9 @@ typedef struct sl_weight {
     int transposed;
     /* optional additive bias of the linear layer, float32 [rows] (owned by the model) */
     const float *bias;
-    /* products kept near fp32 where a backend would round them to bf16 (routers: a small shift in their
-     * logits changes which experts run) */
+    /* products kept near fp32 where a backend would round them to bf16: set on every weight of a
+     * mixture-of-experts model where it is placed (models/model.c), since a small shift anywhere upstream of
+     * a router changes which experts run */
     int exact;
 } sl_weight;
 

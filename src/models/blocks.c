@@ -109,7 +109,6 @@ int blk_load_moe(sl_model *m, sl_loader *ld, int l, int with_shared, sl_err *e) 
     snprintf(p, sizeof p, "model.layers.%d.mlp", l);
     L->is_moe = 1;
     if (sl_ld_linear(ld, NAME(nb, "%s.gate", p), E, H, &L->router, e)) return -1;
-    L->router.exact = 1;
     if (sl_ld_has(ld, NAME(nb, "%s.gate.e_score_correction_bias", p)) &&
         sl_ld_vector(ld, nb, E, 0.0f, &L->router_bias, e))
         return -1;

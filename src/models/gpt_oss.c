@@ -39,7 +39,6 @@ static int load_experts(sl_model *m, sl_loader *ld, int l, int I, sl_err *e) {
     if (sl_ld_linear(ld, NAME(nb, "model.layers.%d.mlp.%s", l, gguf ? "gate" : "router"), E, H, &L->router, e))
         return -1;
     if (!L->router.bias) return sl_fail(e, "%s: missing tensor '%s.bias' (the router's bias)", m->path, nb);
-    L->router.exact = 1;
     L->expert_store = calloc((size_t)E, sizeof *L->expert_store);
     L->experts.experts = calloc((size_t)E, sizeof *L->experts.experts);
     if (!L->expert_store || !L->experts.experts) return sl_fail(e, "out of memory");

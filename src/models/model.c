@@ -117,7 +117,7 @@ static int place_dense(sl_model *m, sl_err *e) {
                            &L->in_b,  &L->out_proj, &L->w_gate,    &L->w_up, &L->w_down, &L->router, &L->sh_gate,
                            &L->sh_up, &L->sh_down,  &L->sh_router, &L->wq_a, &L->wq_b,   &L->wkv_a};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
-            /* a mixture of experts keeps its products near fp32 on every backend: a bf16 rounding
+            /* a mixture of experts asks for products near fp32 (routers included): a bf16 rounding
              * anywhere upstream of a router can change which experts run (SLUICE_CUDA_PREFILL=bf16 rounds
              * anyway) */
             ws[i]->exact |= moe;

@@ -515,7 +515,7 @@ static void *dev_copy(sl_backend *be, const void *src, size_t bytes) {
 
 /* matmul of n tokens on the device (w placed there, host rows in hw) against a double-precision dot */
 static void check_cuda_matmul(sl_backend *be, const sl_weight *w, const sl_weight *hw, int n, unsigned seed, double tol,
-                              int q8_input) {
+                              int q16_input) {
     size_t cols = (size_t)w->cols, rows = (size_t)w->rows;
     float *x = malloc(sizeof *x * cols * (size_t)n), *y = malloc(sizeof *y * rows * (size_t)n);
     float *row = malloc(sizeof *row * cols);
@@ -528,7 +528,7 @@ static void check_cuda_matmul(sl_backend *be, const sl_weight *w, const sl_weigh
     for (size_t r = 0; r < rows; r++) {
         sl_ggml_dequant_row(hw->gtype, hw->data + r * hw->row_bytes, row, hw->cols);
         for (int t = 0; t < n; t++) {
-            double ref = 0, mag = 0, q8 = 0;
+            double ref = 0, mag = 0, qin = 0;
             const float *xt = x + (size_t)t * cols;
             for (size_t i = 0; i < cols; i++) {
                 ref += (double)row[i] * xt[i];
@@ -536,17 +536,17 @@ static void check_cuda_matmul(sl_backend *be, const sl_weight *w, const sl_weigh
             }
             /* the integer GEMV rounds the input to 16 bits per value, by at most half of its 32-value
              * block's max / 32767 */
-            for (size_t b = 0; q8_input && b < cols; b += 32) {
+            for (size_t b = 0; q16_input && b < cols; b += 32) {
                 double amax = 0, wsum = 0;
                 for (size_t i = b; i < b + 32; i++) {
                     amax = fmax(amax, fabs((double)xt[i]));
                     wsum += fabs((double)row[i]);
                 }
-                q8 += wsum * amax / 65534.0;
+                qin += wsum * amax / 65534.0;
             }
             if (hw->bias) ref += hw->bias[r];
             double got = y[(size_t)t * rows + r];
-            cr_assert(fabs(got - ref) <= tol * (mag + 1) + 1.001 * q8, "CUDA %s n=%d token %d row %zu: %.8g vs %.8g",
+            cr_assert(fabs(got - ref) <= tol * (mag + 1) + 1.001 * qin, "CUDA %s n=%d token %d row %zu: %.8g vs %.8g",
                       sl_ggml_type_name(w->gtype), n, t, r, got, ref);
         }
     }
@@ -582,9 +582,9 @@ Test(ggml_quants, cuda_matmul_and_embed_every_type) {
         cr_assert_eq(be->ops->place_weight(be, &w, &e), 0, "%s", e.msg);
         /* up to 16 tokens: the GEMV kernels, in fp32 or (Q4_K, Q6_K, Q8_0) on a q16 input; more: one bf16
          * tensor-core pass, each product within 2^-8 of its value */
-        int q8 = t == SL_GGML_Q4_K || t == SL_GGML_Q6_K || t == SL_GGML_Q8_0;
+        int q16 = t == SL_GGML_Q4_K || t == SL_GGML_Q6_K || t == SL_GGML_Q8_0;
         for (int m = 0; m < 5; m++)
-            check_cuda_matmul(be, &w, &hw, ns[m], s + (unsigned)m, ns[m] > 16 ? 4e-3 : 1e-5, ns[m] <= 16 && q8);
+            check_cuda_matmul(be, &w, &hw, ns[m], s + (unsigned)m, ns[m] > 16 ? 4e-3 : 1e-5, ns[m] <= 16 && q16);
         int32_t ids[3] = {5, 36, 0};
         float *out = malloc(sizeof *out * 3 * (size_t)cols), *ref = malloc(sizeof *ref * (size_t)cols);
         float *dout = be->ops->alloc(be, sizeof *out * 3 * (size_t)cols);

@@ -36,6 +36,17 @@ __device__ __forceinline__ uint32_t fa_ld32(const __half *p) {
     return *reinterpret_cast<const uint32_t *>(p);
 }
 
+/* the output rows of a lane (r0 and r0 + 8) scaled by c0 and c1 */
+template <int HD> __device__ __forceinline__ void fa_rescale(float (&o)[HD / 8][4], float c0, float c1) {
+#pragma unroll
+    for (int d = 0; d < HD / 8; d++) {
+        o[d][0] *= c0;
+        o[d][1] *= c0;
+        o[d][2] *= c1;
+        o[d][3] *= c1;
+    }
+}
+
 template <int HD, int BK> __global__ void __launch_bounds__(128) flash_prefill_k(fa_args a) {
     cu_pdl_enter();
     constexpr int LQ = HD + 8, LK = HD + 8, LV = BK + 8; /* padded rows: fragment loads hit distinct banks */
@@ -131,13 +142,7 @@ template <int HD, int BK> __global__ void __launch_bounds__(128) flash_prefill_k
         l1 = l1 * c1 + rs1;
         m0 = n0;
         m1 = n1;
-#pragma unroll
-        for (int d = 0; d < HD / 8; d++) {
-            o[d][0] *= c0;
-            o[d][1] *= c0;
-            o[d][2] *= c1;
-            o[d][3] *= c1;
-        }
+        fa_rescale<HD>(o, c0, c1);
         /* the score fragments are the A fragments of P.V: keys 16kk.. are score tiles 2kk and 2kk+1 */
 #pragma unroll
         for (int kk = 0; kk < BK / 16; kk++) {
@@ -157,13 +162,7 @@ template <int HD, int BK> __global__ void __launch_bounds__(128) flash_prefill_k
         float c0 = exp2f(m0 - n0), c1 = exp2f(m1 - n1);
         l0 = l0 * c0 + exp2f(sk - n0);
         l1 = l1 * c1 + exp2f(sk - n1);
-#pragma unroll
-        for (int d = 0; d < HD / 8; d++) {
-            o[d][0] *= c0;
-            o[d][1] *= c0;
-            o[d][2] *= c1;
-            o[d][3] *= c1;
-        }
+        fa_rescale<HD>(o, c0, c1);
     }
     float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
     int q0 = i0 + r0, q1 = q0 + 8;
