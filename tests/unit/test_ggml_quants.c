@@ -557,15 +557,22 @@ static void check_cuda_matmul(sl_backend *be, const sl_weight *w, const sl_weigh
     free(row);
 }
 
-/* every type: decode GEMV (1, 3, 8, 12 tokens: one pass, two passes), the bf16 tensor-core prefill
- * (40 tokens), rows that do not fill a block of rows, rows over several input chunks, and embedding
- * rows; errors for a type without kernels */
-Test(ggml_quants, cuda_matmul_and_embed_every_type) {
+/* every type, twice: with the tile-decoding tensor-core kernel (from 5 to 64 tokens, the default) and
+ * without it (SLUICE_CUDA_MMQ=0: the decode GEMV to 16 tokens in one pass or two, then the bf16 tensor-core
+ * GEMM on the dequantised matrix); rows that do not fill a block of rows, rows over several input chunks
+ * and column splits, and embedding rows; errors for a type without kernels */
+static sl_backend *cuda_with_mmq(int on) {
+    setenv("SLUICE_CUDA_MMQ", on ? "1" : "0", 1);
     sl_backend *be = cuda_or_skip();
-    if (!be) return;
+    unsetenv("SLUICE_CUDA_MMQ");
+    return be;
+}
+
+static void check_every_type(sl_backend *be, int mmq) {
     sl_err e;
     unsigned s = 991;
-    const int ns[] = {1, 3, 8, 12, 40};
+    const int ns[] = {1, 3, 8, 12, 20, 40, 64, 80};
+    const int nn = (int)(sizeof ns / sizeof ns[0]);
     for (int k = 0; k < N_QUANT; k++) {
         int t = quant_types[k], bs = sl_ggml_block_size(t);
         int rows = 37, cols = bs == 32 ? 32 * 41 : 256 * 5;
@@ -580,11 +587,13 @@ Test(ggml_quants, cuda_matmul_and_embed_every_type) {
         w = hw;
         cr_assert(be->ops->supports(be, &w), "CUDA lacks %s", sl_ggml_type_name(t));
         cr_assert_eq(be->ops->place_weight(be, &w, &e), 0, "%s", e.msg);
-        /* up to 16 tokens: the GEMV kernels, in fp32 or (Q4_K, Q6_K, Q8_0) on a q16 input; more: one bf16
-         * tensor-core pass, each product within 2^-8 of its value */
+        /* the GEMV kernels in fp32 or (Q4_K, Q6_K, Q8_0) on a q16 input; the tensor-core kernels in one bf16
+         * pass, each product within 2^-8 of its value */
         int q16 = t == SL_GGML_Q4_K || t == SL_GGML_Q6_K || t == SL_GGML_Q8_0;
-        for (int m = 0; m < 5; m++)
-            check_cuda_matmul(be, &w, &hw, ns[m], s + (unsigned)m, ns[m] > 16 ? 4e-3 : 1e-5, ns[m] <= 16 && q16);
+        for (int m = 0; m < nn; m++) {
+            int gemv = mmq ? ns[m] < 5 : ns[m] <= 16;
+            check_cuda_matmul(be, &w, &hw, ns[m], s + (unsigned)m, gemv ? 1e-5 : 4e-3, gemv && q16);
+        }
         int32_t ids[3] = {5, 36, 0};
         float *out = malloc(sizeof *out * 3 * (size_t)cols), *ref = malloc(sizeof *ref * (size_t)cols);
         float *dout = be->ops->alloc(be, sizeof *out * 3 * (size_t)cols);
@@ -603,6 +612,16 @@ Test(ggml_quants, cuda_matmul_and_embed_every_type) {
         free(ref);
         free(p);
     }
+}
+
+Test(ggml_quants, cuda_matmul_and_embed_every_type) {
+    sl_backend *be = cuda_with_mmq(0);
+    if (!be) return;
+    check_every_type(be, 0);
+    sl_backend_destroy(be);
+    be = cuda_with_mmq(1);
+    check_every_type(be, 1);
+    sl_err e;
     /* a known type without kernels is refused by name */
     uint8_t blk[36] = {0};
     sl_weight q = {.fmt = SL_WF_GGML, .gtype = SL_GGML_Q8_1, .rows = 1, .cols = 32, .data = blk, .row_bytes = 36};

@@ -699,3 +699,160 @@ void cu_ggml_embed(cu_impl *c, const cu_w *w, const int32_t *ids, const int32_t 
     embed_f f = {c, w, ids, step_tok, n, out};
     if (!with_type(w->gtype, f)) cu_fail(c, "GGML type %s has no CUDA kernel", sl_ggml_type_name(w->gtype));
 }
+
+/* ---- small batches (a few to 64 tokens): tensor-core products straight from the blocks ----
+ *
+ * Decoding many sequences multiplies each weight by a handful of tokens: the GEMV's time grows with every
+ * token, and dequantising the whole matrix for a GEMM costs more than reading it. Here a block of 8 warps
+ * decodes a 128-row by 128-column tile of the weight into shared memory as bf16 (the same rounding as the
+ * one-pass bf16 GEMM), stages the input's tile beside it, and multiplies on tensor cores (mma m16n8k16,
+ * fp32 accumulation): each weight byte is read once for all tokens. The columns are split between blocks
+ * when there are too few row tiles to fill the GPU; the splits' partial sums are then added in a fixed
+ * order, so results do not depend on timing. */
+
+#define MQ_WARPS 8
+#define MQ_ROWS (MQ_WARPS * 16)
+#define MQ_KC 128            /* columns per step */
+#define MQ_LD (MQ_KC + 8)    /* row pitch in bf16: 272 bytes, an odd number of 16-byte chunks, so the eight */
+                             /* rows ldmatrix reads at once fall in different banks */
+
+__device__ __forceinline__ void mq_ldsm4(uint32_t *r, const void *p) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+__device__ __forceinline__ void mq_ldsm2(uint32_t *r, const void *p) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
+}
+__device__ __forceinline__ void mq_mma(float *d, const uint32_t *a, const uint32_t *b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* y[t][r] (or the split's partial sums) = sum over this block's columns of W[r][k] x[t][k], for tokens
+ * t < n <= NT8 * 8; x is the input in bf16 [n][cols]. */
+template <int T, int NT8>
+__global__ void __launch_bounds__(MQ_WARPS * 32) ggml_mmq_k(cu_w w, const __nv_bfloat16 *x, int n, int kper, float *y,
+                                                            float *part) {
+    constexpr int BS = gq<T>::BS, BB = gq<T>::BB;
+    extern __shared__ float4 smem4[];
+    __nv_bfloat16 *sw = (__nv_bfloat16 *)smem4, *sx = sw + MQ_ROWS * MQ_LD;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int row0 = blockIdx.x * MQ_ROWS, k0 = blockIdx.y * kper, k1 = min(k0 + kper, w.cols);
+    float acc[NT8][4];
+#pragma unroll
+    for (int j = 0; j < NT8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0;
+    cu_pdl_enter();
+    for (int kc = k0; kc < k1; kc += MQ_KC) {
+        /* the weight tile, one unit of 32 values per thread and pass */
+        for (int u = threadIdx.x; u < MQ_ROWS * (MQ_KC / 32); u += MQ_WARPS * 32) {
+            int r = u / (MQ_KC / 32), s = u % (MQ_KC / 32), row = row0 + r, col = kc + 32 * s;
+            __align__(16) __nv_bfloat16 h[32];
+            if (row < w.rows && col < k1) {
+                float v[32];
+                gq<T>::unit(w.data + (long long)row * w.row_bytes + (long long)(col / BS) * BB, (col % BS) >> 5, v);
+#pragma unroll
+                for (int i = 0; i < 32; i++) h[i] = __float2bfloat16(v[i]);
+            } else {
+#pragma unroll
+                for (int i = 0; i < 32; i++) h[i] = __float2bfloat16(0.0f);
+            }
+            uint4 *d = (uint4 *)(sw + r * MQ_LD + 32 * s);
+#pragma unroll
+            for (int q = 0; q < 4; q++) d[q] = ((const uint4 *)h)[q];
+        }
+        /* the input tile: 8 bf16 per 16-byte load */
+        for (int i = threadIdx.x; i < NT8 * 8 * (MQ_KC / 8); i += MQ_WARPS * 32) {
+            int t = i / (MQ_KC / 8), col = kc + 8 * (i % (MQ_KC / 8));
+            uint4 v = make_uint4(0, 0, 0, 0);
+            if (t < n && col < k1) v = *(const uint4 *)(x + (long long)t * w.cols + col);
+            *(uint4 *)(sx + t * MQ_LD + (col - kc)) = v;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int ks = 0; ks < MQ_KC / 16; ks++) {
+            uint32_t a[4];
+            mq_ldsm4(a, sw + (warp * 16 + (lane & 15)) * MQ_LD + ks * 16 + (lane >> 4) * 8);
+#pragma unroll
+            for (int j = 0; j < NT8; j++) {
+                uint32_t b[2];
+                mq_ldsm2(b, sx + (j * 8 + (lane & 7)) * MQ_LD + ks * 16 + ((lane >> 3) & 1) * 8);
+                mq_mma(acc[j], a, b);
+            }
+        }
+        __syncthreads();
+    }
+    /* acc[j]: rows g and g + 8 of the warp's 16, tokens 2 (lane % 4) and the next of tile j */
+    float *out = gridDim.y == 1 ? y : part + (long long)blockIdx.y * n * w.rows;
+    int g = lane >> 2, tq = 2 * (lane & 3);
+#pragma unroll
+    for (int j = 0; j < NT8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int r = row0 + warp * 16 + g + (e >> 1) * 8, t = j * 8 + tq + (e & 1);
+            if (r < w.rows && t < n)
+                out[(long long)t * w.rows + r] = acc[j][e] + (gridDim.y == 1 && w.bias ? w.bias[r] : 0.0f);
+        }
+}
+
+/* y[t][r] = the splits' partial sums in order (+ bias) */
+__global__ void ggml_mmq_sum_k(const float *part, int splits, long long len, int rows, const float *bias, float *y) {
+    cu_pdl_enter();
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= len) return;
+    float s = bias ? bias[i % rows] : 0.0f;
+    for (int k = 0; k < splits; k++) s += part[k * len + i];
+    y[i] = s;
+}
+
+struct mmq_f {
+    cu_impl *c;
+    const cu_w *w;
+    const __nv_bfloat16 *x;
+    int n, kper;
+    float *y, *part;
+    template <int NT8, int T> void go() {
+        size_t smem = (size_t)(MQ_ROWS + NT8 * 8) * MQ_LD * sizeof(__nv_bfloat16);
+        static_assert((MQ_ROWS + 64) * MQ_LD * 2 <= 227 * 1024, "shared memory of one block");
+        if (smem > 48 * 1024 &&
+            cudaFuncSetAttribute(ggml_mmq_k<T, NT8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
+                cudaSuccess) {
+            cu_fail(c, "GGML tensor-core kernel: %zu bytes of shared memory refused", smem);
+            return;
+        }
+        dim3 grid(CU_BLOCKS(w->rows, MQ_ROWS), (unsigned)((w->cols + kper - 1) / kper));
+        cu_launch(c, ggml_mmq_k<T, NT8>, grid, MQ_WARPS * 32, smem, *w, x, n, kper, y, part);
+    }
+    template <int T> void run() {
+        if (n <= 8) go<1, T>();
+        else if (n <= 16) go<2, T>();
+        else if (n <= 32) go<4, T>();
+        else go<8, T>();
+    }
+};
+
+int cu_ggml_mmq(cu_impl *c, const cu_w *w, const __nv_bfloat16 *x, int n, float *y) {
+    if (n < 1 || n > CU_MMQ_MAX || w->cols % 32) return cu_fail(c, "GGML tensor-core kernel: %d tokens", n);
+    /* enough blocks for two per SM: columns split in whole steps when the row tiles are fewer */
+    int tiles = (w->rows + MQ_ROWS - 1) / MQ_ROWS, steps = (w->cols + MQ_KC - 1) / MQ_KC;
+    int splits = (2 * c->sms + tiles - 1) / tiles;
+    if (splits > steps / 2) splits = steps / 2;
+    if (splits < 1) splits = 1;
+    int kper = (steps + splits - 1) / splits * MQ_KC;
+    splits = (w->cols + kper - 1) / kper;
+    float *part = NULL;
+    long long len = (long long)n * w->rows;
+    if (splits > 1) {
+        if (cu_grow(c, &c->wtmp, &c->wtmp_len, (size_t)splits * (size_t)len * sizeof(float), "matmul partial sums"))
+            return -1;
+        part = (float *)c->wtmp;
+    }
+    mmq_f f = {c, w, x, n, kper, y, part};
+    if (!with_type(w->gtype, f)) return cu_fail(c, "GGML type %s has no CUDA kernel", sl_ggml_type_name(w->gtype));
+    if (splits > 1) cu_launch(c, ggml_mmq_sum_k, CU_BLOCKS(len, 256), 256, 0, (const float *)part, splits, len, w->rows, w->bias, y);
+    return cu_check_launch(c, "GGML tensor-core kernel");
+}

@@ -1190,14 +1190,28 @@ static int has_kernel(const sl_weight *w) {
            w->fmt == SL_WF_FP8 || w->fmt == SL_WF_MXFP4;
 }
 
+/* Whether a tensor-core product of sw rounds its operands to bf16 in one pass: weights marked exact (those
+ * of mixture-of-experts models, whose routing one pass moves) split them instead (see cu_matmul). */
+static int gemm_exact(const cu_impl *c, const sl_weight *sw) {
+    return c->gemm_exact > 0 || (c->gemm_exact == 0 && sw->exact);
+}
+
+/* GGML weights in one bf16 pass take the tile-decoding tensor-core kernel for small batches. */
+static int mmq_takes(const cu_impl *c, const sl_weight *sw) {
+    return c->mmq_min > 0 && sw->fmt == SL_WF_GGML && !gemm_exact(c, sw);
+}
+
 /* The largest batch a weight's GEMV kernels take before the tensor-core GEMM does. Float weights go to the
- * GEMM from 5 tokens: its two bf16 passes read them twice, which beats the GEMV kernels' time growing with
- * every token (llama3-8b bf16, 16 sequences decoding: 1046 against 302 tok/s on H100). Quantized weights
- * keep the GEMV kernels to 16 tokens, since the GEMM first dequantizes the whole matrix.
+ * GEMM from 3 tokens, which beats the GEMV kernels' time growing with every token (llama3-8b bf16 on H100,
+ * sequences decoding at once: 4 at 515 against 297 tok/s, 16 at 1046 against 302 when it split in two
+ * passes). GGML weights in one
+ * bf16 pass go to the tile-decoding tensor-core kernel from SLUICE_CUDA_MMQ_MIN tokens; other quantized
+ * weights keep the GEMV kernels to 16 tokens, since their GEMM first dequantizes the whole matrix.
  * SLUICE_CUDA_GEMV_MAX sets one limit for all. */
 static int gemv_max(const cu_impl *c, const sl_weight *w) {
     if (c->gemv_max > 0) return c->gemv_max;
-    return w->fmt == SL_WF_F32 || w->fmt == SL_WF_F16 || w->fmt == SL_WF_BF16 ? 4 : 16;
+    if (w->fmt == SL_WF_GGML && mmq_takes(c, w)) return c->mmq_min - 1;
+    return w->fmt == SL_WF_F32 || w->fmt == SL_WF_F16 || w->fmt == SL_WF_BF16 ? 2 : 16;
 }
 
 void cu_matmul(sl_backend *b, const sl_weight *sw, const float *x, int n, float *y) {
@@ -1217,11 +1231,15 @@ void cu_matmul(sl_backend *b, const sl_weight *sw, const float *x, int n, float 
      * pass moves) split each operand into bf16 hi + lo halves and sum the products that matter in fp32
      * (hi.hi + hi.lo, + lo.hi for weights that are not bf16 already), close to fp32 accuracy at 2-3 GEMMs.
      * SLUICE_CUDA_PREFILL=exact splits every weight, =bf16 none. */
-    int exact = c->gemm_exact > 0 || (c->gemm_exact == 0 && sw->exact);
+    int exact = gemm_exact(c, sw);
     size_t xlen = (size_t)n * (size_t)w.cols, wlen = (size_t)w.rows * (size_t)w.cols;
     if (cu_grow(c, &c->xtmp, &c->xtmp_len, xlen * 2 * (exact ? 2 : 1), "matmul input")) return;
     __nv_bfloat16 *xhi = (__nv_bfloat16 *)c->xtmp, *xlo = exact ? xhi + xlen : NULL;
     cu_launch(c, split_bf16_k, CU_BLOCKS(xlen, 256), 256, 0, x, (long long)xlen, xhi, xlo);
+    if (n <= CU_MMQ_MAX && mmq_takes(c, sw)) { /* bias included */
+        cu_ggml_mmq(c, &w, xhi, n, y);
+        return;
+    }
     const void *whi = w.data, *wlo = NULL;
     if (w.fmt != SL_WF_BF16 || w.trans) {
         if (cu_grow(c, &c->wtmp, &c->wtmp_len, wlen * 2 * (exact ? 2 : 1), "matmul weight")) return;
