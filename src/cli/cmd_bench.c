@@ -98,6 +98,14 @@ static traffic per_token_traffic(const sl_model *m) {
                                  &L->in_a,   &L->in_b,    &L->out_proj, &L->w_gate,  &L->w_up,     &L->w_down,
                                  &L->router, &L->sh_gate, &L->sh_up,    &L->sh_down, &L->sh_router};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) tally(&t, ws[i], 1.0);
+        /* latent attention: its projections, and kv_b_proj as the float32 matrix every token reads whole */
+        const sl_weight *mla[] = {&L->wq_a, &L->wq_b, &L->wkv_a};
+        for (size_t i = 0; i < sizeof mla / sizeof mla[0]; i++) tally(&t, mla[i], 1.0);
+        if (L->wkv_b) {
+            double n = (double)c->n_heads * (double)(c->qk_nope_dim + c->v_head_dim) * (double)c->kv_lora_rank;
+            t.bytes += 4.0 * n;
+            t.params += n;
+        }
         if (!L->is_moe || L->experts.n_experts == 0) continue;
         double frac = (double)c->top_k / (double)L->experts.n_experts;
         for (int x = 0; x < L->experts.n_experts; x++) {
