@@ -135,6 +135,11 @@ jq -e '.quantization_config == {"activation_scheme": "dynamic", "fmt": "e4m3", "
   "$SLUICE_CACHE/synthetic/tiny-deepseek-v3-fp8-2L/config.json" >/dev/null || fail "deepseek-v3 fp8 config"
 jq -e '.quantization_config.quant_method == "mxfp4"' "$SLUICE_CACHE/synthetic/tiny-gpt-oss-mxfp4-2L/config.json" \
   >/dev/null || fail "gpt-oss mxfp4 config"
+# one dense latent-attention layer: a token reads every weight but the embedding table's other rows, and
+# kv_b_proj as float32 (4 bytes a weight where the file holds 1)
+jq -e '.bytes_per_token >= .weight_bytes - 512 * 256 * 2' \
+  <<<"$("$SLUICE_BIN" bench --synthetic tiny-deepseek-v3 --layers 1 -p 4 -n 1 --json)" >/dev/null ||
+  fail "deepseek-v3: decode weight reads miss the latent attention's weights"
 # an interrupted generation (no marker) is redone, not trusted
 rm "$SLUICE_CACHE/synthetic/tiny-llama-bf16/synthetic.txt"
 "$SLUICE_BIN" bench --synthetic tiny-llama -p 8 -n 2 | grep -q "generated in" || fail "incomplete checkpoint reused"
