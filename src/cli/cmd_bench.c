@@ -19,7 +19,7 @@ static void usage(FILE *f) {
     fprintf(
         f,
         "usage: sluice bench MODEL [-p N] [-n M] [-d D] [-r R] [--threads T] [--backend B] [--json] [--host-logits]\n"
-        "       sluice bench --synthetic SHAPE [--quant bf16|mlx4|mlx8|q4k] [--layers L] [--dir DIR] [...]\n\n"
+        "       sluice bench --synthetic SHAPE [--quant Q] [--layers L] [--dir DIR] [...]\n\n"
         "Loads MODEL, prefills N pseudo-random token ids (default 512) as one batch, then decodes M\n"
         "tokens one at a time (default 128), each the greedy argmax of the previous logits, picked on the\n"
         "backend as greedy decoding does (--host-logits copies every step's logits to the host and picks\n"
@@ -37,8 +37,22 @@ static void usage(FILE *f) {
         "--synthetic writes (once) a checkpoint with the shape of a real model in the layout its real\n"
         "checkpoints use, with finite pseudo-random weights, then benchmarks it like any model. It goes\n"
         "to DIR (default $SLUICE_CACHE, $XDG_CACHE_HOME/sluice or ~/.cache/sluice, + synthetic/) and is\n"
-        "reused by later runs. Shapes:\n");
-    for (const sl_synth_shape *sh = sl_synth_shapes(); sh->name; sh++) fprintf(f, "  %-19s %s\n", sh->name, sh->about);
+        "reused by later runs. Shapes, with the --quant values each takes (the first, as the model\n"
+        "ships, is the default) and the checkpoint's size in each:\n");
+    for (const sl_synth_shape *sh = sl_synth_shapes(); sh->name; sh++) {
+        fprintf(f, "  %-19s %s\n  %-19s", sh->name, sh->about, "");
+        for (const char *p = sh->quants; *p;) {
+            char name[16], b[32];
+            size_t k = strcspn(p, " ");
+            sl_synth_quant q;
+            snprintf(name, sizeof name, "%.*s", (int)k, p);
+            if (!sl_synth_parse_quant(name, &q))
+                fprintf(f, "%s %s %s", p == sh->quants ? "" : ",", name,
+                        sl_human_bytes((double)sl_synth_bytes(sh, q, 0), b, sizeof b));
+            p += k + (p[k] == ' ');
+        }
+        fprintf(f, "\n");
+    }
     fprintf(f, "\n"
                "  -p N          prompt tokens (default 512)\n"
                "  -n M          decoded tokens (default 128; 0 skips decode)\n"
@@ -49,8 +63,10 @@ static void usage(FILE *f) {
                "  --json        one JSON object instead of the table\n"
                "  --host-logits decode with every step's logits copied to the host\n"
                "  --synthetic SHAPE  benchmark a synthetic checkpoint of this shape (see above)\n"
-               "  --quant Q     synthetic weights: bf16 (default), mlx4 or mlx8 (MLX affine, group 64), or q4k\n"
-               "                (a GGUF file: GGML Q4_K, the output head Q6_K)\n"
+               "  --quant Q     synthetic weights, as the shape allows: bf16, mlx4 or mlx8 (MLX affine, group 64),\n"
+               "                q4k (a GGUF file: GGML Q4_K, the output head Q6_K), fp8 (DeepSeek's float8 e4m3\n"
+               "                with a float32 scale per 128x128 tile) or mxfp4 (gpt-oss's experts as OpenAI ships\n"
+               "                them); default: the shape's first\n"
                "  --layers L    synthetic: only the first L layers (for disks smaller than the model)\n"
                "  --dir DIR     synthetic: where the checkpoint is written\n"
                "  --parallel N[,N...]  many sequences at once instead: for each N, N prompts of -p tokens, then\n"
@@ -82,6 +98,14 @@ static traffic per_token_traffic(const sl_model *m) {
                                  &L->in_a,   &L->in_b,    &L->out_proj, &L->w_gate,  &L->w_up,     &L->w_down,
                                  &L->router, &L->sh_gate, &L->sh_up,    &L->sh_down, &L->sh_router};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) tally(&t, ws[i], 1.0);
+        /* latent attention: its projections, and kv_b_proj as the float32 matrix every token reads whole */
+        const sl_weight *mla[] = {&L->wq_a, &L->wq_b, &L->wkv_a};
+        for (size_t i = 0; i < sizeof mla / sizeof mla[0]; i++) tally(&t, mla[i], 1.0);
+        if (L->wkv_b) {
+            double n = (double)c->n_heads * (double)(c->qk_nope_dim + c->v_head_dim) * (double)c->kv_lora_rank;
+            t.bytes += 4.0 * n;
+            t.params += n;
+        }
         if (!L->is_moe || L->experts.n_experts == 0) continue;
         double frac = (double)c->top_k / (double)L->experts.n_experts;
         for (int x = 0; x < L->experts.n_experts; x++) {
@@ -358,7 +382,7 @@ int cmd_bench(int argc, char **argv) {
     const char *model = NULL;
     bench_result r = {.prompt = 512, .gen = 128, .runs = 1};
     int json = 0, threads = 0, layers = 0;
-    const char *synth = NULL, *quant = "bf16", *dir = NULL, *backend = NULL;
+    const char *synth = NULL, *quant = NULL, *dir = NULL, *backend = NULL;
     sl_model_opts o = {0};
     int par[16], n_par = 0;
     for (int i = 1; i < argc; i++) {
@@ -440,8 +464,20 @@ int cmd_bench(int argc, char **argv) {
             fprintf(stderr, "\n");
             return 2;
         }
-        if (sl_synth_parse_quant(quant, &q)) {
-            fprintf(stderr, "sluice bench: --quant must be bf16, mlx4, mlx8 or q4k, got '%s'\n", quant);
+        if (!quant) {
+            q = sl_synth_default_quant(sh);
+        } else if (sl_synth_parse_quant(quant, &q) || !sl_synth_takes(sh, q)) {
+            /* "a b c" -> "a, b or c" */
+            char list[96];
+            size_t n = 0;
+            for (const char *p = sh->quants; *p && n + 8 < sizeof list; p++) {
+                if (*p != ' ')
+                    list[n++] = *p;
+                else
+                    n += (size_t)snprintf(list + n, sizeof list - n, "%s", strchr(p + 1, ' ') ? ", " : " or ");
+            }
+            list[n] = 0;
+            fprintf(stderr, "sluice bench: --quant for %s must be %s, got '%s'\n", sh->name, list, quant);
             return 2;
         }
         synth_dir = dir ? strdup(dir) : sl_synth_default_dir(sh, q, layers);
@@ -457,7 +493,8 @@ int cmd_bench(int argc, char **argv) {
             return 1;
         }
         r.gen_s = generated ? sl_now() - g0 : 0;
-        snprintf(synth_label, sizeof synth_label, "%s %s%s", sh->name, quant, generated ? "" : ", reused");
+        snprintf(synth_label, sizeof synth_label, "%s %s%s", sh->name, sl_synth_quant_name(q),
+                 generated ? "" : ", reused");
         r.synthetic = synth_label;
         char *path = sl_synth_model_path(synth_dir, q); /* the folder, or the GGUF file in it */
         free(synth_dir);

@@ -25,10 +25,16 @@
 
 /* Dimensions as published in each model's config.json. */
 #define QWEN35_LINEAR .lin_k_heads = 16, .lin_k_dim = 128, .lin_v_dim = 128, .conv_kernel = 4, .full_attn_every = 4
+#define HF_MLX_GGUF "bf16 mlx4 mlx8 q4k"
+#define DEEPSEEK_V3_YARN                                                                                               \
+    .yarn_factor = 40.0, .yarn_beta_fast = 32.0, .yarn_beta_slow = 1.0, .yarn_mscale = 1.0,                            \
+    .yarn_mscale_all_dim = 1.0, .yarn_orig_max_pos = 4096
+#define GPT_OSS_YARN .yarn_factor = 32.0, .yarn_beta_fast = 32.0, .yarn_beta_slow = 1.0, .yarn_orig_max_pos = 4096
 static const sl_synth_shape shapes[] = {
     {.name = "llama3-8b",
      .arch = "llama",
      .about = "Llama 3 8B: 32 layers, hidden 4096, GQA 32/8, MLP 14336",
+     .quants = HF_MLX_GGUF,
      .vocab = 128256,
      .hidden = 4096,
      .layers = 32,
@@ -41,6 +47,7 @@ static const sl_synth_shape shapes[] = {
     {.name = "qwen3.5-35b-a3b",
      .arch = "qwen3_5_moe",
      .about = "Qwen3.5-35B-A3B: 40 layers (3 delta-net : 1 attention), hidden 2048, 256 experts top-8 of 512",
+     .quants = HF_MLX_GGUF,
      .vocab = 248320,
      .hidden = 2048,
      .layers = 40,
@@ -58,6 +65,7 @@ static const sl_synth_shape shapes[] = {
     {.name = "qwen3.5-122b-a10b",
      .arch = "qwen3_5_moe",
      .about = "Qwen3.5-122B-A10B: 48 layers (3 delta-net : 1 attention), hidden 3072, 256 experts top-8 of 1024",
+     .quants = HF_MLX_GGUF,
      .vocab = 248320,
      .hidden = 3072,
      .layers = 48,
@@ -75,6 +83,7 @@ static const sl_synth_shape shapes[] = {
     {.name = "qwen3.5-397b-a17b",
      .arch = "qwen3_5_moe",
      .about = "Qwen3.5-397B-A17B: 60 layers (3 delta-net : 1 attention), hidden 4096, 512 experts top-10 of 1024",
+     .quants = HF_MLX_GGUF,
      .vocab = 248320,
      .hidden = 4096,
      .layers = 60,
@@ -89,10 +98,77 @@ static const sl_synth_shape shapes[] = {
      QWEN35_LINEAR,
      .rope_theta = 10000000.0,
      .max_pos = 262144},
+    {.name = "deepseek-v3",
+     .arch = "deepseek_v3",
+     .about = "DeepSeek-V3 671B (37B active): 61 layers (3 dense), hidden 7168, MLA 128 heads, 256 experts top-8 "
+              "+ 1 shared",
+     .quants = "fp8 bf16",
+     .vocab = 129280,
+     .hidden = 7168,
+     .layers = 61,
+     .heads = 128,
+     .kv_heads = 128,
+     .intermediate = 18432,
+     .experts = 256,
+     .top_k = 8,
+     .moe_inter = 2048,
+     .shared_inter = 2048,
+     .q_lora = 1536,
+     .kv_lora = 512,
+     .qk_nope = 128,
+     .qk_rope = 64,
+     .v_head = 128,
+     .first_dense = 3,
+     .n_group = 8,
+     .topk_group = 4,
+     .routed_scale = 2.5,
+     DEEPSEEK_V3_YARN,
+     .rope_theta = 10000.0,
+     .max_pos = 163840},
+    {.name = "gpt-oss-120b",
+     .arch = "gpt_oss",
+     .about =
+         "gpt-oss-120b 117B (5.1B active): 36 layers (sliding 128 : full), hidden 2880, GQA 64/8, 128 experts top-4",
+     .quants = "mxfp4 bf16",
+     .vocab = 201088,
+     .hidden = 2880,
+     .layers = 36,
+     .heads = 64,
+     .kv_heads = 8,
+     .head_dim = 64,
+     .intermediate = 2880,
+     .experts = 128,
+     .top_k = 4,
+     .moe_inter = 2880,
+     .sliding_window = 128,
+     .swiglu_limit = 7.0,
+     GPT_OSS_YARN,
+     .rope_theta = 150000.0,
+     .max_pos = 131072},
+    {.name = "gpt-oss-20b",
+     .arch = "gpt_oss",
+     .about = "gpt-oss-20b 21B (3.6B active): 24 layers (sliding 128 : full), hidden 2880, GQA 64/8, 32 experts top-4",
+     .quants = "mxfp4 bf16",
+     .vocab = 201088,
+     .hidden = 2880,
+     .layers = 24,
+     .heads = 64,
+     .kv_heads = 8,
+     .head_dim = 64,
+     .intermediate = 2880,
+     .experts = 32,
+     .top_k = 4,
+     .moe_inter = 2880,
+     .sliding_window = 128,
+     .swiglu_limit = 7.0,
+     GPT_OSS_YARN,
+     .rope_theta = 150000.0,
+     .max_pos = 131072},
     /* small shapes for the tests */
     {.name = "tiny-llama",
      .arch = "llama",
      .about = "a 4-layer llama for tests",
+     .quants = HF_MLX_GGUF,
      .vocab = 512,
      .hidden = 256,
      .layers = 4,
@@ -105,6 +181,7 @@ static const sl_synth_shape shapes[] = {
     {.name = "tiny-qwen3.5-moe",
      .arch = "qwen3_5_moe",
      .about = "a 4-layer Qwen3.5-MoE for tests: 16 experts top-4",
+     .quants = HF_MLX_GGUF,
      .vocab = 512,
      .hidden = 256,
      .layers = 4,
@@ -123,6 +200,51 @@ static const sl_synth_shape shapes[] = {
      .full_attn_every = 4,
      .rope_theta = 10000000.0,
      .max_pos = 4096},
+    {.name = "tiny-deepseek-v3",
+     .arch = "deepseek_v3",
+     .about = "a 4-layer DeepSeek-V3 for tests (1 dense): 16 experts top-4 in 4 groups",
+     .quants = "fp8 bf16",
+     .vocab = 512,
+     .hidden = 256,
+     .layers = 4,
+     .heads = 4,
+     .kv_heads = 4,
+     .intermediate = 384,
+     .experts = 16,
+     .top_k = 4,
+     .moe_inter = 128,
+     .shared_inter = 128,
+     .q_lora = 192, /* not whole 128-row FP8 tiles, as kv_a_proj_with_mqa's 576 rows are not */
+     .kv_lora = 128,
+     .qk_nope = 32,
+     .qk_rope = 16,
+     .v_head = 32,
+     .first_dense = 1,
+     .n_group = 4,
+     .topk_group = 2,
+     .routed_scale = 2.5,
+     DEEPSEEK_V3_YARN,
+     .rope_theta = 10000.0,
+     .max_pos = 163840},
+    {.name = "tiny-gpt-oss",
+     .arch = "gpt_oss",
+     .about = "a 4-layer gpt-oss for tests (sliding 16 : full): 16 experts top-4",
+     .quants = "mxfp4 bf16",
+     .vocab = 512,
+     .hidden = 256,
+     .layers = 4,
+     .heads = 8,
+     .kv_heads = 2,
+     .head_dim = 32,
+     .intermediate = 256,
+     .experts = 16,
+     .top_k = 4,
+     .moe_inter = 256,
+     .sliding_window = 16,
+     .swiglu_limit = 7.0,
+     GPT_OSS_YARN,
+     .rope_theta = 150000.0,
+     .max_pos = 131072},
     {.name = NULL},
 };
 
@@ -136,10 +258,11 @@ const sl_synth_shape *sl_synth_find(const char *name) {
     return NULL;
 }
 
-static const char *quant_names[] = {"bf16", "mlx4", "mlx8", "q4k"};
+static const char *quant_names[] = {"bf16", "mlx4", "mlx8", "q4k", "fp8", "mxfp4"};
+#define N_QUANTS ((int)(sizeof quant_names / sizeof quant_names[0]))
 
 int sl_synth_parse_quant(const char *s, sl_synth_quant *q) {
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < N_QUANTS; i++)
         if (!strcmp(s, quant_names[i])) {
             *q = (sl_synth_quant)i;
             return 0;
@@ -151,14 +274,41 @@ const char *sl_synth_quant_name(sl_synth_quant q) {
     return quant_names[q];
 }
 
+int sl_synth_takes(const sl_synth_shape *s, sl_synth_quant q) {
+    size_t n = strlen(quant_names[q]);
+    for (const char *p = s->quants; (p = strstr(p, quant_names[q])); p += n)
+        if ((p == s->quants || p[-1] == ' ') && (p[n] == ' ' || !p[n])) return 1;
+    return 0;
+}
+
+sl_synth_quant sl_synth_default_quant(const sl_synth_shape *s) {
+    char first[16];
+    sl_synth_quant q = SL_SYNTH_BF16;
+    snprintf(first, sizeof first, "%.*s", (int)strcspn(s->quants, " "), s->quants);
+    sl_synth_parse_quant(first, &q);
+    return q;
+}
+
 /* ---- tensor list ---- */
 
-enum { K_RAND_BF16, K_RAND_BYTES, K_SCALES, K_BIASES, K_CONST_BF16, K_ALOG };
+enum {
+    K_RAND_BF16,
+    K_RAND_BYTES,
+    K_SCALES,
+    K_BIASES,
+    K_CONST_BF16,
+    K_ALOG,
+    K_RAND_FP8,
+    K_FP8_SCALE,
+    K_E8M0,
+    K_SMALL_F32
+};
 
 typedef struct {
     sl_st_wtensor *t;
     int n, cap;
     int bits; /* 0: bf16 checkpoint */
+    sl_synth_quant q;
     int oom;
 } tlist;
 
@@ -215,6 +365,21 @@ static void add_linear(tlist *L, const char *mod, int64_t experts, int64_t rows,
 
 static void add_vec(tlist *L, const char *name, int64_t len, float value) {
     add(L, name, SL_ST_BF16, 1, len, 0, 0, K_CONST_BF16, value);
+}
+
+/* A linear layer as DeepSeek ships it: a float8 e4m3 weight with a float32 weight_scale_inv per 128x128
+ * tile (partial tiles at the edges), or bf16. */
+#define FP8_TILE 128
+static void add_fp8_linear(tlist *L, const char *mod, int64_t rows, int64_t cols) {
+    char n[192];
+    snprintf(n, sizeof n, "%s.weight", mod);
+    if (L->q != SL_SYNTH_FP8) {
+        add(L, n, SL_ST_BF16, 2, rows, cols, 0, K_RAND_BF16, 0);
+        return;
+    }
+    add(L, n, SL_ST_F8_E4M3, 2, rows, cols, 0, K_RAND_FP8, 0);
+    snprintf(n, sizeof n, "%s.weight_scale_inv", mod);
+    add(L, n, SL_ST_F32, 2, (rows + FP8_TILE - 1) / FP8_TILE, (cols + FP8_TILE - 1) / FP8_TILE, 0, K_FP8_SCALE, 0);
 }
 
 static int n_layers(const sl_synth_shape *s, int layers) {
@@ -303,11 +468,110 @@ static void qwen35_tensors(const sl_synth_shape *s, int layers, tlist *L) {
     add_linear(L, mlx ? "language_model.lm_head" : "lm_head", 0, s->vocab, H, bits);
 }
 
+/* DeepSeek-V3 as deepseek-ai ships it: every linear layer of the blocks in block FP8 (bf16 for --quant
+ * bf16), experts one set of matrices each; embeddings, norms and routers bf16, the router's correction
+ * bias float32. The multi-token-prediction layer (model.layers.61) is left out: a decoder never reads it. */
+static void deepseek_tensors(const sl_synth_shape *s, int layers, tlist *L) {
+    char n[192];
+    int H = s->hidden, nh = s->heads;
+    add(L, "model.embed_tokens.weight", SL_ST_BF16, 2, s->vocab, H, 0, K_RAND_BF16, 0);
+    for (int l = 0; l < layers; l++) {
+#define P(fmt) (snprintf(n, sizeof n, "model.layers.%d." fmt, l), n)
+        add_vec(L, P("input_layernorm.weight"), H, 1.0f);
+        add_vec(L, P("post_attention_layernorm.weight"), H, 1.0f);
+        add_fp8_linear(L, P("self_attn.q_a_proj"), s->q_lora, H);
+        add_vec(L, P("self_attn.q_a_layernorm.weight"), s->q_lora, 1.0f);
+        add_fp8_linear(L, P("self_attn.q_b_proj"), nh * (s->qk_nope + s->qk_rope), s->q_lora);
+        add_fp8_linear(L, P("self_attn.kv_a_proj_with_mqa"), s->kv_lora + s->qk_rope, H);
+        add_vec(L, P("self_attn.kv_a_layernorm.weight"), s->kv_lora, 1.0f);
+        add_fp8_linear(L, P("self_attn.kv_b_proj"), nh * (s->qk_nope + s->v_head), s->kv_lora);
+        add_fp8_linear(L, P("self_attn.o_proj"), H, nh * s->v_head);
+        if (l < s->first_dense) {
+            add_fp8_linear(L, P("mlp.gate_proj"), s->intermediate, H);
+            add_fp8_linear(L, P("mlp.up_proj"), s->intermediate, H);
+            add_fp8_linear(L, P("mlp.down_proj"), H, s->intermediate);
+            continue;
+        }
+        add(L, P("mlp.gate.weight"), SL_ST_BF16, 2, s->experts, H, 0, K_RAND_BF16, 0);
+        add(L, P("mlp.gate.e_score_correction_bias"), SL_ST_F32, 1, s->experts, 0, 0, K_SMALL_F32, 0);
+        char e[160];
+        for (int x = 0; x < s->experts; x++) {
+            snprintf(e, sizeof e, "model.layers.%d.mlp.experts.%d", l, x);
+            snprintf(n, sizeof n, "%s.gate_proj", e);
+            add_fp8_linear(L, n, s->moe_inter, H);
+            snprintf(n, sizeof n, "%s.up_proj", e);
+            add_fp8_linear(L, n, s->moe_inter, H);
+            snprintf(n, sizeof n, "%s.down_proj", e);
+            add_fp8_linear(L, n, H, s->moe_inter);
+        }
+        add_fp8_linear(L, P("mlp.shared_experts.gate_proj"), s->shared_inter, H);
+        add_fp8_linear(L, P("mlp.shared_experts.up_proj"), s->shared_inter, H);
+        add_fp8_linear(L, P("mlp.shared_experts.down_proj"), H, s->shared_inter);
+#undef P
+    }
+    add_vec(L, "model.norm.weight", H, 1.0f);
+    add(L, "lm_head.weight", SL_ST_BF16, 2, s->vocab, H, 0, K_RAND_BF16, 0);
+}
+
+static int is_sliding(const sl_synth_shape *s, int l) {
+    return s->sliding_window > 0 && l % 2 == 0;
+}
+
+/* gpt-oss as OpenAI ships it: experts stacked per layer in MXFP4 (uint8 blocks [E, out, in / 32, 16] of
+ * two e2m1 codes a byte and e8m0 scales [E, out, in / 32]), or for bf16 as transformers stores them
+ * (inputs first: gate_up_proj [E, H, 2I], down_proj [E, I, H]); everything else bf16. */
+static void gpt_oss_tensors(const sl_synth_shape *s, int layers, tlist *L) {
+    char n[192];
+    int H = s->hidden, E = s->experts, I = s->moe_inter;
+    int qd = s->heads * s->head_dim, kvd = s->kv_heads * s->head_dim, mx = L->q == SL_SYNTH_MXFP4;
+    add(L, "model.embed_tokens.weight", SL_ST_BF16, 2, s->vocab, H, 0, K_RAND_BF16, 0);
+    for (int l = 0; l < layers; l++) {
+#define P(fmt) (snprintf(n, sizeof n, "model.layers.%d." fmt, l), n)
+        add_vec(L, P("input_layernorm.weight"), H, 1.0f);
+        add_vec(L, P("post_attention_layernorm.weight"), H, 1.0f);
+        const char *proj[4] = {"q_proj", "k_proj", "v_proj", "o_proj"};
+        const int rows[4] = {qd, kvd, kvd, H}, cols[4] = {H, H, H, qd};
+        for (int i = 0; i < 4; i++) {
+            snprintf(n, sizeof n, "model.layers.%d.self_attn.%s.weight", l, proj[i]);
+            add(L, n, SL_ST_BF16, 2, rows[i], cols[i], 0, K_RAND_BF16, 0);
+            snprintf(n, sizeof n, "model.layers.%d.self_attn.%s.bias", l, proj[i]);
+            add(L, n, SL_ST_BF16, 1, rows[i], 0, 0, K_RAND_BF16, 0);
+        }
+        add(L, P("self_attn.sinks"), SL_ST_BF16, 1, s->heads, 0, 0, K_RAND_BF16, 0);
+        add(L, P("mlp.router.weight"), SL_ST_BF16, 2, E, H, 0, K_RAND_BF16, 0);
+        add(L, P("mlp.router.bias"), SL_ST_BF16, 1, E, 0, 0, K_RAND_BF16, 0);
+        const char *part[2] = {"gate_up_proj", "down_proj"};
+        const int out[2] = {2 * I, H}, in[2] = {H, I};
+        for (int i = 0; i < 2; i++) {
+            sl_st_wtensor *t;
+            if (mx) {
+                snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%s_blocks", l, part[i]);
+                if ((t = add(L, n, SL_ST_U8, 4, E, out[i], in[i] / 32, K_RAND_BYTES, 0))) t->shape[3] = 16;
+                snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%s_scales", l, part[i]);
+                add(L, n, SL_ST_U8, 3, E, out[i], in[i] / 32, K_E8M0, 0);
+            } else {
+                snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%s", l, part[i]);
+                add(L, n, SL_ST_BF16, 3, E, in[i], out[i], K_RAND_BF16, 0);
+            }
+            snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%s_bias", l, part[i]);
+            add(L, n, SL_ST_BF16, 2, E, out[i], 0, K_RAND_BF16, 0);
+        }
+#undef P
+    }
+    add_vec(L, "model.norm.weight", H, 1.0f);
+    add(L, "lm_head.weight", SL_ST_BF16, 2, s->vocab, H, 0, K_RAND_BF16, 0);
+}
+
 static int build(const sl_synth_shape *s, sl_synth_quant q, int layers, tlist *L) {
     memset(L, 0, sizeof *L);
     L->bits = q == SL_SYNTH_MLX4 ? 4 : q == SL_SYNTH_MLX8 ? 8 : 0;
+    L->q = q;
     if (!strcmp(s->arch, "llama"))
         llama_tensors(s, n_layers(s, layers), L);
+    else if (!strcmp(s->arch, "deepseek_v3"))
+        deepseek_tensors(s, n_layers(s, layers), L);
+    else if (!strcmp(s->arch, "gpt_oss"))
+        gpt_oss_tensors(s, n_layers(s, layers), L);
     else
         qwen35_tensors(s, n_layers(s, layers), L);
     return L->oom ? -1 : 0;
@@ -354,8 +618,73 @@ static json_t *qwen35_config(const sl_synth_shape *s, int layers) {
                      "qwen3_5_moe", "tie_word_embeddings", 0, "text_config", tc);
 }
 
+/* YaRN as the published configs write it (rope_scaling beside rope_theta) */
+static json_t *yarn_json(const sl_synth_shape *s) {
+    json_t *y = json_pack("{s:f,s:f,s:f,s:i}", "beta_fast", s->yarn_beta_fast, "beta_slow", s->yarn_beta_slow, "factor",
+                          s->yarn_factor, "original_max_position_embeddings", s->yarn_orig_max_pos);
+    if (y && s->yarn_mscale > 0) {
+        json_object_set_new(y, "mscale", json_real(s->yarn_mscale));
+        json_object_set_new(y, "mscale_all_dim", json_real(s->yarn_mscale_all_dim));
+    }
+    if (y) json_object_set_new(y, "type", json_string("yarn"));
+    return y;
+}
+
+/* deepseek-ai/DeepSeek-V3's config.json, with num_nextn_predict_layers 0 since no such layer is written */
+static json_t *deepseek_config(const sl_synth_shape *s, int layers, sl_synth_quant q) {
+    json_t *c = json_pack(
+        "{s:[s],s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:i,s:i,s:i,s:i,s:i,s:s,s:i,s:i,s:i,s:i,s:i,s:b,"
+        "s:s,s:s,s:i,s:f,s:f,s:o,s:b,s:b,s:i,s:i,s:i,s:s}",
+        "architectures", "DeepseekV3ForCausalLM", "model_type", "deepseek_v3", "vocab_size", s->vocab, "hidden_size",
+        s->hidden, "intermediate_size", s->intermediate, "moe_intermediate_size", s->moe_inter, "num_hidden_layers",
+        layers, "num_attention_heads", s->heads, "num_key_value_heads", s->kv_heads, "n_shared_experts",
+        s->shared_inter / s->moe_inter, "n_routed_experts", s->experts, "routed_scaling_factor", s->routed_scale,
+        "kv_lora_rank", s->kv_lora, "q_lora_rank", s->q_lora, "qk_rope_head_dim", s->qk_rope, "v_head_dim", s->v_head,
+        "qk_nope_head_dim", s->qk_nope, "topk_method", "noaux_tc", "n_group", s->n_group, "topk_group", s->topk_group,
+        "num_experts_per_tok", s->top_k, "moe_layer_freq", 1, "first_k_dense_replace", s->first_dense, "norm_topk_prob",
+        1, "scoring_func", "sigmoid", "hidden_act", "silu", "max_position_embeddings", s->max_pos, "rms_norm_eps", 1e-6,
+        "rope_theta", s->rope_theta, "rope_scaling", yarn_json(s), "attention_bias", 0, "tie_word_embeddings", 0,
+        "num_nextn_predict_layers", 0, "bos_token_id", 0, "eos_token_id", 1, "torch_dtype", "bfloat16");
+    if (c && q == SL_SYNTH_FP8)
+        json_object_set_new(c, "quantization_config",
+                            json_pack("{s:s,s:s,s:s,s:[i,i]}", "activation_scheme", "dynamic", "fmt", "e4m3",
+                                      "quant_method", "fp8", "weight_block_size", FP8_TILE, FP8_TILE));
+    return c;
+}
+
+/* openai/gpt-oss-*'s config.json */
+static json_t *gpt_oss_config(const sl_synth_shape *s, int layers, sl_synth_quant q) {
+    json_t *types = json_array();
+    for (int l = 0; l < layers; l++)
+        json_array_append_new(types, json_string(is_sliding(s, l) ? "sliding_attention" : "full_attention"));
+    json_t *y = yarn_json(s);
+    if (y) {
+        json_object_del(y, "type");
+        json_object_set_new(y, "rope_type", json_string("yarn"));
+        json_object_set_new(y, "truncate", json_false());
+    }
+    json_t *c = json_pack(
+        "{s:[s],s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:o,s:b,s:f,s:o,s:f,s:i,s:i,s:f,s:s,"
+        "s:b,s:s}",
+        "architectures", "GptOssForCausalLM", "model_type", "gpt_oss", "vocab_size", s->vocab, "hidden_size", s->hidden,
+        "intermediate_size", s->moe_inter, "num_hidden_layers", layers, "num_attention_heads", s->heads,
+        "num_key_value_heads", s->kv_heads, "head_dim", s->head_dim, "num_local_experts", s->experts,
+        "num_experts_per_tok", s->top_k, "experts_per_token", s->top_k, "sliding_window", s->sliding_window,
+        "layer_types", types, "attention_bias", 1, "rope_theta", s->rope_theta, "rope_scaling", y, "swiglu_limit",
+        s->swiglu_limit, "max_position_embeddings", s->max_pos, "initial_context_length", s->yarn_orig_max_pos,
+        "rms_norm_eps", 1e-5, "hidden_act", "silu", "tie_word_embeddings", 0, "torch_dtype", "bfloat16");
+    if (c && q == SL_SYNTH_MXFP4)
+        json_object_set_new(c, "quantization_config",
+                            json_pack("{s:[s,s,s,s],s:s}", "modules_to_not_convert", "model.layers.*.self_attn",
+                                      "model.layers.*.mlp.router", "model.embed_tokens", "lm_head", "quant_method",
+                                      "mxfp4"));
+    return c;
+}
+
 static json_t *config_json(const sl_synth_shape *s, sl_synth_quant q, int layers) {
     int L = n_layers(s, layers), bits = q == SL_SYNTH_MLX4 ? 4 : 8;
+    if (!strcmp(s->arch, "deepseek_v3")) return deepseek_config(s, L, q);
+    if (!strcmp(s->arch, "gpt_oss")) return gpt_oss_config(s, L, q);
     json_t *c = !strcmp(s->arch, "llama") ? llama_config(s, L) : qwen35_config(s, L);
     if (!c || q == SL_SYNTH_BF16) return c;
     json_t *qo = json_pack("{s:i,s:i}", "group_size", GROUP, "bits", bits);
@@ -376,8 +705,8 @@ static json_t *config_json(const sl_synth_shape *s, sl_synth_quant q, int layers
 /* ---- tensor bytes ---- */
 
 typedef struct {
-    uint8_t *rand_bf16, *rand_bytes; /* BLOCK_BYTES each */
-    float *unit;                     /* BLOCK_BYTES / 2 factors in [0.75, 1.25) for scales */
+    uint8_t *rand_bf16, *rand_bytes, *rand_fp8; /* BLOCK_BYTES each */
+    float *unit;                                /* BLOCK_BYTES / 2 factors in [0.75, 1.25) for scales */
     int quiet, tty;
     double t0, last;
 } gen_ctx;
@@ -398,8 +727,9 @@ static uint64_t name_hash(const char *s) {
 static int gen_init(gen_ctx *g) {
     g->rand_bf16 = malloc(BLOCK_BYTES);
     g->rand_bytes = malloc(BLOCK_BYTES);
+    g->rand_fp8 = malloc(BLOCK_BYTES);
     g->unit = malloc(BLOCK_BYTES / 2 * sizeof *g->unit);
-    if (!g->rand_bf16 || !g->rand_bytes || !g->unit) return -1;
+    if (!g->rand_bf16 || !g->rand_bytes || !g->rand_fp8 || !g->unit) return -1;
     uint64_t st = 0x5eed5eedull;
     for (size_t i = 0; i < BLOCK_BYTES; i += 8) {
         uint64_t a = splitmix(&st), b = splitmix(&st);
@@ -413,6 +743,12 @@ static int gen_init(gen_ctx *g) {
         uint8_t b = g->rand_bf16[i];
         g->rand_bf16[i] = (uint8_t)((b & 0x80) | (0x3B + (b & 1)));
     }
+    /* e4m3: keep the sign and mantissa, exponent field 11..14 (never 15, so never NaN): |q| in [16, 240], the
+     * upper range of a tile scaled to its largest value; with scales near 2^-13 the weights are ~1e-2 */
+    for (size_t i = 0; i < BLOCK_BYTES; i++) {
+        uint8_t b = g->rand_bytes[i];
+        g->rand_fp8[i] = (uint8_t)((b & 0x80) | ((11 + (b & 3)) << 3) | ((b >> 2) & 7));
+    }
     for (size_t i = 0; i < BLOCK_BYTES / 2; i++) g->unit[i] = 0.75f + 0.5f * (float)(splitmix(&st) >> 40) / 16777216.0f;
     return 0;
 }
@@ -420,6 +756,7 @@ static int gen_init(gen_ctx *g) {
 static void gen_free(gen_ctx *g) {
     free(g->rand_bf16);
     free(g->rand_bytes);
+    free(g->rand_fp8);
     free(g->unit);
 }
 
@@ -440,7 +777,32 @@ static void fill(void *ctx, const sl_st_wtensor *t, uint64_t off, uint8_t *buf, 
     uint64_t start = (name_hash(t->name) % BLOCK_BYTES) & ~(uint64_t)1;
     switch (t->kind) {
     case K_RAND_BF16: from_block(g->rand_bf16, start + off, buf, n); break;
-    case K_RAND_BYTES: from_block(g->rand_bytes, start + off, buf, n); break;
+    case K_RAND_BYTES: from_block(g->rand_bytes, start + off, buf, n); break; /* also MXFP4: any nibble is e2m1 */
+    case K_RAND_FP8: from_block(g->rand_fp8, start + off, buf, n); break;
+    case K_FP8_SCALE:
+        /* weight_scale_inv: 2^-13 x [0.75, 1.25) */
+        for (size_t i = 0; i < n; i += 4) {
+            float v = ldexpf(g->unit[((off + i) / 4) % (BLOCK_BYTES / 2)], -13);
+            memcpy(buf + i, &v, 4);
+        }
+        break;
+    case K_E8M0: {
+        /* 2^-9 or 2^-8: e2m1 codes (|v| <= 6, RMS ~2.9) then give weights ~1e-2 */
+        uint8_t tmp[4096];
+        for (size_t i = 0; i < n; i += sizeof tmp) {
+            size_t k = n - i < sizeof tmp ? n - i : sizeof tmp;
+            from_block(g->rand_bytes, start + off + i, tmp, k);
+            for (size_t j = 0; j < k; j++) buf[i + j] = (uint8_t)(118 + (tmp[j] & 1));
+        }
+        break;
+    }
+    case K_SMALL_F32:
+        /* centred on zero within +-0.005 */
+        for (size_t i = 0; i < n; i += 4) {
+            float v = 0.02f * (g->unit[((off + i) / 4 + start) % (BLOCK_BYTES / 2)] - 1.0f);
+            memcpy(buf + i, &v, 4);
+        }
+        break;
     case K_SCALES:
     case K_BIASES: {
         /* w = scale * q + bias with q uniform in [0, 2^bits): scale ~ 0.02 / 2^bits gives |w| ~ 1e-2,
