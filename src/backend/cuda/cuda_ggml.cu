@@ -703,24 +703,51 @@ void cu_ggml_embed(cu_impl *c, const cu_w *w, const int32_t *ids, const int32_t 
 /* ---- small batches (a few to 64 tokens): tensor-core products straight from the blocks ----
  *
  * Decoding many sequences multiplies each weight by a handful of tokens: the GEMV's time grows with every
- * token, and dequantising the whole matrix for a GEMM costs more than reading it. Here a block of 8 warps
- * decodes a 128-row by 128-column tile of the weight into shared memory as bf16 (the same rounding as the
- * one-pass bf16 GEMM), stages the input's tile beside it, and multiplies on tensor cores (mma m16n8k16,
- * fp32 accumulation): each weight byte is read once for all tokens. The columns are split between blocks
- * when there are too few row tiles to fill the GPU; the splits' partial sums are then added in a fixed
- * order, so results do not depend on timing. */
+ * token, and dequantising the whole matrix for a GEMM costs more than reading it. Here each warp owns 16
+ * rows; per step of 256 columns it copies their blocks' bytes into shared memory (cp.async, one step
+ * ahead, as the block stages the input's tile beside them), decodes them in registers straight into
+ * tensor-core fragments (bf16, the rounding of the one-pass bf16 GEMM) and multiplies them by every token
+ * (mma m16n8k16, fp32 accumulation): each weight byte is read once for all tokens.
+ *
+ * Fragments want values at columns 2t, 2t+1, 2t+8, 2t+9 of each 16-column slice, while a lane decodes
+ * whole units of 32 consecutive values. A sum does not depend on the order of its columns, so the input
+ * is permuted once per call instead (mq_logical): lane t's units t and t + 4 of a step fill its fragment
+ * columns of slices 0-7 and 8-15, four values a slice. When the row tiles are too few to fill the GPU, the
+ * columns are split between blocks and the splits' partial sums added in a fixed order, so results do not
+ * depend on timing. */
 
 #define MQ_WARPS 8
 #define MQ_ROWS (MQ_WARPS * 16)
-#define MQ_KC 128            /* columns per step */
-#define MQ_LD (MQ_KC + 8)    /* row pitch in bf16: 272 bytes, an odd number of 16-byte chunks, so the eight */
-                             /* rows ldmatrix reads at once fall in different banks */
+#define MQ_KC 256          /* columns per step: 8 units of 32 */
+#define MQ_LD (MQ_KC + 8)  /* input tile pitch in bf16: 528 bytes, an odd number of 16-byte chunks, so */
+                           /* the eight rows ldmatrix reads at once fall in different banks */
 
-__device__ __forceinline__ void mq_ldsm4(uint32_t *r, const void *p) {
-    unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
+/* the column within its step where physical column p (0..255) of a step is multiplied */
+__host__ __device__ __forceinline__ int mq_logical(int p) {
+    int u = p >> 5, v = p & 31, e = v & 3;
+    return 16 * (8 * (u >> 2) + (v >> 2)) + 2 * (u & 3) + (e < 2 ? e : e + 6);
+}
+
+/* bytes of one row's blocks in a step, and the shared memory that holds them from a 16-byte boundary */
+template <int T> __host__ __device__ constexpr int mq_rb() {
+    return MQ_KC / gq<T>::BS * gq<T>::BB;
+}
+template <int T> __host__ __device__ constexpr int mq_span() {
+    return (mq_rb<T>() + 30) / 16 * 16;
+}
+template <int T, int NT8> __host__ __device__ constexpr int mq_stage() { /* one of the two buffers */
+    return MQ_ROWS * mq_span<T>() + NT8 * 8 * MQ_LD * 2;
+}
+
+__device__ __forceinline__ void mq_cp16(void *dst, const void *src, int bytes) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(a), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void mq_commit() {
+    asm volatile("cp.async.commit_group;");
+}
+template <int N> __device__ __forceinline__ void mq_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N));
 }
 __device__ __forceinline__ void mq_ldsm2(uint32_t *r, const void *p) {
     unsigned a = (unsigned)__cvta_generic_to_shared(p);
@@ -732,70 +759,112 @@ __device__ __forceinline__ void mq_mma(float *d, const uint32_t *a, const uint32
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+__device__ __forceinline__ uint32_t mq_pack(float a, float b) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *(uint32_t *)&h;
+}
+
+/* xp[t][c] = bf16(x[t][c']) with the columns of every step of 256 in mq_logical order, zero past cols;
+ * one thread per 4 columns */
+__global__ void ggml_mmq_input_k(const float *x, int n, int cols, int colsp, __nv_bfloat16 *xp) {
+    cu_pdl_enter();
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long long)n * (colsp / 4)) return;
+    int t = (int)(i / (colsp / 4)), c = (int)(i % (colsp / 4)) * 4;
+    float4 v = c < cols ? *(const float4 *)(x + (long long)t * cols + c) : make_float4(0, 0, 0, 0);
+    __nv_bfloat16 *row = xp + (long long)t * colsp + (c & ~(MQ_KC - 1));
+    int l = mq_logical(c & (MQ_KC - 1));
+    *(uint32_t *)(row + l) = mq_pack(v.x, v.y);
+    *(uint32_t *)(row + l + 8) = mq_pack(v.z, v.w);
+}
 
 /* y[t][r] (or the split's partial sums) = sum over this block's columns of W[r][k] x[t][k], for tokens
- * t < n <= NT8 * 8; x is the input in bf16 [n][cols]. */
+ * t < n <= NT8 * 8, from the permuted bf16 input xp [n][colsp] */
 template <int T, int NT8>
-__global__ void __launch_bounds__(MQ_WARPS * 32) ggml_mmq_k(cu_w w, const __nv_bfloat16 *x, int n, int kper, float *y,
-                                                            float *part) {
-    constexpr int BS = gq<T>::BS, BB = gq<T>::BB;
+__global__ void __launch_bounds__(MQ_WARPS * 32, 1) ggml_mmq_k(cu_w w, const __nv_bfloat16 *xp, int colsp, int n,
+                                                            int kper, float *y, float *part) {
+    constexpr int BS = gq<T>::BS, BB = gq<T>::BB, RB = mq_rb<T>(), SPAN = mq_span<T>(), NC = SPAN / 16;
+    constexpr int STAGE = mq_stage<T, NT8>();
     extern __shared__ float4 smem4[];
-    __nv_bfloat16 *sw = (__nv_bfloat16 *)smem4, *sx = sw + MQ_ROWS * MQ_LD;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int row0 = blockIdx.x * MQ_ROWS, k0 = blockIdx.y * kper, k1 = min(k0 + kper, w.cols);
+    uint8_t *sm = (uint8_t *)smem4;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    int row0 = blockIdx.x * MQ_ROWS, wrow0 = row0 + warp * 16;
+    int k0 = blockIdx.y * kper, k1 = min(k0 + kper, w.cols);
+    /* step kc into buffer b: the warp's 16 rows' bytes, and the block's input tile */
+    auto issue = [&](int kc, int b) {
+        uint8_t *raw = sm + b * STAGE + warp * 16 * SPAN;
+        int rb = min(RB, (k1 - kc) / BS * BB);
+        for (int i = lane; i < 16 * NC; i += 32) {
+            int r = i / NC, ch = i % NC, row = min(wrow0 + r, w.rows - 1);
+            const uint8_t *src = w.data + (long long)row * w.row_bytes + (long long)(kc / BS) * BB;
+            const uint8_t *a = (const uint8_t *)((uintptr_t)src & ~(uintptr_t)15);
+            if (16 * ch < (int)(src - a) + rb) mq_cp16(raw + r * SPAN + 16 * ch, a + 16 * ch, 16);
+        }
+        __nv_bfloat16 *xs = (__nv_bfloat16 *)(sm + b * STAGE + MQ_ROWS * SPAN);
+        for (int i = threadIdx.x; i < NT8 * 8 * (MQ_KC / 8); i += MQ_WARPS * 32) {
+            int tok = i / (MQ_KC / 8), ch = i % (MQ_KC / 8);
+            const __nv_bfloat16 *src = xp + (long long)min(tok, n - 1) * colsp + kc + 8 * ch;
+            mq_cp16(xs + tok * MQ_LD + 8 * ch, src, tok < n ? 16 : 0);
+        }
+        mq_commit();
+    };
     float acc[NT8][4];
 #pragma unroll
     for (int j = 0; j < NT8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0;
     cu_pdl_enter();
-    for (int kc = k0; kc < k1; kc += MQ_KC) {
-        /* the weight tile, one unit of 32 values per thread and pass */
-        for (int u = threadIdx.x; u < MQ_ROWS * (MQ_KC / 32); u += MQ_WARPS * 32) {
-            int r = u / (MQ_KC / 32), s = u % (MQ_KC / 32), row = row0 + r, col = kc + 32 * s;
-            __align__(16) __nv_bfloat16 h[32];
-            if (row < w.rows && col < k1) {
-                float v[32];
-                gq<T>::unit(w.data + (long long)row * w.row_bytes + (long long)(col / BS) * BB, (col % BS) >> 5, v);
-#pragma unroll
-                for (int i = 0; i < 32; i++) h[i] = __float2bfloat16(v[i]);
-            } else {
-#pragma unroll
-                for (int i = 0; i < 32; i++) h[i] = __float2bfloat16(0.0f);
-            }
-            uint4 *d = (uint4 *)(sw + r * MQ_LD + 32 * s);
-#pragma unroll
-            for (int q = 0; q < 4; q++) d[q] = ((const uint4 *)h)[q];
-        }
-        /* the input tile: 8 bf16 per 16-byte load */
-        for (int i = threadIdx.x; i < NT8 * 8 * (MQ_KC / 8); i += MQ_WARPS * 32) {
-            int t = i / (MQ_KC / 8), col = kc + 8 * (i % (MQ_KC / 8));
-            uint4 v = make_uint4(0, 0, 0, 0);
-            if (t < n && col < k1) v = *(const uint4 *)(x + (long long)t * w.cols + col);
-            *(uint4 *)(sx + t * MQ_LD + (col - kc)) = v;
+    if (k0 < k1) issue(k0, 0);
+    for (int kc = k0, b = 0; kc < k1; kc += MQ_KC, b ^= 1) {
+        if (kc + MQ_KC < k1) {
+            issue(kc + MQ_KC, b ^ 1);
+            mq_wait<1>();
+        } else {
+            mq_wait<0>();
         }
         __syncthreads();
+        const uint8_t *raw = sm + b * STAGE + warp * 16 * SPAN;
+        const __nv_bfloat16 *xs = (const __nv_bfloat16 *)(sm + b * STAGE + MQ_ROWS * SPAN);
 #pragma unroll
-        for (int ks = 0; ks < MQ_KC / 16; ks++) {
-            uint32_t a[4];
-            mq_ldsm4(a, sw + (warp * 16 + (lane & 15)) * MQ_LD + ks * 16 + (lane >> 4) * 8);
+        for (int i = 0; i < 2; i++) {
+            /* unit t4 + 4 i of the step, rows g and g + 8 of the warp's tile */
+            int u = t4 + 4 * i, col = kc + 32 * u;
+            float vg[32], vh[32];
 #pragma unroll
-            for (int j = 0; j < NT8; j++) {
-                uint32_t b[2];
-                mq_ldsm2(b, sx + (j * 8 + (lane & 7)) * MQ_LD + ks * 16 + ((lane >> 3) & 1) * 8);
-                mq_mma(acc[j], a, b);
+            for (int h = 0; h < 2; h++) {
+                float *v = h ? vh : vg;
+                if (col < k1) {
+                    int row = min(wrow0 + g + 8 * h, w.rows - 1);
+                    const uint8_t *src = w.data + (long long)row * w.row_bytes + (long long)(kc / BS) * BB;
+                    int off = (int)((uintptr_t)src & 15);
+                    gq<T>::unit(raw + (g + 8 * h) * SPAN + off + (32 * u / BS) * BB, (32 * u % BS) >> 5, v);
+                } else {
+#pragma unroll
+                    for (int q = 0; q < 32; q++) v[q] = 0.0f;
+                }
+            }
+#pragma unroll
+            for (int q = 0; q < 8; q++) {
+                int ks = 8 * i + q;
+                uint32_t a[4] = {mq_pack(vg[4 * q], vg[4 * q + 1]), mq_pack(vh[4 * q], vh[4 * q + 1]),
+                                 mq_pack(vg[4 * q + 2], vg[4 * q + 3]), mq_pack(vh[4 * q + 2], vh[4 * q + 3])};
+#pragma unroll
+                for (int j = 0; j < NT8; j++) {
+                    uint32_t bb[2];
+                    mq_ldsm2(bb, xs + (j * 8 + (lane & 7)) * MQ_LD + ks * 16 + ((lane >> 3) & 1) * 8);
+                    mq_mma(acc[j], a, bb);
+                }
             }
         }
-        __syncthreads();
+        __syncthreads(); /* buffer b is refilled by the next step's issue */
     }
-    /* acc[j]: rows g and g + 8 of the warp's 16, tokens 2 (lane % 4) and the next of tile j */
+    /* acc[j]: rows g and g + 8 of the warp's 16, tokens 2 t4 and the next of tile j */
     float *out = gridDim.y == 1 ? y : part + (long long)blockIdx.y * n * w.rows;
-    int g = lane >> 2, tq = 2 * (lane & 3);
 #pragma unroll
     for (int j = 0; j < NT8; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            int r = row0 + warp * 16 + g + (e >> 1) * 8, t = j * 8 + tq + (e & 1);
-            if (r < w.rows && t < n)
-                out[(long long)t * w.rows + r] = acc[j][e] + (gridDim.y == 1 && w.bias ? w.bias[r] : 0.0f);
+            int r = wrow0 + g + (e >> 1) * 8, tok = j * 8 + 2 * t4 + (e & 1);
+            if (r < w.rows && tok < n)
+                out[(long long)tok * w.rows + r] = acc[j][e] + (gridDim.y == 1 && w.bias ? w.bias[r] : 0.0f);
         }
 }
 
@@ -812,12 +881,16 @@ __global__ void ggml_mmq_sum_k(const float *part, int splits, long long len, int
 struct mmq_f {
     cu_impl *c;
     const cu_w *w;
-    const __nv_bfloat16 *x;
-    int n, kper;
+    const __nv_bfloat16 *xp;
+    int colsp, n, kper;
     float *y, *part;
     template <int NT8, int T> void go() {
-        size_t smem = (size_t)(MQ_ROWS + NT8 * 8) * MQ_LD * sizeof(__nv_bfloat16);
-        static_assert((MQ_ROWS + 64) * MQ_LD * 2 <= 227 * 1024, "shared memory of one block");
+        size_t smem = 2 * (size_t)mq_stage<T, NT8>();
+        if ((int)smem > c->smem_optin) {
+            cu_fail(c, "GGML tensor-core kernel: %zu bytes of shared memory for %s, the GPU allows %d", smem,
+                    sl_ggml_type_name(T), c->smem_optin);
+            return;
+        }
         if (smem > 48 * 1024 &&
             cudaFuncSetAttribute(ggml_mmq_k<T, NT8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
                 cudaSuccess) {
@@ -825,7 +898,7 @@ struct mmq_f {
             return;
         }
         dim3 grid(CU_BLOCKS(w->rows, MQ_ROWS), (unsigned)((w->cols + kper - 1) / kper));
-        cu_launch(c, ggml_mmq_k<T, NT8>, grid, MQ_WARPS * 32, smem, *w, x, n, kper, y, part);
+        cu_launch(c, ggml_mmq_k<T, NT8>, grid, MQ_WARPS * 32, smem, *w, xp, colsp, n, kper, y, part);
     }
     template <int T> void run() {
         if (n <= 8) go<1, T>();
@@ -835,24 +908,29 @@ struct mmq_f {
     }
 };
 
-int cu_ggml_mmq(cu_impl *c, const cu_w *w, const __nv_bfloat16 *x, int n, float *y) {
+int cu_ggml_mmq(cu_impl *c, const cu_w *w, const float *x, int n, float *y) {
     if (n < 1 || n > CU_MMQ_MAX || w->cols % 32) return cu_fail(c, "GGML tensor-core kernel: %d tokens", n);
+    int colsp = (w->cols + MQ_KC - 1) / MQ_KC * MQ_KC;
     /* enough blocks for two per SM: columns split in whole steps when the row tiles are fewer */
-    int tiles = (w->rows + MQ_ROWS - 1) / MQ_ROWS, steps = (w->cols + MQ_KC - 1) / MQ_KC;
+    int tiles = (w->rows + MQ_ROWS - 1) / MQ_ROWS, steps = colsp / MQ_KC;
     int splits = (2 * c->sms + tiles - 1) / tiles;
     if (splits > steps / 2) splits = steps / 2;
     if (splits < 1) splits = 1;
     int kper = (steps + splits - 1) / splits * MQ_KC;
     splits = (w->cols + kper - 1) / kper;
-    float *part = NULL;
     long long len = (long long)n * w->rows;
-    if (splits > 1) {
-        if (cu_grow(c, &c->wtmp, &c->wtmp_len, (size_t)splits * (size_t)len * sizeof(float), "matmul partial sums"))
-            return -1;
-        part = (float *)c->wtmp;
-    }
-    mmq_f f = {c, w, x, n, kper, y, part};
+    size_t xbytes = (size_t)n * (size_t)colsp * sizeof(__nv_bfloat16);
+    if (cu_grow(c, &c->xtmp, &c->xtmp_len, xbytes, "matmul input")) return -1;
+    if (splits > 1 &&
+        cu_grow(c, &c->wtmp, &c->wtmp_len, (size_t)splits * (size_t)len * sizeof(float), "matmul partial sums"))
+        return -1;
+    __nv_bfloat16 *xp = (__nv_bfloat16 *)c->xtmp;
+    float *part = splits > 1 ? (float *)c->wtmp : NULL;
+    cu_launch(c, ggml_mmq_input_k, CU_BLOCKS((long long)n * colsp / 4, 256), 256, 0, x, n, w->cols, colsp, xp);
+    mmq_f f = {c, w, xp, colsp, n, kper, y, part};
     if (!with_type(w->gtype, f)) return cu_fail(c, "GGML type %s has no CUDA kernel", sl_ggml_type_name(w->gtype));
-    if (splits > 1) cu_launch(c, ggml_mmq_sum_k, CU_BLOCKS(len, 256), 256, 0, (const float *)part, splits, len, w->rows, w->bias, y);
+    if (splits > 1)
+        cu_launch(c, ggml_mmq_sum_k, CU_BLOCKS(len, 256), 256, 0, (const float *)part, splits, len, w->rows, w->bias,
+                  y);
     return cu_check_launch(c, "GGML tensor-core kernel");
 }

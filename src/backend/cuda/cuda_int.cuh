@@ -421,10 +421,10 @@ int cu_mmvq_takes(const cu_w *w);
 int cu_q16_quantize(cu_impl *c, const gg_call &g, int n, cu_q16 *x);
 void cu_mmvq(cu_impl *c, const gg_call &g, const cu_q16 &x, int n);
 void cu_ggml_dequant_split(cu_impl *c, const cu_w *w, __nv_bfloat16 *hi, __nv_bfloat16 *lo);
-/* y[n][rows] = W x for a GGML weight and up to CU_MMQ_MAX tokens of input x (bf16 [n][cols]) on tensor cores,
- * the weight decoded tile by tile (cuda_ggml.cu). Returns -1 on failure (recorded). */
+/* y[n][rows] = W x (+ bias) for a GGML weight and up to CU_MMQ_MAX tokens of input x [n][cols] on tensor
+ * cores in one bf16 pass, the weight decoded tile by tile (cuda_ggml.cu). Returns -1 on failure (recorded). */
 #define CU_MMQ_MAX 64
-int cu_ggml_mmq(cu_impl *c, const cu_w *w, const __nv_bfloat16 *x, int n, float *y);
+int cu_ggml_mmq(cu_impl *c, const cu_w *w, const float *x, int n, float *y);
 void cu_ggml_embed(cu_impl *c, const cu_w *w, const int32_t *ids, const int32_t *step_tok, int n, float *out);
 
 /* Attention of the prompt run of tokens t0..t0+n-1 (one sequence, consecutive positions) on tensor cores

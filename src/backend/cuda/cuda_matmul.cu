@@ -1231,15 +1231,15 @@ void cu_matmul(sl_backend *b, const sl_weight *sw, const float *x, int n, float 
      * pass moves) split each operand into bf16 hi + lo halves and sum the products that matter in fp32
      * (hi.hi + hi.lo, + lo.hi for weights that are not bf16 already), close to fp32 accuracy at 2-3 GEMMs.
      * SLUICE_CUDA_PREFILL=exact splits every weight, =bf16 none. */
+    if (n <= CU_MMQ_MAX && mmq_takes(c, sw)) { /* bias included */
+        cu_ggml_mmq(c, &w, x, n, y);
+        return;
+    }
     int exact = gemm_exact(c, sw);
     size_t xlen = (size_t)n * (size_t)w.cols, wlen = (size_t)w.rows * (size_t)w.cols;
     if (cu_grow(c, &c->xtmp, &c->xtmp_len, xlen * 2 * (exact ? 2 : 1), "matmul input")) return;
     __nv_bfloat16 *xhi = (__nv_bfloat16 *)c->xtmp, *xlo = exact ? xhi + xlen : NULL;
     cu_launch(c, split_bf16_k, CU_BLOCKS(xlen, 256), 256, 0, x, (long long)xlen, xhi, xlo);
-    if (n <= CU_MMQ_MAX && mmq_takes(c, sw)) { /* bias included */
-        cu_ggml_mmq(c, &w, xhi, n, y);
-        return;
-    }
     const void *whi = w.data, *wlo = NULL;
     if (w.fmt != SL_WF_BF16 || w.trans) {
         if (cu_grow(c, &c->wtmp, &c->wtmp_len, wlen * 2 * (exact ? 2 : 1), "matmul weight")) return;
