@@ -8,11 +8,11 @@
  *   - the layout of its per-sequence state (state): paged rows per position (attention's keys and
  *     values) and fixed buffers per sequence (the delta-net's conv window and recurrent state), which
  *     the session allocates, resets, copies and snapshots without knowing what they hold;
- *   - its scratch for a batch (scratch), allocated once per model for all its layers;
+ *   - its scratch for a batch (scratch), allocated once per session for all the layers of the kind;
  *   - its forward over a batch (forward), reading the normed inputs and writing [n][hidden].
  *
  * Adding a kind:
- *   1. its weight struct here, and a pointer to it in sl_layer (models/model.h);
+ *   1. its weight struct here, a pointer to it in sl_layer (models/model.h), its descriptor's extern;
  *   2. its scratch struct here, as a member of sl_scratch (runtime/session.h);
  *   3. a module models/kinds/NAME.c with the loader (declared in models/blocks.h), which allocates the
  *      struct with sl_ld_part, attaches it to the layer and sets L->mixer or L->ffn to the descriptor,
@@ -20,7 +20,9 @@
  *      at most one part with state);
  *   4. the family's loader calls the loader for the layers of that kind; the shared layer loop
  *      (blk_decoder_layers) then runs it through the descriptor;
- *   5. what the forward computes is issued as backend ops (backend/backend.h); a fused op specific to
+ *   5. state and scratch need no change elsewhere: the session, its KV budget and the placement reserve
+ *      read the layout, and the forward finds its state in s->state[l] (paged[i], sl_session_fixed);
+ *   6. what the forward computes is issued as backend ops (backend/backend.h); a fused op specific to
  *      the kind goes into the backend table with a plain-op fallback in models/fused.c, so every backend
  *      runs it. */
 #ifndef SLUICE_MODELS_KINDS_H
