@@ -132,7 +132,7 @@ static void run_batched(sl_model *m, const int32_t *p, int np, const int32_t *d,
 
 static int moe_layers(const sl_model *m) {
     int c = 0;
-    for (int l = 0; l < m->cfg.n_layers; l++) c += m->layers[l].is_moe;
+    for (int l = 0; l < m->cfg.n_layers; l++) c += m->layers[l].moe != NULL;
     return c;
 }
 

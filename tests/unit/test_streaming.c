@@ -47,7 +47,7 @@ static int forward_all(sl_model *m, const int32_t *p, int n, const int32_t *d, i
 
 static int moe_layers(const sl_model *m) {
     int c = 0;
-    for (int l = 0; l < m->cfg.n_layers; l++) c += m->layers[l].is_moe;
+    for (int l = 0; l < m->cfg.n_layers; l++) c += m->layers[l].moe != NULL;
     return c;
 }
 
