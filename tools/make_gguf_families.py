@@ -55,6 +55,7 @@ Keeps going when a fixture fails (prints why) and ends with a summary table; exi
 """
 import argparse
 import ast
+import hashlib
 import json
 import os
 import re
@@ -166,6 +167,14 @@ def converter_archs(llama_cpp):
                 for arch in re.findall(r"\"([A-Za-z0-9_]+)\"", args):
                     found[arch] = p.stem
     return found or None
+
+
+def converter_digest(llama_cpp):
+    """sha256 of the converter's sources (convert_hf_to_gguf.py, conversion/*.py), for the record."""
+    h = hashlib.sha256()
+    for p in [llama_cpp / "convert_hf_to_gguf.py"] + sorted((llama_cpp / "conversion").glob("*.py")):
+        h.update(p.name.encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def file_type_label(ftype):
@@ -599,6 +608,7 @@ def make_family(a, fx, work, logs, vocab_json, made_with, rows):
         row = {"fixture": f"{fx.name}-{tag.upper()}", "status": "FAILED", "mb": None, "types": "", "pre": None, "dec": None,
                "argmax": "", "detail": ""}
         rows.append(row)
+        mw = dict(made_with)
         try:
             if qtype:
                 path = work / f"{qtype}.gguf"
@@ -607,7 +617,7 @@ def make_family(a, fx, work, logs, vocab_json, made_with, rows):
                 qlog = (logs / f"quantize-{qtype}.log").read_text(errors="replace").splitlines()[1:]
                 build = next((ln.strip() for ln in qlog if re.search(r"\bbuild\s*[:=]\s*\d", ln)), None)
                 if build:
-                    made_with["llama-quantize"] = build
+                    mw["llama-quantize"] = build
             elif outtype == "f32":
                 path = f32
             else:
@@ -641,7 +651,7 @@ def make_family(a, fx, work, logs, vocab_json, made_with, rows):
             s, n = argmax_agree(np.concatenate([pre, dec]), np.concatenate([ship_pre, ship_dec]))
             row["argmax"] = f"{s}/{n}"
             out = a.out / row["fixture"]
-            write_fixture(out, path, fx, pre, dec, note, types, dict(made_with))
+            write_fixture(out, path, fx, pre, dec, note, types, mw)
             row["mb"] = (out / "model.gguf").stat().st_size / 1e6
             row["status"] = "ok"
             log(f"  wrote {out} ({row['mb']:.2f} MB, {row['types']}; vs the float references: prefill "
@@ -725,7 +735,8 @@ def load_fixtures(ap, a):
 
 def dry_run(a, fixtures):
     archs = converter_archs(a.llama_cpp)
-    print(f"llama.cpp: {a.llama_cpp} ({'converter registry read' if archs else 'converter registry not found'})")
+    print(f"llama.cpp: {a.llama_cpp} ({'converter registry read' if archs else 'converter registry not found'}; "
+          f"converter sources sha256 {converter_digest(a.llama_cpp)})")
     print(f"out:       {a.out}")
     print(f"quantize:  {a.quantize or '-'} ({', '.join(a.types) or 'no quantized outputs'})")
     ok = True
@@ -781,7 +792,8 @@ def main(argv):
     versions = preflight(a)
     log("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
     archs = converter_archs(a.llama_cpp)
-    made_with = {"transformers": versions["transformers"], "torch": versions["torch"], "gguf-py": versions["gguf"]}
+    made_with = {"transformers": versions["transformers"], "torch": versions["torch"], "gguf-py": versions["gguf"],
+                 "converter-sha256": converter_digest(a.llama_cpp)}
     work_root = a.work.resolve() if a.work else Path(tempfile.mkdtemp(prefix="gguf-families-"))
     work_root.mkdir(parents=True, exist_ok=True)
     a.out.mkdir(parents=True, exist_ok=True)
