@@ -84,7 +84,8 @@ if [ "${TESTS:-1}" != 0 ]; then
 fixtures cuda | tee "$OUT/fixtures.txt"
 suite=${PIPESTATUS[0]}
 ngguf=$(ls -d tests/fixtures/gguf/*/ | wc -l)
-passed=$(grep -cE '^(llama|qwen[0-9_a-z]*)-[A-Z0-9_]+ .* pass$' "$OUT/fixtures.txt")
+# the GGUF fixtures' rows: FAMILY-TYPE (folder names of tests/fixtures/gguf)
+passed=$(grep -cE '^[a-z0-9_]+-[A-Z0-9_]+ .* pass$' "$OUT/fixtures.txt")
 echo "GGUF fixtures on cuda: $passed of $ngguf pass" | tee -a "$OUT/fixtures.txt"
 [ "$passed" -eq "$ngguf" ] || suite=1
 # the CUDA twins of the GGML kernels (skipped, which counts as a failure here, when no GPU answers)

@@ -86,35 +86,30 @@ static void tally(traffic *t, const sl_weight *w, double frac) {
     t->params += frac * (double)w->rows * (double)w->cols;
 }
 
-static traffic per_token_traffic(const sl_model *m) {
+/* Every dense weight once; a routed expert's with the chance a token routes to it, as stored (a streamed
+ * table is mostly empty). */
+typedef struct {
+    const sl_model *m;
+    traffic *t;
+} tally_walk;
+
+static int tally_tensor(void *ctx, int l, const sl_tensor *x) {
+    tally_walk *w = ctx;
+    if (x->w)
+        tally(w->t, x->w, x->expert ? (double)w->m->cfg.top_k / (double)w->m->layers[l].moe->experts.n_experts : 1.0);
+    else if (x->v && *x->v) { /* float tensors every token reads whole: norms, and latent attention's kv_b_proj */
+        w->t->bytes += 4.0 * (double)x->len;
+        w->t->params += (double)x->len;
+    }
+    return 0;
+}
+
+static traffic per_token_traffic(sl_model *m) {
     traffic t = {0, 0, 0};
-    const sl_config *c = &m->cfg;
     tally(&t, &m->lm_head, 1.0);
     t.head_params = t.params;
     if (m->embed.data != m->lm_head.data) t.bytes += (double)m->embed.row_bytes;
-    for (int l = 0; l < c->n_layers; l++) {
-        const sl_layer *L = &m->layers[l];
-        const sl_weight *ws[] = {&L->wq,     &L->wk,      &L->wv,       &L->wo,      &L->in_qkv,   &L->in_z,
-                                 &L->in_a,   &L->in_b,    &L->out_proj, &L->w_gate,  &L->w_up,     &L->w_down,
-                                 &L->router, &L->sh_gate, &L->sh_up,    &L->sh_down, &L->sh_router};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) tally(&t, ws[i], 1.0);
-        /* latent attention: its projections, and kv_b_proj as the float32 matrix every token reads whole */
-        const sl_weight *mla[] = {&L->wq_a, &L->wq_b, &L->wkv_a};
-        for (size_t i = 0; i < sizeof mla / sizeof mla[0]; i++) tally(&t, mla[i], 1.0);
-        if (L->wkv_b) {
-            double n = (double)c->n_heads * (double)(c->qk_nope_dim + c->v_head_dim) * (double)c->kv_lora_rank;
-            t.bytes += 4.0 * n;
-            t.params += n;
-        }
-        if (!L->is_moe || L->experts.n_experts == 0) continue;
-        double frac = (double)c->top_k / (double)L->experts.n_experts;
-        for (int x = 0; x < L->experts.n_experts; x++) {
-            const sl_expert *ex = &L->expert_store[x]; /* as stored: a streamed table is mostly empty */
-            tally(&t, &ex->gate, frac);
-            tally(&t, &ex->up, frac);
-            tally(&t, &ex->down, frac);
-        }
-    }
+    sl_model_tensors(m, tally_tensor, &(tally_walk){m, &t});
     return t;
 }
 
@@ -313,7 +308,7 @@ static int check_finite(const float *v, int n, const char *when, sl_err *e) {
 static int routing_spread(sl_session *s, bench_result *r, sl_err *e) {
     const sl_config *c = &s->m->cfg;
     int any = 0;
-    for (int l = 0; l < c->n_layers; l++) any |= s->m->layers[l].is_moe;
+    for (int l = 0; l < c->n_layers; l++) any |= s->m->layers[l].moe != NULL;
     if (!any || c->n_experts <= 0) return 0;
     int nb = r->prompt % s->max_batch ? r->prompt % s->max_batch : s->max_batch;
     size_t n = (size_t)nb * (size_t)c->top_k;
@@ -324,7 +319,7 @@ static int routing_spread(sl_session *s, bench_result *r, sl_err *e) {
         free(seen);
         return sl_fail(e, "out of memory");
     }
-    s->m->be->ops->download(s->m->be, ids, s->s.moe_ids, n * sizeof *ids);
+    s->m->be->ops->download(s->m->be, ids, s->s.moe.ids, n * sizeof *ids);
     int used = 0;
     for (size_t i = 0; i < n; i++)
         if (ids[i] >= 0 && ids[i] < c->n_experts && !seen[ids[i]]) {

@@ -46,30 +46,33 @@ static int gguf_lines(const char *path, int list, sl_err *e) {
     return 0;
 }
 
-static void formats_line(const sl_model *m) {
-    /* distinct formats of the big matrices, in first-seen order */
+/* Distinct formats of the weight matrices, in first-seen order. */
+typedef struct {
     char seen[8][32];
-    int ns = 0;
-    const sl_weight *ws[8];
-    int nw = 0;
-    ws[nw++] = &m->embed;
-    ws[nw++] = &m->lm_head;
-    for (int l = 0; l < m->cfg.n_layers && nw < 8; l++) {
-        const sl_layer *L = &m->layers[l];
-        ws[nw++] = L->kind == SL_LAYER_LINEAR ? &L->in_qkv : L->wq.data ? &L->wq : &L->wq_b;
-        if (L->is_moe && nw < 8) ws[nw++] = &L->experts.experts[0]->gate;
-        if (L->is_moe && nw < 8) ws[nw++] = &L->router;
-    }
+    int n;
+} formats_walk;
+
+static void note_format(formats_walk *f, const sl_weight *w) {
+    char b[32];
+    sl_wfmt_name(w, b, sizeof b);
+    for (int k = 0; k < f->n; k++)
+        if (!strcmp(f->seen[k], b)) return;
+    if (f->n < 8) snprintf(f->seen[f->n++], sizeof f->seen[0], "%s", b);
+}
+
+static int format_of(void *ctx, int l, const sl_tensor *t) {
+    (void)l;
+    if (t->w) note_format(ctx, t->w);
+    return 0;
+}
+
+static void formats_line(sl_model *m) {
+    formats_walk f = {.n = 0};
+    note_format(&f, &m->embed);
+    note_format(&f, &m->lm_head);
+    sl_model_tensors(m, format_of, &f);
     printf("  %-22s", "weight formats");
-    for (int i = 0; i < nw; i++) {
-        char b[32];
-        sl_wfmt_name(ws[i], b, sizeof b);
-        int dup = 0;
-        for (int k = 0; k < ns; k++) dup |= !strcmp(seen[k], b);
-        if (dup || ns == 8) continue;
-        snprintf(seen[ns++], sizeof seen[0], "%s", b);
-        printf("%s%s", ns > 1 ? ", " : "", b);
-    }
+    for (int i = 0; i < f.n; i++) printf("%s%s", i ? ", " : "", f.seen[i]);
     printf("\n");
 }
 

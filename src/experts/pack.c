@@ -63,8 +63,8 @@ static int plan_cells(const sl_model *m, int E, pk_cell *cells, uint64_t data_of
                       size_t *max_rec) {
     uint64_t at = data_off;
     for (int l = 0; l < m->cfg.n_layers; l++) {
-        const sl_layer *L = &m->layers[l];
-        for (int x = 0; L->is_moe && x < L->experts.n_experts; x++) {
+        const sl_moe *L = m->layers[l].moe;
+        for (int x = 0; L && x < L->experts.n_experts; x++) {
             xinfo xi;
             size_t ib, db;
             sl_xinfo_describe(m->st, &L->expert_store[x], &xi, &ib, &db);
@@ -103,7 +103,7 @@ int sl_pack_write(const sl_model *m, const char *path, sl_pack_progress_fn progr
     const sl_st_set *set = m->st;
     int E = 0, n_layers = m->cfg.n_layers;
     for (int l = 0; l < n_layers; l++)
-        if (m->layers[l].is_moe && m->layers[l].experts.n_experts > E) E = m->layers[l].experts.n_experts;
+        if (m->layers[l].moe && m->layers[l].moe->experts.n_experts > E) E = m->layers[l].moe->experts.n_experts;
     if (!E) return sl_fail(e, "%s has no routed experts to pack", m->path);
     size_t n_cells = (size_t)n_layers * (size_t)E;
     size_t head_len = sizeof(pk_head) + (size_t)set->n_files * sizeof(pk_file) + n_cells * sizeof(pk_cell);
@@ -147,7 +147,7 @@ int sl_pack_write(const sl_model *m, const char *path, sl_pack_progress_fn progr
         const pk_cell *cl = &cells[c];
         if (!cl->rec_len) continue;
         memset(rec, 0, cl->rec_len);
-        const sl_layer *L = &m->layers[c / (size_t)E];
+        const sl_moe *L = m->layers[c / (size_t)E].moe;
         xinfo xi;
         size_t ib, db;
         sl_xinfo_describe(set, &L->expert_store[c % (size_t)E], &xi, &ib, &db);

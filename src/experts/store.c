@@ -122,7 +122,7 @@ static int fail(sl_expert_store *st, const char *fmt, ...) {
 }
 
 static const sl_expert *template_of(const sl_model *m, int l, int e) {
-    return &m->layers[l].expert_store[e];
+    return &m->layers[l].moe->expert_store[e];
 }
 
 /* The expert's weights as they sit at base, laid out by offsets taken from the image or the slot. */
@@ -149,7 +149,7 @@ static int *wh(sl_expert_store *st, int l, int e) {
 static void evict_slot(sl_expert_store *st, slot *s) {
     if (s->state == EMPTY) return;
     *wh(st, s->layer, s->expert) = -1;
-    st->m->layers[s->layer].experts.experts[s->expert] = NULL;
+    st->m->layers[s->layer].moe->experts.experts[s->expert] = NULL;
     st->stale[s->layer] = 1;
     st->layer_slots[s->layer]--;
     s->state = EMPTY;
@@ -256,7 +256,7 @@ static void loaded(sl_expert_store *st, int si) {
     }
     build_expert(template_of(st->m, s->layer, s->expert), xi, s->base, st->own_memory, &s->ex);
     s->state = READY;
-    st->m->layers[s->layer].experts.experts[s->expert] = &s->ex;
+    st->m->layers[s->layer].moe->experts.experts[s->expert] = &s->ex;
     st->stale[s->layer] = 1;
 }
 
@@ -515,9 +515,10 @@ int sl_store_create(sl_model *m, const sl_store_config *cfg, sl_expert_store **o
     st->n_layers = m->cfg.n_layers;
     int moe_layers = 0;
     for (int l = 0; l < st->n_layers; l++)
-        if (m->layers[l].is_moe) {
+        if (m->layers[l].moe) {
             moe_layers++;
-            if (m->layers[l].experts.n_experts > st->n_experts) st->n_experts = m->layers[l].experts.n_experts;
+            if (m->layers[l].moe->experts.n_experts > st->n_experts)
+                st->n_experts = m->layers[l].moe->experts.n_experts;
         }
     st->k_max = m->cfg.top_k;
     size_t cells = (size_t)st->n_layers * (size_t)st->n_experts;
@@ -552,8 +553,8 @@ int sl_store_create(sl_model *m, const sl_store_config *cfg, sl_expert_store **o
     st->pred_layer = -1;
     double expert_bytes = 0; /* read in all, windows included */
     for (int l = 0; l < st->n_layers; l++) {
-        sl_layer *L = &m->layers[l];
-        for (int x = 0; L->is_moe && x < L->experts.n_experts; x++) {
+        sl_moe *L = m->layers[l].moe;
+        for (int x = 0; L && x < L->experts.n_experts; x++) {
             size_t ib, db;
             sl_xinfo_describe(m->st, template_of(m, l, x), &st->x[(size_t)l * (size_t)st->n_experts + (size_t)x], &ib,
                               &db);
@@ -655,7 +656,7 @@ int sl_store_create(sl_model *m, const sl_store_config *cfg, sl_expert_store **o
     }
     st->first_moe = st->next_moe = -1;
     for (int l = st->n_layers - 1; l >= 0; l--)
-        if (m->layers[l].is_moe) st->first_moe = l;
+        if (m->layers[l].moe) st->first_moe = l;
     if (st->cfg.prefetch) {
         st->plogits = m->be->ops->alloc(m->be, (size_t)st->n_experts * sizeof(float));
         st->pweights = m->be->ops->alloc(m->be, (size_t)st->k_max * sizeof(float));
@@ -803,7 +804,7 @@ static int ensure(sl_expert_store *st, int nk) {
 /* Computes the pairs whose experts are listed (all in slots, READY) into the backend's pair buffer. */
 static int pass(sl_expert_store *st, int l, const sl_store_moe_args *a, int nk, const int *xs, int cnt) {
     sl_backend *be = st->be;
-    sl_layer *L = &st->m->layers[l];
+    sl_moe *L = st->m->layers[l].moe;
     st->pass_stamp++;
     for (int i = 0; i < cnt; i++) st->pmark[xs[i]] = st->pass_stamp;
     int included = 0;
@@ -849,7 +850,7 @@ static void reap_finished(sl_expert_store *st) {
 
 static int next_moe_layer(const sl_expert_store *st, int l) {
     for (int j = l + 1; j < st->n_layers; j++)
-        if (st->m->layers[j].is_moe) return j;
+        if (st->m->layers[j].moe) return j;
     return -1;
 }
 
@@ -858,7 +859,7 @@ void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a) {
     sl_backend *be = st->be;
     const sl_backend_ops *op = be->ops;
     const sl_config *c = &m->cfg;
-    sl_layer *L = &m->layers[l];
+    sl_moe *L = m->layers[l].moe;
     int n = a->n, k = c->top_k, E = L->experts.n_experts, H = c->hidden, nk = n * k;
     double t_in = sl_now(), stall0 = st->st.stall_s, t_route = 0;
     if (st->failed || ensure(st, nk)) goto failed;
@@ -868,8 +869,8 @@ void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a) {
     /* read ahead only for a next layer that missed lately: the guess costs a router matmul and a wait */
     int nl = next_moe_layer(st, l), predict = st->cfg.prefetch && n == 1 && nl >= 0 && st->miss_rate[nl] > 0.02f;
     if (predict) {
-        op->matmul(be, &m->layers[nl].router, a->x, 1, st->plogits);
-        sl_route(be, c, m->layers[nl].router_bias, st->plogits, 1, m->layers[nl].experts.n_experts, st->pids,
+        op->matmul(be, &m->layers[nl].moe->router, a->x, 1, st->plogits);
+        sl_route(be, c, m->layers[nl].moe->router_bias, st->plogits, 1, m->layers[nl].moe->experts.n_experts, st->pids,
                  st->pweights);
     }
     t_route = sl_now();
@@ -960,7 +961,7 @@ void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a) {
     if (predict) { /* read the next layer's likely experts while this one computes */
         st->pred_layer = nl;
         st->n_pred = 0;
-        int E2 = m->layers[nl].experts.n_experts;
+        int E2 = m->layers[nl].moe->experts.n_experts;
         for (int j = 0; j < k; j++) {
             int x = st->hpids[j];
             if (x < 0 || x >= E2) continue;

@@ -1,7 +1,7 @@
 /* DeepSeek-V3 (and Kimi-K2, which shares its model_type): multi-head latent attention in every layer;
  * the first first_k_dense_replace layers keep a dense MLP, the rest route sigmoid-scored experts
  * (correction bias, group-limited choice, routed_scaling_factor) beside an ungated shared expert. */
-#include "models/mla.h"
+#include "models/blocks.h"
 #include "models/registry.h"
 
 static int deepseek_v3_load(sl_model *m, sl_loader *ld, sl_err *e) {
@@ -13,7 +13,7 @@ static int deepseek_v3_load(sl_model *m, sl_loader *ld, sl_err *e) {
     if (blk_load_outer(m, ld, 0.0f, e)) return -1;
     for (int l = 0; l < c->n_layers; l++) {
         int dense = l < c->first_dense;
-        if (blk_load_norms(m, ld, l, 0.0f, e) || mla_load(m, ld, l, e) ||
+        if (blk_load_norms(m, ld, l, 0.0f, e) || blk_load_mla(m, ld, l, e) ||
             (dense ? blk_load_mlp(m, ld, l, e)
                    : blk_load_moe(m, ld, l, c->n_shared ? BLK_SHARED_PLAIN : BLK_SHARED_NONE, e)))
             return -1;
@@ -21,15 +21,4 @@ static int deepseek_v3_load(sl_model *m, sl_loader *ld, sl_err *e) {
     return 0;
 }
 
-static int deepseek_v3_layers(sl_model *m, sl_session *s, float *x, int n, sl_err *e) {
-    (void)e;
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        blk_layer_input(m, s, l, x, n);
-        mla_attention(m, s, l, s->s.xn, n, s->s.ff_o);
-        blk_ffn(m, s, l, x, s->s.ff_o, n);
-    }
-    blk_layers_end(m, s, x, n);
-    return 0;
-}
-
-const sl_family sl_family_deepseek_v3 = {"deepseek_v3", deepseek_v3_load, deepseek_v3_layers};
+const sl_family sl_family_deepseek_v3 = {"deepseek_v3", deepseek_v3_load, blk_decoder_layers};

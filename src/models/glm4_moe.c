@@ -17,10 +17,10 @@ static int glm4_moe_load(sl_model *m, sl_loader *ld, sl_err *e) {
                    : blk_load_moe(m, ld, l, c->n_shared ? BLK_SHARED_PLAIN : BLK_SHARED_NONE, e)))
             return -1;
         /* the config's switches must match the tensors, which the shared loaders take as they find them */
-        const sl_layer *L = &m->layers[l];
-        if (c->use_qk_norm && !L->q_norm)
+        const sl_attn *A = m->layers[l].attn;
+        if (c->use_qk_norm && !A->q_norm)
             return sl_fail(e, "%s: use_qk_norm is set but layer %d has no self_attn.q_norm.weight", m->path, l);
-        if (c->attention_bias && (!L->wq.bias || !L->wk.bias || !L->wv.bias))
+        if (c->attention_bias && (!A->wq.bias || !A->wk.bias || !A->wv.bias))
             return sl_fail(e, "%s: attention_bias is set but layer %d's q/k/v projections have no biases", m->path, l);
     }
     return 0;

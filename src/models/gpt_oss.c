@@ -8,8 +8,6 @@
 #include "models/blocks.h"
 #include "models/registry.h"
 
-#include <stdlib.h>
-
 #define GPT_OSS_ALPHA 1.702f /* the sigmoid's slope in the experts' SwiGLU (fixed in the reference) */
 #define GPT_OSS_LIMIT 7.0f   /* swiglu_limit when the config has none */
 
@@ -31,31 +29,27 @@ static int load_gguf_expert(sl_loader *ld, int l, int E, int x, int I, int H, sl
 
 static int load_experts(sl_model *m, sl_loader *ld, int l, int I, sl_err *e) {
     const sl_config *c = &m->cfg;
-    sl_layer *L = &m->layers[l];
     char nb[256], gu[160], dn[160];
     int E = c->n_experts, H = c->hidden;
     int gguf = sl_ld_has(ld, NAME(nb, "model.layers.%d.mlp.switch_mlp.gate_proj.weight", l));
-    L->is_moe = 1;
-    if (sl_ld_linear(ld, NAME(nb, "model.layers.%d.mlp.%s", l, gguf ? "gate" : "router"), E, H, &L->router, e))
+    sl_moe *M = blk_moe_part(m, ld, l, E, e);
+    if (!M) return -1;
+    if (sl_ld_linear(ld, NAME(nb, "model.layers.%d.mlp.%s", l, gguf ? "gate" : "router"), E, H, &M->router, e))
         return -1;
-    if (!L->router.bias) return sl_fail(e, "%s: missing tensor '%s.bias' (the router's bias)", m->path, nb);
-    L->expert_store = calloc((size_t)E, sizeof *L->expert_store);
-    L->experts.experts = calloc((size_t)E, sizeof *L->experts.experts);
-    if (!L->expert_store || !L->experts.experts) return sl_fail(e, "out of memory");
-    L->experts.n_experts = E;
-    L->experts.swiglu_alpha = GPT_OSS_ALPHA;
-    L->experts.swiglu_limit = c->swiglu_limit > 0 ? (float)c->swiglu_limit : GPT_OSS_LIMIT;
+    if (!M->router.bias) return sl_fail(e, "%s: missing tensor '%s.bias' (the router's bias)", m->path, nb);
+    M->experts.swiglu_alpha = GPT_OSS_ALPHA;
+    M->experts.swiglu_limit = c->swiglu_limit > 0 ? (float)c->swiglu_limit : GPT_OSS_LIMIT;
     snprintf(gu, sizeof gu, "model.layers.%d.mlp.experts.gate_up_proj", l);
     snprintf(dn, sizeof dn, "model.layers.%d.mlp.experts.down_proj", l);
     for (int x = 0; x < E; x++) {
-        sl_expert *ex = &L->expert_store[x];
+        sl_expert *ex = &M->expert_store[x];
         if (gguf) {
             if (load_gguf_expert(ld, l, E, x, I, H, ex, e)) return -1;
         } else if (sl_ld_expert_t(ld, gu, E, x, 2 * I, H, &ex->gate, e) || /* gate and up interleaved */
                    sl_ld_expert_t(ld, dn, E, x, H, I, &ex->down, e)) {
             return -1;
         }
-        L->experts.experts[x] = ex;
+        M->experts.experts[x] = ex;
     }
     return 0;
 }
@@ -74,7 +68,7 @@ static int gpt_oss_load(sl_model *m, sl_loader *ld, sl_err *e) {
         if (blk_load_norms(m, ld, l, 0.0f, e) || blk_load_attention(m, ld, l, 0, 0.0f, e) ||
             load_experts(m, ld, l, c->moe_intermediate, e))
             return -1;
-        if (!m->layers[l].sinks)
+        if (!m->layers[l].attn->sinks)
             return sl_fail(e, "%s: missing tensor 'model.layers.%d.self_attn.sinks' (expected %d attention sinks)",
                            m->path, l, c->n_heads);
     }

@@ -456,6 +456,16 @@ float *sl_ld_alloc_f32(sl_loader *l, size_t n, sl_err *e) {
     return v;
 }
 
+void *sl_ld_part(sl_loader *l, size_t n, size_t size, sl_err *e) {
+    void *p = calloc(n ? n : 1, size);
+    if (!p || model_own(l->m, p)) {
+        free(p);
+        sl_fail(e, "out of memory");
+        return NULL;
+    }
+    return p;
+}
+
 int sl_ld_matrix_f32(sl_loader *l, const char *module, int rows, int cols, float **out, sl_err *e) {
     sl_weight w;
     char what[300];

@@ -37,6 +37,8 @@ int sl_ld_matrix_f32(sl_loader *l, const char *module, int rows, int cols, float
 int sl_ld_row_f32(const sl_weight *w, int r, float *d, const char *what, sl_err *e);
 /* n floats owned by the model. */
 float *sl_ld_alloc_f32(sl_loader *l, size_t n, sl_err *e);
+/* n zeroed elements of size bytes owned by the model: a layer part, an expert table. */
+void *sl_ld_part(sl_loader *l, size_t n, size_t size, sl_err *e);
 /* Expert slice `index` of a stacked [E, rows, cols] tensor (MLX-packed or plain); with `row0` selecting
  * rows [row0, row0 + rows) of a fused gate/up stack. `module` names the stack (no ".weight"). */
 int sl_ld_stacked(sl_loader *l, const char *module, int has_weight_suffix, int n_experts, int index, int row0,

@@ -15,11 +15,6 @@
 void sl_model_free(sl_model *m) {
     if (!m) return;
     sl_store_free(m->store);
-    if (m->layers)
-        for (int l = 0; l < m->cfg.n_layers; l++) {
-            free(m->layers[l].expert_store);
-            free(m->layers[l].experts.experts);
-        }
     free(m->layers);
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
@@ -30,15 +25,15 @@ void sl_model_free(sl_model *m) {
     free(m);
 }
 
+static int add_expert_bytes(void *ctx, int l, const sl_tensor *t) {
+    (void)l;
+    if (t->expert) *(uint64_t *)ctx += sl_weight_bytes(t->w);
+    return 0;
+}
+
 static void account(sl_model *m) {
     uint64_t ex = 0, total = 0;
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        const sl_layer *L = &m->layers[l];
-        for (int e = 0; L->is_moe && e < L->experts.n_experts; e++) {
-            const sl_expert *x = L->experts.experts[e];
-            ex += sl_weight_bytes(&x->gate) + sl_weight_bytes(&x->up) + sl_weight_bytes(&x->down);
-        }
-    }
+    sl_model_tensors(m, add_expert_bytes, &ex);
     for (int i = 0; i < m->st->n_files; i++) total += m->st->map_sizes[i];
     m->bytes_experts = ex;
     m->bytes_other = total > ex ? total - ex : 0;
@@ -56,25 +51,26 @@ static int own(sl_model *m, void *p) {
     return 0;
 }
 
+typedef struct {
+    sl_backend *be;
+    const sl_weight *bad;
+} unsupported_walk;
+
+static int check_supported(void *ctx, int l, const sl_tensor *t) {
+    unsupported_walk *u = ctx;
+    (void)l;
+    if (!t->w || u->be->ops->supports(u->be, t->w)) return 0;
+    u->bad = t->w;
+    return 1;
+}
+
 /* The first weight whose format the backend has no kernels for, or NULL. */
 static const sl_weight *unsupported(sl_model *m) {
     sl_backend *b = m->be;
     if (!b->ops->supports(b, &m->embed) || !b->ops->supports(b, &m->lm_head)) return &m->lm_head;
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        sl_layer *L = &m->layers[l];
-        const sl_weight *ws[] = {&L->wq,    &L->wk,       &L->wv,        &L->wo,   &L->in_qkv, &L->in_z,   &L->in_a,
-                                 &L->in_b,  &L->out_proj, &L->w_gate,    &L->w_up, &L->w_down, &L->router, &L->sh_gate,
-                                 &L->sh_up, &L->sh_down,  &L->sh_router, &L->wq_a, &L->wq_b,   &L->wkv_a};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-            if (ws[i]->data && !b->ops->supports(b, ws[i])) return ws[i];
-        for (int x = 0; L->is_moe && x < L->experts.n_experts; x++) {
-            const sl_expert *ex = &L->expert_store[x];
-            if (!b->ops->supports(b, &ex->gate) || (ex->up.data && !b->ops->supports(b, &ex->up)) ||
-                !b->ops->supports(b, &ex->down))
-                return &ex->gate;
-        }
-    }
-    return NULL;
+    unsupported_walk u = {b, NULL};
+    sl_model_tensors(m, check_supported, &u);
+    return u.bad;
 }
 
 /* Weights a backend of its own memory cannot run: an automatic choice falls back to the CPU (saying
@@ -97,11 +93,29 @@ static int check_formats(sl_model *m, const sl_model_opts *o, char *note, size_t
  * (place_experts_resident) or stream (the expert store). */
 static int any_moe(const sl_model *m);
 
+typedef struct {
+    sl_model *m;
+    int moe;
+    sl_err *e;
+} place_walk;
+
+static int place_tensor(void *ctx, int l, const sl_tensor *t) {
+    place_walk *p = ctx;
+    sl_backend *b = p->m->be;
+    (void)l;
+    if (t->v) return b->ops->place_vector(b, t->v, t->len, p->e);
+    if (t->expert) return 0;
+    /* a mixture of experts asks for products near fp32 (routers included): a bf16 rounding anywhere
+     * upstream of a router can change which experts run (SLUICE_CUDA_PREFILL=bf16 rounds anyway) */
+    t->w->exact |= p->moe;
+    return b->ops->place_weight(b, t->w, p->e);
+}
+
 static int place_dense(sl_model *m, sl_err *e) {
     const sl_backend_ops *op = m->be->ops;
     sl_backend *b = m->be;
     const sl_config *c = &m->cfg;
-    int tied = m->lm_head.data == m->embed.data, moe = any_moe(m);
+    int tied = m->lm_head.data == m->embed.data;
     if (op->place_weight(b, &m->embed, e)) return -1;
     if (tied)
         m->lm_head = m->embed;
@@ -110,39 +124,8 @@ static int place_dense(sl_model *m, sl_err *e) {
     if (op->place_vector(b, &m->final_norm, (size_t)c->hidden, e) ||
         op->place_vector(b, &m->inv_freq, (size_t)(m->rot_dim / 2 + 1), e))
         return -1;
-    int conv_dim = sl_config_conv_dim(c), nv = c->lin_n_v_heads;
-    for (int l = 0; l < c->n_layers; l++) {
-        sl_layer *L = &m->layers[l];
-        sl_weight *ws[] = {&L->wq,    &L->wk,       &L->wv,        &L->wo,   &L->in_qkv, &L->in_z,   &L->in_a,
-                           &L->in_b,  &L->out_proj, &L->w_gate,    &L->w_up, &L->w_down, &L->router, &L->sh_gate,
-                           &L->sh_up, &L->sh_down,  &L->sh_router, &L->wq_a, &L->wq_b,   &L->wkv_a};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
-            /* a mixture of experts asks for products near fp32 (routers included): a bf16 rounding
-             * anywhere upstream of a router can change which experts run (SLUICE_CUDA_PREFILL=bf16 rounds
-             * anyway) */
-            ws[i]->exact |= moe;
-            if (ws[i]->data && op->place_weight(b, ws[i], e)) return -1;
-        }
-        struct {
-            float **v;
-            size_t len;
-        } vs[] = {{&L->attn_norm, (size_t)c->hidden},
-                  {&L->ffn_norm, (size_t)c->hidden},
-                  {&L->q_norm, (size_t)c->head_dim},
-                  {&L->sinks, (size_t)c->n_heads},
-                  {&L->k_norm, (size_t)c->head_dim},
-                  {&L->conv_w, (size_t)conv_dim * (size_t)c->conv_kernel},
-                  {&L->A_log, (size_t)nv},
-                  {&L->dt_bias, (size_t)nv},
-                  {&L->lin_norm, (size_t)c->lin_v_head_dim},
-                  {&L->q_a_norm, (size_t)c->q_lora_rank},
-                  {&L->kv_a_norm, (size_t)c->kv_lora_rank},
-                  {&L->wkv_b, (size_t)c->n_heads * (size_t)(c->qk_nope_dim + c->v_head_dim) * (size_t)c->kv_lora_rank},
-                  {&L->router_bias, (size_t)c->n_experts}};
-        for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++)
-            if (*vs[i].v && op->place_vector(b, vs[i].v, vs[i].len, e)) return -1;
-    }
-    return 0;
+    place_walk p = {m, any_moe(m), e};
+    return sl_model_tensors(m, place_tensor, &p) ? -1 : 0;
 }
 
 /* Backend memory a session of ctx tokens takes (caches, recurrent state, scratch), plus room for the
@@ -152,31 +135,34 @@ static int64_t session_reserve(const sl_model *m, int ctx) {
     const sl_config *c = &m->cfg;
     if (ctx <= 0) ctx = c->max_pos < 4096 ? c->max_pos : 4096;
     int64_t kv = 0;
-    for (int l = 0; l < c->n_layers; l++)
-        kv += m->layers[l].kind == SL_LAYER_ATTENTION
-                  ? (int64_t)ctx * sl_config_kv_width(c) * sl_config_kv_caches(c) * 4
-                  : (int64_t)sl_config_ssm_floats(c) * 4;
+    for (int l = 0; l < c->n_layers; l++) {
+        sl_state_layout st;
+        sl_layer_layout(m, l, &st);
+        kv += (int64_t)ctx * st.row * st.n_paged * 4;
+        for (int i = 0; i < st.n_fixed; i++) kv += (int64_t)st.fixed[i] * 4;
+    }
     int64_t scratch = (int64_t)256 * (c->hidden * 8 + sl_config_q_width(c) * 6 + c->vocab_size / 16) * 4;
     return 4 * kv + scratch + ((int64_t)512 << 20);
 }
 
 static int any_moe(const sl_model *m) {
     for (int l = 0; l < m->cfg.n_layers; l++)
-        if (m->layers[l].is_moe) return 1;
+        if (m->layers[l].moe) return 1;
     return 0;
 }
 
+static int place_expert(void *ctx, int l, const sl_tensor *t) {
+    place_walk *p = ctx;
+    (void)l;
+    return t->expert ? p->m->be->ops->place_weight(p->m->be, t->w, p->e) : 0;
+}
+
 static int place_experts_resident(sl_model *m, sl_err *e) {
-    const sl_backend_ops *op = m->be->ops;
+    place_walk p = {m, 1, e};
     for (int l = 0; l < m->cfg.n_layers; l++) {
-        sl_layer *L = &m->layers[l];
-        for (int x = 0; L->is_moe && x < L->experts.n_experts; x++) {
-            sl_expert *ex = &L->expert_store[x];
-            if (op->place_weight(m->be, &ex->gate, e) || (ex->up.data && op->place_weight(m->be, &ex->up, e)) ||
-                op->place_weight(m->be, &ex->down, e))
-                return -1;
-        }
-        if (L->is_moe && op->place_experts(m->be, &L->experts, e)) return -1;
+        sl_moe *M = m->layers[l].moe;
+        if (M && (sl_layer_tensors(m, l, place_expert, &p) || m->be->ops->place_experts(m->be, &M->experts, e)))
+            return -1;
     }
     return 0;
 }

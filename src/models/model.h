@@ -8,33 +8,17 @@
 #include "backend/backend.h"
 #include "formats/config.h"
 #include "formats/safetensors.h"
+#include "models/kinds.h"
 
+/* A decoder layer: a token mixer and a feed-forward, each behind its norm; the parts are of the kinds
+ * of models/kinds.h, and mixer / ffn are their descriptors. */
 typedef struct sl_layer {
-    sl_layer_kind kind;
     float *attn_norm, *ffn_norm; /* effective multipliers: conventions like (1 + w) are resolved at load */
-    /* full attention */
-    sl_weight wq, wk, wv, wo;
-    float *q_norm, *k_norm; /* per-head RMSNorm (Qwen3, Qwen3.5), NULL otherwise */
-    int q_gated;            /* q_proj yields [query | gate] per head (Qwen3.5) */
-    int window;             /* sliding window of this layer (0: full attention) */
-    float *sinks;           /* per-head attention sink logits (gpt-oss), NULL otherwise */
-    /* multi-head latent attention (DeepSeek-V3): wq (no q_lora_rank) or wq_a -> q_a_norm -> wq_b;
-     * wkv_a gives [latent | k_rope]; kv_b_proj as float32 [n_heads * (nope + v)][kv_lora], absorbed */
-    sl_weight wq_a, wq_b, wkv_a;
-    float *q_a_norm, *kv_a_norm, *wkv_b;
-    /* gated delta-net */
-    sl_weight in_qkv, in_z, in_a, in_b, out_proj;
-    float *conv_w, *A_log, *dt_bias, *lin_norm;
-    /* feed-forward: dense, or routed experts (+ optional shared expert) */
-    sl_weight w_gate, w_up, w_down;
-    int is_moe;
-    sl_weight router;
-    sl_expert_table experts; /* pointers into `expert_store` or into a cache's slots */
-    sl_expert *expert_store; /* resident experts owned by the model */
-    float *router_bias;      /* e_score_correction_bias of sigmoid routing (NULL: none) */
-    int has_shared;
-    int shared_plain; /* the shared expert joins ungated (DeepSeek-V3, GLM-4.5), not through sh_router */
-    sl_weight sh_gate, sh_up, sh_down, sh_router;
+    sl_attn *attn;               /* the mixer: attention, or */
+    sl_deltanet *dn;             /* a gated delta-net */
+    sl_mlp *mlp;                 /* the feed-forward: a dense MLP, or */
+    sl_moe *moe;                 /* a mixture of experts */
+    const sl_kind *mixer, *ffn;
 } sl_layer;
 
 typedef struct sl_session sl_session;

@@ -31,47 +31,39 @@ static int imax(int a, int b) {
     return a > b ? a : b;
 }
 
-static size_t kv_width(const sl_config *c) {
-    return (size_t)sl_config_kv_width(c);
-}
-
 size_t sl_session_kv_bytes_per_token(const sl_model *m) {
-    int n_attn = 0;
-    for (int l = 0; l < m->cfg.n_layers; l++) n_attn += m->layers[l].kind == SL_LAYER_ATTENTION;
-    return (size_t)n_attn * kv_width(&m->cfg) * (size_t)sl_config_kv_caches(&m->cfg) * sizeof(float);
+    size_t bytes = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        sl_state_layout st;
+        sl_layer_layout(m, l, &st);
+        bytes += (size_t)st.row * (size_t)st.n_paged * sizeof(float);
+    }
+    return bytes;
 }
 
+static void *scratch_alloc(void *ctx, size_t bytes) {
+    return balloc(ctx, bytes);
+}
+
+/* The layer loop's buffers, then each kind's. */
 static int alloc_scratch(sl_session *s) {
-    const sl_config *c = &s->m->cfg;
-    size_t kv = kv_width(c);
-    int conv_dim = sl_config_conv_dim(c);
-    int lin_v = c->lin_n_v_heads * c->lin_v_head_dim;
+    const sl_model *m = s->m;
+    const sl_config *c = &m->cfg;
     size_t B = (size_t)s->max_batch, H = (size_t)c->hidden;
-    size_t qw = (size_t)sl_config_q_width(c);
-    /* latent attention: q_a (the query's low-rank input) goes through qraw, the heads' values through att */
-    size_t qraw = (size_t)imax((int)qw * 2, c->q_lora_rank), aw = (size_t)imax((int)qw, c->n_heads * c->v_head_dim);
-    int ff = imax(imax(c->intermediate, c->shared_intermediate), c->moe_intermediate);
-    int E = imax(c->n_experts, 1), K = imax(c->top_k, 1);
     sl_scratch *x = &s->s;
-    return !(x->x = balloc(s, B * H * 4)) || !(x->xn = balloc(s, B * H * 4)) || !(x->qraw = balloc(s, B * qraw * 4)) ||
-           !(x->q = balloc(s, B * qw * 4)) || !(x->gate = balloc(s, B * qw * 4)) || !(x->k = balloc(s, B * kv * 4)) ||
-           !(x->v = balloc(s, B * kv * 4)) || !(x->att = balloc(s, B * (size_t)imax((int)aw, lin_v) * 4)) ||
-           !(x->qkv = balloc(s, B * (size_t)imax(conv_dim, 1) * 4)) ||
-           !(x->conv = balloc(s, B * (size_t)imax(conv_dim, 1) * 4)) ||
-           !(x->z = balloc(s, B * (size_t)imax(lin_v, 1) * 4)) ||
-           !(x->a = balloc(s, B * (size_t)imax(c->lin_n_v_heads, 1) * 4)) ||
-           !(x->b = balloc(s, B * (size_t)imax(c->lin_n_v_heads, 1) * 4)) ||
-           !(x->lin = balloc(s, B * (size_t)imax(lin_v, 1) * 4)) || !(x->ff_g = balloc(s, B * (size_t)ff * 4)) ||
-           !(x->ff_u = balloc(s, B * (size_t)ff * 4)) || !(x->ff_o = balloc(s, B * H * 4)) ||
-           !(x->router = balloc(s, B * (size_t)E * 4)) || !(x->moe_w = balloc(s, B * (size_t)K * 4)) ||
-           !(x->moe_ids = balloc(s, B * (size_t)K * 4)) || !(x->moe_out = balloc(s, B * H * 4)) ||
-           !(x->sh_gate = balloc(s, B * 4)) ||
-           !(x->logits = balloc(s, (size_t)s->logit_cap * (size_t)c->vocab_size * 4));
+    if (!(x->x = balloc(s, B * H * 4)) || !(x->xn = balloc(s, B * H * 4)) || !(x->mix_out = balloc(s, B * H * 4)) ||
+        !(x->ffn_out = balloc(s, B * H * 4)) ||
+        !(x->logits = balloc(s, (size_t)s->logit_cap * (size_t)c->vocab_size * 4)))
+        return -1;
+    const sl_kind *kinds[8];
+    int nk = sl_model_kinds(m, kinds, 8);
+    for (int i = 0; i < nk; i++)
+        if (kinds[i]->scratch(m, s->max_batch, x, scratch_alloc, s)) return -1;
+    return 0;
 }
 
 int sl_session_create_opts(sl_model *m, const sl_session_opts *o, sl_session **out, sl_err *e) {
     const sl_config *c = &m->cfg;
-    size_t kv = kv_width(c);
     int max_ctx = o->max_ctx > 0 ? o->max_ctx : c->max_pos;
     int n_seqs = o->n_seqs > 0 ? o->n_seqs : 1;
     sl_session *s = calloc(1, sizeof *s);
@@ -89,10 +81,7 @@ int sl_session_create_opts(sl_model *m, const sl_session_opts *o, sl_session **o
     if (pages > INT32_MAX / SL_KV_PAGE) pages = INT32_MAX / SL_KV_PAGE;
     s->n_pages = (int)pages;
     int L = c->n_layers;
-    s->kc = calloc((size_t)L, sizeof *s->kc);
-    s->vc = calloc((size_t)L, sizeof *s->vc);
-    s->conv = calloc((size_t)L, sizeof *s->conv);
-    s->ssm = calloc((size_t)L, sizeof *s->ssm);
+    s->state = calloc((size_t)L, sizeof *s->state);
     s->seqs = calloc((size_t)n_seqs, sizeof *s->seqs);
     s->pt = calloc((size_t)n_seqs * (size_t)s->max_pages, sizeof *s->pt);
     s->pt_dirty = calloc((size_t)n_seqs, 1);
@@ -105,8 +94,8 @@ int sl_session_create_opts(sl_model *m, const sl_session_opts *o, sl_session **o
     s->busy = calloc((size_t)n_seqs, 1);
     s->want_idx = calloc((size_t)s->max_batch, sizeof *s->want_idx);
     s->seq_fill = calloc((size_t)s->max_batch, sizeof *s->seq_fill);
-    if (!s->kc || !s->vc || !s->conv || !s->ssm || !s->seqs || !s->pt || !s->pt_dirty || !s->page_ref ||
-        !s->free_pages || !s->h_pos || !s->h_seq || !s->runs || !s->row_pos || !s->busy || !s->want_idx || !s->seq_fill)
+    if (!s->state || !s->seqs || !s->pt || !s->pt_dirty || !s->page_ref || !s->free_pages || !s->h_pos || !s->h_seq ||
+        !s->runs || !s->row_pos || !s->busy || !s->want_idx || !s->seq_fill)
         goto oom;
     for (int i = 0; i < s->n_pages; i++) s->free_pages[i] = s->n_pages - 1 - i; /* page 0 is taken first */
     s->n_free = s->n_pages;
@@ -116,19 +105,17 @@ int sl_session_create_opts(sl_model *m, const sl_session_opts *o, sl_session **o
         for (int i = 0; i < SL_MAX_SNAPSHOTS; i++) sq->snaps[i].pos = -1;
         sq->idle = 1;
     }
-    s->conv_stride = (size_t)(c->conv_kernel - 1 > 0 ? c->conv_kernel - 1 : 0) * (size_t)sl_config_conv_dim(c);
-    s->ssm_stride = sl_config_ssm_floats(c);
-    size_t pool = (size_t)s->n_pages * SL_KV_PAGE * kv * 4;
+    /* each layer's state as its kind lays it out: pools of pages, fixed buffers per sequence slot (4 bytes
+     * more, so an empty one is still an allocation) */
     for (int l = 0; l < L; l++) {
-        if (m->layers[l].kind == SL_LAYER_ATTENTION) {
-            if (!(s->kc[l] = balloc(s, pool)) || (sl_config_kv_caches(c) == 2 && !(s->vc[l] = balloc(s, pool))))
-                goto oom;
-        } else {
-            s->recurrent = 1;
-            if (!(s->conv[l] = balloc(s, s->conv_stride * (size_t)n_seqs * 4 + 4)) ||
-                !(s->ssm[l] = balloc(s, s->ssm_stride * (size_t)n_seqs * 4)))
-                goto oom;
-        }
+        sl_layer_state *ls = &s->state[l];
+        sl_layer_layout(m, l, &ls->lay);
+        size_t pool = (size_t)s->n_pages * SL_KV_PAGE * (size_t)ls->lay.row * 4;
+        for (int i = 0; i < ls->lay.n_paged; i++)
+            if (!(ls->paged[i] = balloc(s, pool))) goto oom;
+        for (int i = 0; i < ls->lay.n_fixed; i++)
+            if (!(ls->fixed[i] = balloc(s, ls->lay.fixed[i] * (size_t)n_seqs * 4 + 4))) goto oom;
+        if (ls->lay.n_fixed) s->recurrent = 1;
     }
     if (!(s->pt_dev = balloc(s, (size_t)n_seqs * (size_t)s->max_pages * sizeof *s->pt_dev)) ||
         !(s->bm_pos = balloc(s, (size_t)s->max_batch * sizeof *s->bm_pos)) ||
@@ -174,17 +161,11 @@ void sl_session_free(sl_session *s) {
     if (s->seqs) {
         for (int q = 0; q < s->n_seqs; q++) {
             free(s->seqs[q].hist);
-            for (int i = 0; i < SL_MAX_SNAPSHOTS; i++) {
-                free(s->seqs[q].snaps[i].conv);
-                free(s->seqs[q].snaps[i].ssm);
-            }
+            for (int i = 0; i < SL_MAX_SNAPSHOTS; i++) free(s->seqs[q].snaps[i].fixed);
         }
     }
     free(s->seqs);
-    free(s->kc);
-    free(s->vc);
-    free(s->conv);
-    free(s->ssm);
+    free(s->state);
     free(s->pt);
     free(s->pt_dirty);
     free(s->page_ref);
@@ -243,15 +224,15 @@ static int32_t page_get(sl_session *s, const uint8_t *busy) {
     return pg;
 }
 
-/* Copies page src into page dst in every attention layer's pool. */
+/* Copies page src into page dst in every layer's pools. */
 static void page_copy(sl_session *s, int32_t dst, int32_t src) {
     sl_backend *be = s->m->be;
-    size_t w = (size_t)SL_KV_PAGE * kv_width(&s->m->cfg);
     for (int l = 0; l < s->m->cfg.n_layers; l++) {
-        if (!s->kc[l]) continue;
-        be->ops->copy_rows(be, s->kc[l] + (size_t)dst * w, (int)w, s->kc[l] + (size_t)src * w, (int)w, 1, (int)w);
-        if (s->vc[l])
-            be->ops->copy_rows(be, s->vc[l] + (size_t)dst * w, (int)w, s->vc[l] + (size_t)src * w, (int)w, 1, (int)w);
+        const sl_layer_state *ls = &s->state[l];
+        size_t w = (size_t)SL_KV_PAGE * (size_t)ls->lay.row;
+        for (int i = 0; i < ls->lay.n_paged; i++)
+            be->ops->copy_rows(be, ls->paged[i] + (size_t)dst * w, (int)w, ls->paged[i] + (size_t)src * w, (int)w, 1,
+                               (int)w);
     }
 }
 
@@ -286,18 +267,14 @@ full:
 
 /* --- sequences -------------------------------------------------------------------------------------- */
 
-static size_t conv_floats(const sl_session *s) {
-    return s->conv_stride;
-}
-
 void sl_session_seq_reset(sl_session *s, int q) {
     const sl_config *c = &s->m->cfg;
     sl_backend *be = s->m->be;
     sl_seq *sq = &s->seqs[q];
     for (int l = 0; l < c->n_layers; l++) {
-        if (s->conv[l] && s->conv_stride)
-            be->ops->zero(be, s->conv[l] + (size_t)q * s->conv_stride, s->conv_stride * 4);
-        if (s->ssm[l]) be->ops->zero(be, s->ssm[l] + (size_t)q * s->ssm_stride, s->ssm_stride * 4);
+        const sl_state_layout *lay = &s->state[l].lay;
+        for (int i = 0; i < lay->n_fixed; i++)
+            if (lay->fixed[i]) be->ops->zero(be, sl_session_fixed(s, l, i, q), lay->fixed[i] * 4);
     }
     release_pages(s, q, 0);
     sq->pos = 0;
@@ -320,14 +297,6 @@ static void copy_state(sl_backend *be, float *dst, const float *src, size_t n) {
     }
 }
 
-static float *conv_of(sl_session *s, int l, int q) {
-    return s->conv[l] + (size_t)q * s->conv_stride;
-}
-
-static float *ssm_of(sl_session *s, int l, int q) {
-    return s->ssm[l] + (size_t)q * s->ssm_stride;
-}
-
 int sl_session_seq_snapshot(sl_session *s, int q, sl_err *e) {
     if (!s->recurrent) return 0;
     const sl_config *c = &s->m->cfg;
@@ -344,21 +313,17 @@ int sl_session_seq_snapshot(sl_session *s, int q, sl_err *e) {
             if (sq->snaps[i].used < sq->snaps[slot].used) slot = i;
     }
     sl_snapshot *sn = &sq->snaps[slot];
-    if (!sn->conv) {
-        sn->conv = calloc((size_t)L, sizeof *sn->conv);
-        sn->ssm = calloc((size_t)L, sizeof *sn->ssm);
-        if (!sn->conv || !sn->ssm) return sl_fail(e, "out of memory for a state snapshot");
-        for (int l = 0; l < L; l++) {
-            if (!s->conv[l]) continue;
-            if (!(sn->conv[l] = balloc(s, conv_floats(s) * 4 + 4)) || !(sn->ssm[l] = balloc(s, s->ssm_stride * 4)))
-                return sl_fail(e, "out of backend memory for a state snapshot of layer %d", l);
-        }
+    if (!sn->fixed) {
+        if (!(sn->fixed = calloc((size_t)L * SL_STATE_BUFS, sizeof *sn->fixed)))
+            return sl_fail(e, "out of memory for a state snapshot");
+        for (int l = 0; l < L; l++)
+            for (int i = 0; i < s->state[l].lay.n_fixed; i++)
+                if (!(sn->fixed[l * SL_STATE_BUFS + i] = balloc(s, s->state[l].lay.fixed[i] * 4 + 4)))
+                    return sl_fail(e, "out of backend memory for a state snapshot of layer %d", l);
     }
-    for (int l = 0; l < L; l++) {
-        if (!s->conv[l]) continue;
-        copy_state(be, sn->conv[l], conv_of(s, l, q), conv_floats(s));
-        copy_state(be, sn->ssm[l], ssm_of(s, l, q), s->ssm_stride);
-    }
+    for (int l = 0; l < L; l++)
+        for (int i = 0; i < s->state[l].lay.n_fixed; i++)
+            copy_state(be, sn->fixed[l * SL_STATE_BUFS + i], sl_session_fixed(s, l, i, q), s->state[l].lay.fixed[i]);
     sn->pos = sq->pos;
     sn->used = ++sq->snap_clock;
     return be->ops->check(be, e);
@@ -389,11 +354,9 @@ int sl_session_seq_restore(sl_session *s, int q, int pos) {
     const sl_config *c = &s->m->cfg;
     sl_backend *be = s->m->be;
     sl_snapshot *sn = &sq->snaps[best];
-    for (int l = 0; l < c->n_layers; l++) {
-        if (!s->conv[l]) continue;
-        copy_state(be, conv_of(s, l, q), sn->conv[l], conv_floats(s));
-        copy_state(be, ssm_of(s, l, q), sn->ssm[l], s->ssm_stride);
-    }
+    for (int l = 0; l < c->n_layers; l++)
+        for (int i = 0; i < s->state[l].lay.n_fixed; i++)
+            copy_state(be, sl_session_fixed(s, l, i, q), sn->fixed[l * SL_STATE_BUFS + i], s->state[l].lay.fixed[i]);
     seq_truncate(s, q, sn->pos);
     sn->used = ++sq->snap_clock;
     /* later tokens overwrite hist from here, so snapshots past this point no longer describe it */

@@ -1,11 +1,13 @@
 /* A session is the state of up to n_seqs sequences (conversations) on a model, and the scratch of one
  * batch: one forward pass runs tokens of many sequences at once (sl_session_decode).
  *
- * Memory: attention layers keep their keys and values in one pool of pages per layer (SL_KV_PAGE
- * positions a page), shared by all sequences. A sequence holds a page table, grown on demand; pages are
- * reference-counted, so sequences with a common prefix share its whole pages (sl_session_seq_share) and a
- * shared page is copied before it is written (copy on write). Delta-net layers keep a conv and a recurrent
- * state per sequence slot, plus snapshots of both at earlier positions (state cannot be rewound).
+ * Memory: the session is a container of per-sequence state, laid out by each layer's kind
+ * (models/kinds.h) and opaque to it. State that grows with the position (attention's keys and values) lives
+ * in pools of pages per layer (SL_KV_PAGE positions a page), shared by all sequences. A sequence holds a
+ * page table, grown on demand; pages are reference-counted, so sequences with a common prefix share its
+ * whole pages (sl_session_seq_share) and a shared page is copied before it is written (copy on write).
+ * State of fixed size (the delta-net's conv window and recurrent state) has one slot per sequence, plus
+ * snapshots at earlier positions, since it cannot be rewound.
  *
  * A sequence that is not in use keeps its pages as a cache of its conversation: a later request with the
  * same prefix resumes there. When the pool runs out, the least recently used idle sequences give theirs
@@ -22,22 +24,33 @@
 /* Positions per KV page. */
 #define SL_KV_PAGE 32
 
-/* Activation buffers for up to max_batch tokens (backend memory). */
-typedef struct sl_scratch {
-    float *x, *xn, *qraw, *q, *gate, *k, *v, *att; /* attention */
-    float *qkv, *conv, *z, *a, *b, *lin;           /* delta-net */
-    float *ff_g, *ff_u, *ff_o;                     /* dense / shared-expert MLP */
-    float *router, *moe_w, *moe_out, *sh_gate;     /* MoE */
-    int32_t *moe_ids;
+/* Activation buffers for up to max_batch tokens (backend memory): the layer loop's, and each kind's
+ * (allocated for the kinds the model uses). */
+struct sl_scratch {
+    float *x, *xn;  /* the residual stream and its normed copy */
+    float *mix_out; /* a layer's mixer output */
+    float *ffn_out; /* a layer's feed-forward output, added in by the next layer */
+    sl_attn_scratch attn;
+    sl_deltanet_scratch dn;
+    sl_mlp_scratch mlp;
+    sl_moe_scratch moe;
     float *logits;
-} sl_scratch;
+};
 
-/* Recurrent state (conv and delta-net state of every delta-net layer) saved at one position, in backend
- * memory. Valid while hist[0, pos) is unchanged: a rewind below pos drops it. */
+/* The state of one layer: its kind's layout, the paged caches [n_pages * SL_KV_PAGE][lay.row] and the
+ * fixed buffers of every sequence slot [n_seqs][lay.fixed[i]]. */
+typedef struct sl_layer_state {
+    sl_state_layout lay;
+    float *paged[SL_STATE_BUFS];
+    float *fixed[SL_STATE_BUFS];
+} sl_layer_state;
+
+/* Fixed state (every layer's fixed buffers) saved at one position, in backend memory. Valid while
+ * hist[0, pos) is unchanged: a rewind below pos drops it. */
 typedef struct sl_snapshot {
     int pos;                 /* -1: slot unused */
     unsigned long long used; /* recency, for eviction */
-    float **conv, **ssm;     /* per layer, NULL for attention layers */
+    float **fixed;           /* [n_layers * SL_STATE_BUFS], NULL where a layer keeps none */
 } sl_snapshot;
 
 #define SL_MAX_SNAPSHOTS 4
@@ -77,11 +90,10 @@ typedef struct sl_session_opts {
 struct sl_session {
     sl_model *m;
     int max_ctx, max_batch, n_seqs;
-    int recurrent; /* has delta-net layers, whose state cannot be rewound */
+    int recurrent; /* has fixed per-sequence state (delta-net layers), which cannot be rewound */
     sl_seq *seqs;
     unsigned long long clock;
-    /* KV pool: per attention layer [n_pages * SL_KV_PAGE][n_kv * head_dim] (NULL for delta-net layers) */
-    float **kc, **vc;
+    sl_layer_state *state; /* per layer */
     int n_pages, max_pages;
     int32_t *pt;       /* [n_seqs * max_pages] page tables (host) */
     int32_t *pt_dev;   /* the same in backend memory */
@@ -89,9 +101,6 @@ struct sl_session {
     int *page_ref;     /* sequences holding each page */
     int32_t *free_pages;
     int n_free;
-    /* recurrent state: per delta-net layer [n_seqs][...] */
-    float **conv, **ssm;
-    size_t conv_stride, ssm_stride;
     sl_scratch s;
     int logit_cap;    /* rows s.logits holds */
     int32_t *row_pos; /* [logit_cap] the position of each logits row's token, for error messages */
@@ -111,6 +120,11 @@ struct sl_session {
     int n_bufs, cap_bufs;
     int logit_row; /* sequence 0's calls: the row of s.logits holding the last fed token's logits, -1: none */
 };
+
+/* Fixed state buffer i of layer l for sequence slot q. */
+static inline float *sl_session_fixed(const sl_session *s, int l, int i, int q) {
+    return s->state[l].fixed[i] + (size_t)q * s->state[l].lay.fixed[i];
+}
 
 /* max_ctx <= 0: the model's max_position_embeddings. One sequence. */
 int sl_session_create(sl_model *m, int max_ctx, sl_session **out, sl_err *e);

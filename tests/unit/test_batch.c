@@ -7,6 +7,7 @@
  * between sequences with a common prefix, copy on write, and a full KV pool. Runs on the backend
  * SLUICE_BACKEND names. */
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -132,7 +133,7 @@ static void run_batched(sl_model *m, const int32_t *p, int np, const int32_t *d,
 
 static int moe_layers(const sl_model *m) {
     int c = 0;
-    for (int l = 0; l < m->cfg.n_layers; l++) c += m->layers[l].is_moe;
+    for (int l = 0; l < m->cfg.n_layers; l++) c += m->layers[l].moe != NULL;
     return c;
 }
 
@@ -225,18 +226,20 @@ FAMILY_FIXTURE(glm4_moe)
 FAMILY_FIXTURE(gpt_oss)
 FAMILY_FIXTURE(gpt_oss_mxfp4)
 
-#define GGUF_FIXTURE(n, dir)                                                                                           \
-    Test(batch_gguf, n) {                                                                                              \
-        check_in("gguf", dir);                                                                                         \
-    }
-GGUF_FIXTURE(llama_q8_0, "llama-Q8_0")
-GGUF_FIXTURE(llama_q4_0, "llama-Q4_0")
-GGUF_FIXTURE(llama_q6_k, "llama-Q6_K")
-GGUF_FIXTURE(qwen3_moe_q4_k_m, "qwen3_moe-Q4_K_M")
-GGUF_FIXTURE(qwen3_moe_q5_k_m, "qwen3_moe-Q5_K_M")
-GGUF_FIXTURE(qwen3_5_moe_q4_k_m, "qwen3_5_moe-Q4_K_M")
-GGUF_FIXTURE(qwen3_5_moe_q3_k_m, "qwen3_5_moe-Q3_K_M")
-GGUF_FIXTURE(qwen3_5_moe_iq4_xs, "qwen3_5_moe-IQ4_XS")
+/* every GGUF fixture folder (tests/fixtures/gguf/NAME/model.gguf) */
+ParameterizedTestParameters(batch_gguf, converted) {
+    size_t n;
+    tu_name *names = tu_fixture_names("gguf", "model.gguf", 0, &n);
+    return cr_make_param_array(tu_name, names, n, tu_free_names);
+}
+
+ParameterizedTest(tu_name *f, batch_gguf, converted) {
+    check_in("gguf", f->s);
+}
+
+Test(batch_gguf, found) {
+    tu_expect_fixtures("gguf", "model.gguf", 0, (const char *const[]){TU_GGUF_SHIPPED, NULL}, NULL);
+}
 
 /* Feeds ids to sequence q one batch, wanting the last row's logits into out (may be NULL). */
 static void feed(sl_session *s, int q, const int32_t *ids, int n, float *out) {

@@ -2,6 +2,7 @@
  * through the cache. rel-L2 <= 1e-3 and identical argmax at every position on the CPU; with
  * SLUICE_BACKEND=cuda (bf16 tensor-core prefill) rel-L2 <= 3e-2 and identical argmax at >= 95%. */
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -331,20 +332,22 @@ Test(families, gpt_oss_gguf) {
     free(src);
 }
 
-/* GGUF files written by llama.cpp's converter and quantizer; references from their dequantised weights (on
- * CUDA too: the GGML block formats have kernels there) */
-#define GGUF_FIXTURE(n, dir)                                                                                           \
-    Test(gguf, n) {                                                                                                    \
-        check_fixture_in("gguf", dir);                                                                                 \
-    }
-GGUF_FIXTURE(llama_q8_0, "llama-Q8_0")
-GGUF_FIXTURE(llama_q4_0, "llama-Q4_0")
-GGUF_FIXTURE(llama_q6_k, "llama-Q6_K")
-GGUF_FIXTURE(qwen3_moe_q4_k_m, "qwen3_moe-Q4_K_M")
-GGUF_FIXTURE(qwen3_moe_q5_k_m, "qwen3_moe-Q5_K_M")
-GGUF_FIXTURE(qwen3_5_moe_q4_k_m, "qwen3_5_moe-Q4_K_M")
-GGUF_FIXTURE(qwen3_5_moe_q3_k_m, "qwen3_5_moe-Q3_K_M")
-GGUF_FIXTURE(qwen3_5_moe_iq4_xs, "qwen3_5_moe-IQ4_XS")
+/* GGUF files written by llama.cpp's converter and quantizer, every folder of tests/fixtures/gguf with a
+ * model.gguf; references from their dequantised weights (on CUDA too: the GGML block formats have kernels
+ * there) */
+ParameterizedTestParameters(gguf, converted) {
+    size_t n;
+    tu_name *names = tu_fixture_names("gguf", "model.gguf", 0, &n);
+    return cr_make_param_array(tu_name, names, n, tu_free_names);
+}
+
+ParameterizedTest(tu_name *f, gguf, converted) {
+    check_fixture_in("gguf", f->s);
+}
+
+Test(gguf, found) {
+    tu_expect_fixtures("gguf", "model.gguf", 0, (const char *const[]){TU_GGUF_SHIPPED, NULL}, NULL);
+}
 
 /* Prefill in one batch and token-by-token decode must agree: the same prompt fed one id at a time gives
  * the batch's rows (this is what prefix reuse and chunked prefill rely on). */

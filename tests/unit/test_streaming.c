@@ -7,6 +7,7 @@
  * expert to the same logits, and ignored once the checkpoint changes. Runs on the backend SLUICE_BACKEND
  * names. */
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,7 +48,7 @@ static int forward_all(sl_model *m, const int32_t *p, int n, const int32_t *d, i
 
 static int moe_layers(const sl_model *m) {
     int c = 0;
-    for (int l = 0; l < m->cfg.n_layers; l++) c += m->layers[l].is_moe;
+    for (int l = 0; l < m->cfg.n_layers; l++) c += m->layers[l].moe != NULL;
     return c;
 }
 
@@ -134,11 +135,25 @@ STREAM_FIXTURE(deepseek_v3_fp8, "families/deepseek_v3_fp8")
 STREAM_FIXTURE(glm4_moe, "families/glm4_moe")
 STREAM_FIXTURE(gpt_oss, "families/gpt_oss")
 STREAM_FIXTURE(gpt_oss_mxfp4, "families/gpt_oss_mxfp4")
-STREAM_FIXTURE(gguf_qwen3_moe_q4k, "gguf/qwen3_moe-Q4_K_M/model.gguf")
-STREAM_FIXTURE(gguf_qwen3_moe_q5k, "gguf/qwen3_moe-Q5_K_M/model.gguf")
-STREAM_FIXTURE(gguf_qwen3_5_moe_q4k, "gguf/qwen3_5_moe-Q4_K_M/model.gguf")
-STREAM_FIXTURE(gguf_qwen3_5_moe_q3k, "gguf/qwen3_5_moe-Q3_K_M/model.gguf")
-STREAM_FIXTURE(gguf_qwen3_5_moe_iq4, "gguf/qwen3_5_moe-IQ4_XS/model.gguf")
+
+/* every GGUF fixture with experts (tests/fixtures/gguf/NAME/model.gguf) */
+ParameterizedTestParameters(streaming, gguf) {
+    size_t n;
+    tu_name *names = tu_fixture_names("gguf", "model.gguf", 1, &n);
+    return cr_make_param_array(tu_name, names, n, tu_free_names);
+}
+
+ParameterizedTest(tu_name *f, streaming, gguf) {
+    char rel[160];
+    snprintf(rel, sizeof rel, "gguf/%s/model.gguf", f->s);
+    cr_log_info("%s", rel);
+    check_streams(rel);
+}
+
+Test(streaming, gguf_found) {
+    tu_expect_fixtures("gguf", "model.gguf", 1, (const char *const[]){TU_GGUF_SHIPPED_MOE, NULL},
+                       (const char *const[]){"llama-Q8_0", "llama-Q4_0", "llama-Q6_K", NULL});
+}
 
 /* ---- a checkpoint cut short ---- */
 

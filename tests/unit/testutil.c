@@ -1,11 +1,15 @@
 #include "testutil.h"
 
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/util.h"
+#include "formats/gguf.h"
 
 char *tu_fixture(const char *rel) {
     const char *root = getenv("SLUICE_FIXTURES");
@@ -46,4 +50,78 @@ int tu_valid_utf8(const char *s, size_t n) {
         i += l;
     }
     return 1;
+}
+
+/* Whether the GGUF file at path declares experts (<general.architecture>.expert_count > 0). */
+static int gguf_has_experts(const char *path) {
+    sl_gguf *g;
+    sl_err e;
+    if (sl_gguf_open(path, &g, &e)) return 0;
+    sl_gguf_str arch;
+    int64_t n = 0;
+    char key[128];
+    if (!sl_gguf_get_str(g, "general.architecture", &arch, &e) && arch.len < 64) {
+        snprintf(key, sizeof key, "%.*s.expert_count", (int)arch.len, arch.s);
+        if (sl_gguf_get_int(g, key, &n, &e)) n = 0;
+    }
+    sl_gguf_close(g);
+    return n > 0;
+}
+
+static int by_name(const void *a, const void *b) {
+    return strcmp(((const tu_name *)a)->s, ((const tu_name *)b)->s);
+}
+
+/* The scan, into memory from alloc (calloc-like) and release. */
+static tu_name *scan(const char *kind, const char *file, int moe_only, size_t *n, void *(*alloc)(size_t, size_t),
+                     void (*release)(void *)) {
+    *n = 0;
+    const char *root = getenv("SLUICE_FIXTURES");
+    char dir[4096], path[4096];
+    snprintf(dir, sizeof dir, "%s/%s", root ? root : "tests/fixtures", kind);
+    DIR *d = opendir(dir);
+    if (!d) return NULL;
+    tu_name *names = NULL;
+    size_t cap = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        struct stat st;
+        if (de->d_name[0] == '.' || strlen(de->d_name) >= sizeof names->s) continue;
+        snprintf(path, sizeof path, "%s/%s/%s", dir, de->d_name, file);
+        if (stat(path, &st) || !S_ISREG(st.st_mode) || (moe_only && !gguf_has_experts(path))) continue;
+        if (*n == cap) {
+            tu_name *grown = alloc(cap ? 2 * cap : 16, sizeof *grown);
+            if (!grown) break;
+            if (names) memcpy(grown, names, *n * sizeof *names);
+            if (names) release(names);
+            names = grown;
+            cap = cap ? 2 * cap : 16;
+        }
+        snprintf(names[(*n)++].s, sizeof names->s, "%s", de->d_name);
+    }
+    closedir(d);
+    if (*n) qsort(names, *n, sizeof *names, by_name);
+    return names;
+}
+
+tu_name *tu_fixture_names(const char *kind, const char *file, int moe_only, size_t *n) {
+    return scan(kind, file, moe_only, n, cr_calloc, cr_free);
+}
+
+void tu_free_names(struct criterion_test_params *crp) {
+    if (crp->params) cr_free(crp->params);
+}
+
+void tu_expect_fixtures(const char *kind, const char *file, int moe_only, const char *const *want,
+                        const char *const *unwanted) {
+    size_t n;
+    tu_name *names = scan(kind, file, moe_only, &n, calloc, free);
+    for (; *want; want++) {
+        size_t i = 0;
+        while (i < n && strcmp(names[i].s, *want)) i++;
+        cr_expect(i < n, "%s/%s not found among the %zu folders found", kind, *want, n);
+    }
+    for (; unwanted && *unwanted; unwanted++)
+        for (size_t i = 0; i < n; i++) cr_expect(strcmp(names[i].s, *unwanted), "%s/%s found", kind, *unwanted);
+    free(names);
 }
