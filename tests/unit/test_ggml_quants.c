@@ -557,7 +557,7 @@ static void check_cuda_matmul(sl_backend *be, const sl_weight *w, const sl_weigh
     free(row);
 }
 
-/* every type, twice: with the tile-decoding tensor-core kernel (from 5 to 64 tokens, the default) and
+/* every type, twice: with the tile-decoding tensor-core kernel (from 2 to 64 tokens, the default) and
  * without it (SLUICE_CUDA_MMQ=0: the decode GEMV to 16 tokens in one pass or two, then the bf16 tensor-core
  * GEMM on the dequantised matrix); rows that do not fill a block of rows, rows over several input chunks
  * and column splits, and embedding rows; errors for a type without kernels */
@@ -591,7 +591,7 @@ static void check_every_type(sl_backend *be, int mmq) {
          * pass, each product within 2^-8 of its value */
         int q16 = t == SL_GGML_Q4_K || t == SL_GGML_Q6_K || t == SL_GGML_Q8_0;
         for (int m = 0; m < nn; m++) {
-            int gemv = mmq ? ns[m] < 5 : ns[m] <= 16;
+            int gemv = mmq ? ns[m] < 2 : ns[m] <= 16;
             check_cuda_matmul(be, &w, &hw, ns[m], s + (unsigned)m, gemv ? 1e-5 : 4e-3, gemv && q16);
         }
         int32_t ids[3] = {5, 36, 0};

@@ -562,7 +562,7 @@ int sl_cuda_backend_create(int device, sl_backend **out, char *about, size_t abo
     const char *pf = getenv("SLUICE_CUDA_PREFILL");
     c->gemm_exact = pf && !strcmp(pf, "exact") ? 1 : pf && !strcmp(pf, "bf16") ? -1 : 0;
     const char *mq = getenv("SLUICE_CUDA_MMQ"), *mqm = getenv("SLUICE_CUDA_MMQ_MIN");
-    c->mmq_min = mq && !strcmp(mq, "0") ? 0 : mqm && atoi(mqm) > 1 ? atoi(mqm) : 5;
+    c->mmq_min = mq && !strcmp(mq, "0") ? 0 : mqm && atoi(mqm) > 1 ? atoi(mqm) : 2;
     const char *mv = getenv("SLUICE_CUDA_MMVQ");
     c->mmvq = !(mv && !strcmp(mv, "0"));
     const char *fl = getenv("SLUICE_CUDA_FLASH");

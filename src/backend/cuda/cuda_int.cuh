@@ -73,8 +73,8 @@ struct cu_impl {
     int flash;       /* prompt runs take the tensor-core attention kernel (SLUICE_CUDA_FLASH=0: never) */
     int gemm_exact; /* prefill GEMMs in split bf16 (near fp32): 1 all (SLUICE_CUDA_PREFILL=exact), -1 none
                      * (=bf16), 0 the weights marked exact */
-    int mmq_min;  /* GGML weights not marked exact: batches from this many tokens to CU_MMQ_MAX take the
-                   * tensor-core kernel (SLUICE_CUDA_MMQ_MIN; SLUICE_CUDA_MMQ=0: never) */
+    int mmq_min;  /* GGML weights not marked exact: batches from this many tokens (default 2) to CU_MMQ_MAX
+                   * take the tensor-core kernel (SLUICE_CUDA_MMQ_MIN; SLUICE_CUDA_MMQ=0: never) */
     int gemv_max; /* largest batch that runs through the GEMV kernels (SLUICE_CUDA_GEMV_MAX; 0: per format) */
     sl_err failure;
     int failed;
