@@ -391,6 +391,29 @@ int sl_session_seq_share(sl_session *s, int dst, int src, int k) {
     return a->pos;
 }
 
+int sl_session_seq_fork(sl_session *s, int dst, int src) {
+    if (dst == src) return s->seqs[src].pos;
+    sl_session_seq_reset(s, dst);
+    sl_seq *a = &s->seqs[dst], *b = &s->seqs[src];
+    int32_t *td = table(s, dst), *ts = table(s, src);
+    /* every page, the last partial one too: whichever side writes into a shared page copies it first */
+    for (int i = 0; i < b->n_pages; i++) {
+        td[i] = ts[i];
+        s->page_ref[ts[i]]++;
+    }
+    a->n_pages = b->n_pages;
+    a->pos = b->pos;
+    memcpy(a->hist, b->hist, (size_t)a->pos * sizeof *a->hist);
+    s->pt_dirty[dst] = 1;
+    const sl_config *c = &s->m->cfg;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (!s->conv[l]) continue;
+        copy_state(s->m->be, conv_of(s, l, dst), conv_of(s, l, src), conv_floats(s));
+        copy_state(s->m->be, ssm_of(s, l, dst), ssm_of(s, l, src), s->ssm_stride);
+    }
+    return a->pos;
+}
+
 /* --- the forward pass ------------------------------------------------------------------------------- */
 
 /* Checks a batch, makes room for it in the KV pool and fills the batch map and runs. */

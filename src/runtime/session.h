@@ -164,6 +164,11 @@ int sl_session_seq_common(const sl_session *s, int seq, const int32_t *p, int n)
  * ids; returns the positions dst now holds (a multiple of SL_KV_PAGE, <= k). Attention-only models: the
  * recurrent state of a hybrid model cannot be shared, and 0 is returned for them. */
 int sl_session_seq_share(sl_session *s, int dst, int src, int k);
+/* Resets dst, then makes it a copy of src as it stands: all of src's pages, the last partial one included,
+ * shared (either side copies a shared page before writing into it), its ids and, on hybrid models, its
+ * recurrent state (copied). Returns the positions dst holds (src's). Several continuations of one prompt
+ * (the server's n choices) read it once. */
+int sl_session_seq_fork(sl_session *s, int dst, int src);
 /* Pages free in the pool, and in all. */
 void sl_session_pages(const sl_session *s, int *free_pages, int *total);
 

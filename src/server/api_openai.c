@@ -1,4 +1,7 @@
-/* OpenAI API: /v1/chat/completions, /v1/completions and /v1/models, whole or as Server-Sent Events. */
+/* OpenAI API: /v1/chat/completions, /v1/completions and /v1/models, whole or as Server-Sent Events. With
+ * n > 1 each choice is a job of the request (job.h): streamed chunks carry the choice's index and each
+ * choice ends with its own finish chunk; a whole body lists every choice once the last one ends; usage
+ * counts the prompt once and the completion tokens of all choices. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,10 +15,13 @@ static int is_chat(const sv_job *j) {
     return json_is_true(json_object_get(j->extra, "chat"));
 }
 
-static json_t *usage(const sv_job *j) {
-    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", j->st.prompt_tokens, "completion_tokens",
-                     j->st.generated_tokens, "total_tokens", j->st.prompt_tokens + j->st.generated_tokens,
-                     "prompt_tokens_details", "cached_tokens", j->st.cached_tokens);
+/* The request's usage (j: its lead). */
+static json_t *usage(sv_job *j) {
+    int gen = 0;
+    for (int i = 0; i < j->n_choices; i++) gen += sv_job_choice(j, i)->st.generated_tokens;
+    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", j->st.prompt_tokens, "completion_tokens", gen,
+                     "total_tokens", j->st.prompt_tokens + gen, "prompt_tokens_details", "cached_tokens",
+                     j->st.cached_tokens);
 }
 
 static const char *finish_reason(const sv_job *j) {
@@ -48,7 +54,7 @@ static json_t *legacy_logprobs(sv_job *j, json_t *entries) {
                      offs);
 }
 
-/* The logprobs of choice 0 for the tokens not yet written (none when they are off, or, while streaming,
+/* The logprobs of choice j for the tokens not yet written (none when they are off, or, while streaming,
  * when no token is pending). */
 static void attach_logprobs(sv_job *j, json_t *choice) {
     json_t *pending = sv_job_logprobs_take(j);
@@ -62,7 +68,7 @@ static void attach_logprobs(sv_job *j, json_t *choice) {
                                    : legacy_logprobs(j, pending));
 }
 
-/* One streamed chunk with choice 0 (choice NULL: no choices, for the usage chunk). */
+/* One streamed chunk with one choice of j (choice NULL: no choices, for the usage chunk). */
 static void chunk(sv_job *j, json_t *choice, json_t *usage_v) {
     /* the role chunk goes out before the first token's text: its logprobs ride with that text */
     if (choice && !json_object_get(json_object_get(choice, "delta"), "role")) attach_logprobs(j, choice);
@@ -74,25 +80,25 @@ static void chunk(sv_job *j, json_t *choice, json_t *usage_v) {
     sv_job_sse(j, NULL, c);
 }
 
-static json_t *delta_choice(json_t *delta, const char *finish) {
-    return json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "delta", delta, "logprobs", "finish_reason",
+static json_t *delta_choice(const sv_job *j, json_t *delta, const char *finish) {
+    return json_pack("{s:i, s:o, s:n, s:o}", "index", j->index, "delta", delta, "logprobs", "finish_reason",
                      finish ? json_string(finish) : json_null());
 }
 
-static json_t *text_choice(const char *text, size_t len, const char *finish) {
-    return json_pack("{s:s%, s:i, s:n, s:o}", "text", text, len, "index", 0, "logprobs", "finish_reason",
+static json_t *text_choice(const sv_job *j, const char *text, size_t len, const char *finish) {
+    return json_pack("{s:s%, s:i, s:n, s:o}", "text", text, len, "index", j->index, "logprobs", "finish_reason",
                      finish ? json_string(finish) : json_null());
 }
 
 static void w_begin(sv_job *j) {
     if (j->stream && is_chat(j))
-        chunk(j, delta_choice(json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL), NULL);
+        chunk(j, delta_choice(j, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL), NULL);
 }
 
 static void w_event(sv_job *j, const sl_tc_event *ev) {
     if (!j->stream) return;
     if (!is_chat(j)) {
-        chunk(j, text_choice(ev->text, ev->len, NULL), NULL);
+        chunk(j, text_choice(j, ev->text, ev->len, NULL), NULL);
         return;
     }
     json_t *d = NULL;
@@ -111,7 +117,7 @@ static void w_event(sv_job *j, const sl_tc_event *ev) {
         break;
     case SL_TC_TOOL_END: return;
     }
-    if (d) chunk(j, delta_choice(d, NULL), NULL);
+    if (d) chunk(j, delta_choice(j, d, NULL), NULL);
 }
 
 static json_t *message(const sv_job *j) {
@@ -130,34 +136,47 @@ static json_t *message(const sv_job *j) {
     return m;
 }
 
+/* Choice j's finish chunk as it streams; once every choice has ended, the usage chunk and the end. A whole
+ * body goes out when the last choice ends, with all of them. */
 static void w_finish(sv_job *j) {
-    const char *fr = finish_reason(j);
+    sv_job *lead = j->lead;
     if (j->stream) {
-        chunk(j, is_chat(j) ? delta_choice(json_object(), fr) : text_choice("", 0, fr), NULL);
-        if (j->include_usage) chunk(j, NULL, usage(j));
-        sv_job_emit(j, "data: [DONE]\n\n", 14);
+        const char *fr = finish_reason(j);
+        chunk(j, is_chat(j) ? delta_choice(j, json_object(), fr) : text_choice(j, "", 0, fr), NULL);
+        if (lead->open) return;
+        if (lead->include_usage) chunk(lead, NULL, usage(lead));
+        sv_job_emit(lead, "data: [DONE]\n\n", 14);
         return;
     }
-    json_t *choice = is_chat(j) ? json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "message", message(j), "logprobs",
-                                            "finish_reason", fr)
-                                : text_choice(j->content.p ? j->content.p : "", j->content.len, fr);
-    attach_logprobs(j, choice);
-    sv_buf_json(&j->out, json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o], s:o}", "id", j->id, "object",
-                                   is_chat(j) ? "chat.completion" : "text_completion", "created", j->created, "model",
-                                   model_of(j), "system_fingerprint", "sluice", "choices", choice, "usage", usage(j)));
-    sv_job_emit(j, "", 0);
+    if (lead->open) return;
+    json_t *choices = json_array();
+    for (int i = 0; i < lead->n_choices; i++) {
+        sv_job *c = sv_job_choice(lead, i);
+        const char *fr = finish_reason(c);
+        json_t *choice = is_chat(c) ? json_pack("{s:i, s:o, s:n, s:s}", "index", i, "message", message(c), "logprobs",
+                                                "finish_reason", fr)
+                                    : text_choice(c, c->content.p ? c->content.p : "", c->content.len, fr);
+        attach_logprobs(c, choice);
+        json_array_append_new(choices, choice);
+    }
+    sv_buf_json(&lead->out,
+                json_pack("{s:s, s:s, s:I, s:s, s:s, s:o, s:o}", "id", lead->id, "object",
+                          is_chat(lead) ? "chat.completion" : "text_completion", "created", lead->created, "model",
+                          model_of(lead), "system_fingerprint", "sluice", "choices", choices, "usage", usage(lead)));
+    sv_job_emit(lead, "", 0);
 }
 
 static void w_fail(sv_job *j, const char *msg) {
+    sv_job *lead = j->lead;
     json_t *err =
         json_pack("{s:{s:s, s:s, s:n, s:n}}", "error", "message", msg, "type", "server_error", "param", "code");
-    if (j->stream) {
-        sv_job_sse(j, NULL, err);
-        sv_job_emit(j, "data: [DONE]\n\n", 14);
+    if (lead->stream) {
+        sv_job_sse(lead, NULL, err);
+        sv_job_emit(lead, "data: [DONE]\n\n", 14);
     } else {
-        j->status = 500;
-        sv_buf_json(&j->out, err);
-        sv_job_emit(j, "", 0);
+        lead->status = 500;
+        sv_buf_json(&lead->out, err);
+        sv_job_emit(lead, "", 0);
     }
 }
 
@@ -193,8 +212,8 @@ static int constraint(json_t *b, sv_job *j, sv_error *er) {
     return 0;
 }
 
-/* Settings both endpoints share. */
-static int parse_common(sv_engine *g, json_t *b, sv_job *j, sv_error *er) {
+/* Settings both endpoints share; *n_choices gets n. */
+static int parse_common(sv_engine *g, json_t *b, sv_job *j, int *n_choices, sv_error *er) {
     double d;
     long long n;
     int rc;
@@ -213,7 +232,16 @@ static int parse_common(sv_engine *g, json_t *b, sv_job *j, sv_error *er) {
     if (rc) sp->frequency_penalty = (float)d;
     if ((rc = sv_get_int(b, "seed", "seed", -(1LL << 62), 1LL << 62, &n, er)) < 0) return -1;
     if (rc) sp->seed = (uint64_t)n;
-    if ((rc = sv_get_int(b, "n", "n", 1, 1, &n, er)) < 0) return -1;
+    /* n choices take n of the --parallel sequences: a request must fit in them */
+    int max_n = g->parallel < SV_MAX_CHOICES ? g->parallel : SV_MAX_CHOICES;
+    if (max_n < 1) max_n = 1;
+    json_t *nv = json_object_get(b, "n");
+    if (nv && !json_is_null(nv) &&
+        (!json_is_integer(nv) || json_integer_value(nv) < 1 || json_integer_value(nv) > max_n))
+        return sv_bad(er, 400, "n",
+                      "n must be an integer in [1, %d] (at most %d choices, and at most the server's --parallel %d)",
+                      max_n, SV_MAX_CHOICES, g->parallel);
+    *n_choices = nv && !json_is_null(nv) ? (int)json_integer_value(nv) : 1;
     const char *key = json_object_get(b, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     if ((rc = sv_get_int(b, key, key, 1, 1 << 30, &n, er)) < 0) return -1;
     if (rc) j->gen.max_tokens = (int)n;
@@ -427,7 +455,8 @@ enum MHD_Result sv_openai_chat(sv_req *r) {
     int think = -1;
     sv_job *j = sv_job_for(g, "chatcmpl-");
     if (!j) return MHD_NO;
-    if (parse_common(g, r->json, j, &er) || parse_logprobs(g, r->json, j, 1, &er) ||
+    int n = 1;
+    if (parse_common(g, r->json, j, &n, &er) || parse_logprobs(g, r->json, j, 1, &er) ||
         chat_messages(json_object_get(r->json, "messages"), &msgs, &er) || chat_tools(r->json, &tools, j, &er) ||
         response_format(r->json, msgs, &er))
         goto bad;
@@ -437,6 +466,11 @@ enum MHD_Result sv_openai_chat(sv_req *r) {
         sv_get_bool(r->json, "enable_thinking", "enable_thinking", &think, &er) < 0)
         goto bad;
     if (sv_chat_prepare(g, j, msgs, tools, think, vars, "max_tokens", &er)) goto bad;
+    tools = NULL; /* the job's now */
+    if (sv_job_add_choices(j, n)) {
+        sv_bad(&er, 500, "", "out of memory");
+        goto bad;
+    }
     json_decref(msgs);
     json_decref(vars);
     return sv_reply_job(r, j, j->stream ? "text/event-stream" : "application/json");
@@ -454,7 +488,8 @@ enum MHD_Result sv_openai_completions(sv_req *r) {
     sv_job *j = sv_job_for(g, "cmpl-");
     if (!j) return MHD_NO;
     j->gen.max_tokens = 16; /* the API's documented default */
-    if (parse_common(g, r->json, j, &er) || parse_logprobs(g, r->json, j, 0, &er)) goto bad;
+    int n = 1;
+    if (parse_common(g, r->json, j, &n, &er) || parse_logprobs(g, r->json, j, 0, &er)) goto bad;
     json_t *p = json_object_get(r->json, "prompt");
     if (json_is_array(p) && json_array_size(p) == 1) p = json_array_get(p, 0);
     if (!json_is_string(p)) {
@@ -470,6 +505,10 @@ enum MHD_Result sv_openai_completions(sv_req *r) {
     if (sv_prompt_text(g, json_string_value(p), json_string_length(p), j, &er) ||
         sv_check_context(g, j, "max_tokens", &er))
         goto bad;
+    if (sv_job_add_choices(j, n)) {
+        sv_bad(&er, 500, "", "out of memory");
+        goto bad;
+    }
     return sv_reply_job(r, j, j->stream ? "text/event-stream" : "application/json");
 bad:
     sv_job_release(j);

@@ -68,16 +68,23 @@ static void on_event(void *ud, const sl_tc_event *ev) {
     j->w->event(j, ev);
 }
 
+/* A request whose client left, or one of whose choices failed: its choices stop and write nothing more.
+ * Lead's lock held. */
+static int gone(const sv_job *lead) {
+    return lead->cancelled || lead->failed;
+}
+
 static int on_text(void *ud, const char *text, size_t len) {
     run_ctx *r = ud;
-    sv_job *j = r->j;
-    pthread_mutex_lock(&j->mu);
-    if (!j->began) {
+    sv_job *j = r->j, *lead = j->lead;
+    pthread_mutex_lock(&lead->mu);
+    int stop = gone(lead);
+    if (!j->began && !stop) {
         j->began = 1;
         j->w->begin(j);
     }
-    if (!j->cancelled) feed_forced(r);
-    if (len && !j->cancelled) {
+    if (!stop) feed_forced(r);
+    if (len && !stop) {
         if (r->parser) {
             sl_err e;
             if (sl_tc_parser_feed(r->parser, text, len, on_event, j, &e)) j->content.oom = 1;
@@ -86,8 +93,7 @@ static int on_text(void *ud, const char *text, size_t len) {
             on_event(j, &ev);
         }
     }
-    int stop = j->cancelled;
-    pthread_mutex_unlock(&j->mu);
+    pthread_mutex_unlock(&lead->mu);
     return stop;
 }
 
@@ -95,11 +101,14 @@ static int on_text(void *ud, const char *text, size_t len) {
 static void log_timing(const sv_engine *g, const sv_job *j) {
     const sl_gen_stats *st = &j->st;
     int fed = st->prompt_tokens - st->cached_tokens, n = st->generated_tokens;
+    const char *route = j->lead->route[0] ? j->lead->route : "-";
     sv_buf b = {0};
+    sv_buf_printf(&b, "sluice serve: %s", route);
+    if (j->lead->n_choices > 1) sv_buf_printf(&b, " choice %d", j->index);
     sv_buf_printf(&b,
-                  "sluice serve: %s model '%s': prompt %d tokens (%d cached), prefill %.3f s %.1f tok/s | "
+                  " model '%s': prompt %d tokens (%d cached), prefill %.3f s %.1f tok/s | "
                   "decode %d tokens, %.3f s %.1f tok/s | %s",
-                  j->route[0] ? j->route : "-", g->name, st->prompt_tokens, st->cached_tokens, st->prefill_s,
+                  g->name, st->prompt_tokens, st->cached_tokens, st->prefill_s,
                   st->prefill_s > 0 ? fed / st->prefill_s : 0.0, n, st->decode_s,
                   st->decode_s > 0 ? n / st->decode_s : 0.0, st->finish_reason ? st->finish_reason : "-");
     if (st->has_store) {
@@ -140,10 +149,11 @@ static void run_other(sv_engine *g, sv_job *j) {
     sv_job_release(j);
 }
 
-/* One request generating in a sequence of the session. */
+/* One choice of a request generating in a sequence of the session. */
 typedef struct sv_run {
     sv_job *j; /* NULL: the slot is free */
-    int seq;
+    int seq;   /* -1: none yet */
+    int wait;  /* a further choice: forks choice 0's sequence once the prompt is in */
     run_ctx r;
     sl_gen *gen;
     int fed;      /* prompt tokens in the sequence */
@@ -155,9 +165,11 @@ typedef struct sv_run {
     sl_store_stats x0, x1;
 } sv_run;
 
-/* Hands the job's end to its writer and counts it. rc: the generation failed with msg. */
+/* Hands a choice's end to its writer and counts it; the last choice to end ends the request (done,
+ * counted, released). rc: the generation failed with msg, which fails the request: the writer says so once
+ * and the other choices end at the next step, writing nothing. */
 static void end_job(sv_engine *g, sv_run *u, int rc, const char *msg) {
-    sv_job *j = u->j;
+    sv_job *j = u->j, *lead = j->lead;
     sl_err e = {{0}};
     if (msg) snprintf(e.msg, sizeof e.msg, "%s", msg);
     if (!rc && u->gen && sl_gen_finish(u->gen, on_text, &u->r, &j->st, &e)) rc = -1;
@@ -168,50 +180,73 @@ static void end_job(sv_engine *g, sv_run *u, int rc, const char *msg) {
         sl_store_stats_get(g->m->store, &x2);
         j->st.store_decode = sl_store_stats_since(&u->x1, &x2);
     }
-    pthread_mutex_lock(&j->mu);
-    if (!rc && !j->cancelled) feed_forced(&u->r);
-    if (!rc && u->r.parser && !j->cancelled && sl_tc_parser_finish(u->r.parser, on_event, j, &e)) rc = -1;
+    pthread_mutex_lock(&lead->mu);
+    int quiet = gone(lead);
+    if (!rc && !quiet) feed_forced(&u->r);
+    if (!rc && u->r.parser && !quiet && sl_tc_parser_finish(u->r.parser, on_event, j, &e)) rc = -1;
     if (!rc && (j->content.oom || j->reasoning.oom)) rc = sl_fail(&e, "out of memory");
-    if (!j->began && !j->cancelled) {
+    if (!j->began && !quiet) {
         j->began = 1;
         if (!rc) j->w->begin(j);
     }
-    if (rc) {
-        j->failed = 1;
+    lead->open--;
+    if (rc && !lead->failed) {
+        lead->failed = 1;
         sl_utf8_scrub(e.msg); /* the writers put it in a JSON string */
         j->w->fail(j, e.msg);
-    } else if (!j->cancelled) {
+    } else if (!rc && !quiet) {
         j->w->finish(j);
     }
-    int cancelled = j->cancelled;
+    int cancelled = lead->cancelled, failed = lead->failed, last = lead->open == 0;
     if (cancelled) j->st.finish_reason = "cancelled";
-    j->done = 1;
-    pthread_cond_broadcast(&j->cv);
-    pthread_mutex_unlock(&j->mu);
+    if (last) {
+        lead->done = 1;
+        pthread_cond_broadcast(&lead->cv);
+    }
+    pthread_mutex_unlock(&lead->mu);
     sl_tc_parser_free(u->r.parser);
     sl_gen_free(u->gen);
     if (g->timing && !rc) log_timing(g, j);
-    /* the conversation stays cached in its sequence: the next turn usually starts with all of it */
-    if (!rc && !cancelled && g->s->recurrent) sl_session_seq_snapshot(g->s, u->seq, &e);
-    sl_session_seq_set_idle(g->s, u->seq, 1);
+    if (u->seq >= 0) {
+        /* the conversation stays cached in its sequence: the next turn usually starts with all of it */
+        if (!rc && !cancelled && u->decoding && g->s->recurrent) sl_session_seq_snapshot(g->s, u->seq, &e);
+        sl_session_seq_set_idle(g->s, u->seq, 1);
+    }
 
+    /* the prompt once per request, the generated tokens and their time per choice */
     pthread_mutex_lock(&g->mu);
     sv_metrics *mt = &g->met;
-    mt->generations++;
-    if (rc) mt->failed++;
-    if (cancelled) mt->cancelled++;
-    mt->prompt_tokens += (unsigned long long)j->st.prompt_tokens;
-    mt->cached_tokens += (unsigned long long)j->st.cached_tokens;
     mt->generated_tokens += (unsigned long long)j->st.generated_tokens;
-    if (j->st.cached_tokens > 0) mt->prefix_hits++;
-    mt->prefill_s += j->st.prefill_s;
     mt->decode_s += j->st.decode_s;
-    if (j->st.prefill_s > 0) mt->last_prefill_tps = (j->st.prompt_tokens - j->st.cached_tokens) / j->st.prefill_s;
     if (j->st.decode_s > 0) mt->last_decode_tps = j->st.generated_tokens / j->st.decode_s;
-    g->busy--;
+    if (last) {
+        const sl_gen_stats *st = &lead->st;
+        mt->generations++;
+        if (failed) mt->failed++;
+        if (cancelled) mt->cancelled++;
+        mt->prompt_tokens += (unsigned long long)st->prompt_tokens;
+        mt->cached_tokens += (unsigned long long)st->cached_tokens;
+        if (st->cached_tokens > 0) mt->prefix_hits++;
+        mt->prefill_s += st->prefill_s;
+        if (st->prefill_s > 0) mt->last_prefill_tps = (st->prompt_tokens - st->cached_tokens) / st->prefill_s;
+        g->busy--;
+    }
     pthread_mutex_unlock(&g->mu);
-    sv_job_release(j);
+    if (last) sv_job_release(lead);
     memset(u, 0, sizeof *u);
+}
+
+/* The idle sequence a request may overwrite: an empty one first, else the least recently used. */
+static int pick_idle(const sl_session *s) {
+    int lru = -1;
+    for (int q = 0; q < s->n_seqs; q++) {
+        const sl_seq *sq = &s->seqs[q];
+        if (!sq->idle) continue;
+        if (lru < 0 || (sq->pos == 0) > (s->seqs[lru].pos == 0) ||
+            ((sq->pos == 0) == (s->seqs[lru].pos == 0) && sq->used < s->seqs[lru].used))
+            lru = q;
+    }
+    return lru;
 }
 
 /* Picks the sequence for a new request and resumes it as far as it can. An idle sequence whose whole
@@ -223,7 +258,7 @@ static void end_job(sv_engine *g, sv_run *u, int rc, const char *msg) {
  * kept. */
 static int place(sv_engine *g, sv_run *u, const int32_t *p, int n) {
     sl_session *s = g->s;
-    int take = -1, take_k = -1, lru = -1;
+    int take = -1, take_k = -1;
     for (int q = 0; q < s->n_seqs; q++) {
         const sl_seq *sq = &s->seqs[q];
         if (!sq->idle) continue;
@@ -233,12 +268,8 @@ static int place(sv_engine *g, sv_run *u, const int32_t *p, int n) {
             take = q;
             take_k = k;
         }
-        /* empty sequences first, then the least recently used */
-        if (lru < 0 || (sq->pos == 0) > (s->seqs[lru].pos == 0) ||
-            ((sq->pos == 0) == (s->seqs[lru].pos == 0) && sq->used < s->seqs[lru].used))
-            lru = q;
     }
-    int q = take >= 0 ? take : lru;
+    int q = take >= 0 ? take : pick_idle(s);
     sl_session_seq_set_idle(s, q, 0);
     u->seq = q;
     /* the last prompt token always runs again: its logits give the first generated token */
@@ -267,43 +298,91 @@ static int place(sv_engine *g, sv_run *u, const int32_t *p, int n) {
     return k;
 }
 
-/* Starts a request in a free run slot. */
-static void start_job(sv_engine *g, sv_run *u, sv_job *j) {
-    memset(u, 0, sizeof *u);
-    u->j = j;
-    u->r.j = j;
-    u->t0 = sl_now();
-    j->t_started = u->t0;
-    memset(&j->st, 0, sizeof j->st);
-    j->st.prompt_tokens = j->n_ids;
-    j->st.stop_index = -1;
-    sl_err e = {{0}};
-    int rc = 0;
-    if (j->n_ids <= 0)
-        rc = sl_fail(&e, "the prompt is empty");
-    else if (j->n_ids >= g->s->max_ctx)
-        rc = sl_fail(&e, "the prompt has %d tokens but the context holds %d", j->n_ids, g->s->max_ctx);
-    if (!rc && j->parse_output && !(u->r.parser = sl_tc_parser_create(g->tc_fmt, j->starts_in_reasoning, j->tools)))
-        rc = sl_fail(&e, "out of memory");
-    if (j->parse_output) j->gen.keep_special = sl_tc_format_tokens(g->tc_fmt);
-    if (!rc) rc = sl_gen_create(g->tok, g->m->cfg.vocab_size, &j->gen, j->ids, j->n_ids, &u->gen, &e);
+/* Starts a request, a free run slot per choice (the worker admits it only when it has them). Choice 0 is
+ * placed as any request (resuming or sharing a cached prefix) and reads the prompt. The others get empty
+ * sequences of their own and wait: once the prompt is in, each forks choice 0's sequence (its pages shared,
+ * a hybrid model's recurrent state copied) and samples its first token from the same logits, so the prompt
+ * is read once whatever n is. */
+static void start_job(sv_engine *g, sv_job *j) {
+    sv_run *runs[SV_MAX_CHOICES];
+    int n = 0;
+    for (int i = 0; i < g->parallel && n < j->n_choices; i++)
+        if (!g->runs[i].j) runs[n++] = &g->runs[i];
     pthread_mutex_lock(&g->mu);
     g->busy++;
     pthread_mutex_unlock(&g->mu);
-    if (rc) {
+    j->open = n;
+    sl_err e = {{0}};
+    int rc = 0;
+    if (n < j->n_choices)
+        rc = sl_fail(&e, "%d choices but %d free sequences", j->n_choices, n); /* the worker waits for room */
+    else if (j->n_ids <= 0)
+        rc = sl_fail(&e, "the prompt is empty");
+    else if (j->n_ids >= g->s->max_ctx)
+        rc = sl_fail(&e, "the prompt has %d tokens but the context holds %d", j->n_ids, g->s->max_ctx);
+    double t0 = sl_now();
+    for (int c = 0; c < n; c++) {
+        sv_run *u = runs[c];
+        sv_job *cj = sv_job_choice(j, c);
+        memset(u, 0, sizeof *u);
+        u->j = cj;
+        u->r.j = cj;
         u->seq = -1;
-        for (int q = 0; q < g->s->n_seqs; q++) /* end_job marks a sequence idle: give it an idle one */
-            if (g->s->seqs[q].idle) u->seq = q;
-        end_job(g, u, -1, e.msg);
+        u->want_row = -1;
+        u->t0 = t0;
+        cj->t_started = t0;
+        memset(&cj->st, 0, sizeof cj->st);
+        cj->st.prompt_tokens = j->n_ids;
+        cj->st.stop_index = -1;
+        if (cj->parse_output) cj->gen.keep_special = sl_tc_format_tokens(g->tc_fmt);
+        if (!rc && cj->parse_output &&
+            !(u->r.parser = sl_tc_parser_create(g->tc_fmt, cj->starts_in_reasoning, cj->tools)))
+            rc = sl_fail(&e, "out of memory");
+        if (!rc) rc = sl_gen_create(g->tok, g->m->cfg.vocab_size, &cj->gen, j->ids, j->n_ids, &u->gen, &e);
+    }
+    if (rc) {
+        for (int c = 0; c < n; c++) end_job(g, runs[c], -1, e.msg);
         return;
     }
+    sv_run *u = runs[0];
     u->fed = place(g, u, j->ids, j->n_ids);
     j->st.cached_tokens = u->fed;
     /* Recurrent state is saved just before the last prompt token: a request that repeats this prompt, or
      * continues it differently, resumes from there. */
     u->target = g->s->recurrent && j->n_ids - u->fed > 1 ? j->n_ids - 1 : j->n_ids;
-    u->want_row = -1;
     if (g->m->store) sl_store_stats_get(g->m->store, &u->x0);
+    for (int c = 1; c < n; c++) {
+        sv_run *w = runs[c];
+        w->seq = pick_idle(g->s);
+        sl_session_seq_set_idle(g->s, w->seq, 0);
+        sl_session_seq_reset(g->s, w->seq); /* holds no pages while it waits */
+        w->wait = 1;
+    }
+}
+
+/* Choice 0's prompt is in (its run u has just turned to decoding): the request's other choices fork its
+ * sequence and take their first token from the same logits row. */
+static void fork_choices(sv_engine *g, sv_run *u) {
+    for (int k = 0; k < g->parallel; k++) {
+        sv_run *w = &g->runs[k];
+        if (!w->j || !w->wait || w->j->lead != u->j) continue;
+        sl_session_seq_fork(g->s, w->seq, u->seq);
+        w->wait = 0;
+        w->decoding = 1;
+        w->fed = u->fed;
+        w->target = u->target;
+        w->want_row = u->want_row;
+        w->t0 = u->t0;
+        w->t1 = u->t1;
+        w->x0 = u->x0;
+        w->x1 = u->x1;
+        const sl_gen_stats *a = &u->j->st;
+        sl_gen_stats *b = &w->j->st;
+        b->cached_tokens = a->cached_tokens;
+        b->prefill_s = a->prefill_s;
+        b->has_store = a->has_store;
+        b->store_prefill = a->store_prefill;
+    }
 }
 
 /* Queued jobs whose clients left are dropped at once, so they hold no place in the queue. */
@@ -360,7 +439,7 @@ static int step(sv_engine *g, step_buf *b, float *logits) {
     }
     for (int i = 0; i < g->parallel && b->n < s->max_batch; i++) {
         sv_run *u = &g->runs[i];
-        if (!u->j || u->decoding) continue;
+        if (!u->j || u->decoding || u->wait) continue;
         int len = u->target - u->fed;
         if (len > s->max_batch - b->n) len = s->max_batch - b->n;
         int last = u->fed + len == u->j->n_ids;
@@ -379,19 +458,10 @@ static int step(sv_engine *g, step_buf *b, float *logits) {
     g->met.last_batch = s->n_runs;
     sl_session_pages(s, &g->met.kv_free, &g->met.kv_total);
     pthread_mutex_unlock(&g->mu);
-    int any_greedy = 0;
-    for (int i = 0; i < g->parallel; i++)
-        if (g->runs[i].j && g->runs[i].want_row >= 0 && sl_gen_greedy(g->runs[i].gen)) any_greedy = 1;
-    if (!rc && any_greedy && b->rows) rc = sl_session_rows_argmax(s, b->rows, b->greedy, &e);
-    for (int i = 0; i < g->parallel; i++) {
+    /* the prompts read in full, and the state snapshots of hybrid models on the way */
+    for (int i = 0; i < g->parallel && !rc; i++) {
         sv_run *u = &g->runs[i];
-        if (!u->j) continue;
-        if (rc) { /* every sequence of the batch was reset: their requests fail */
-            int mine = 0;
-            for (int t = 0; t < b->n; t++) mine |= b->seq[t] == u->seq;
-            if (mine) end_job(g, u, -1, e.msg);
-            continue;
-        }
+        if (!u->j || u->wait) continue;
         if (!u->decoding && u->fed == u->target && u->target < u->j->n_ids) { /* recurrent: snapshot, then go on */
             if (sl_session_seq_snapshot(s, u->seq, &e)) {
                 end_job(g, u, -1, e.msg);
@@ -399,17 +469,32 @@ static int step(sv_engine *g, step_buf *b, float *logits) {
             }
             u->target = u->j->n_ids;
         }
-        if (u->want_row < 0) continue;
-        if (!u->decoding) { /* the prompt is in: this row gives the first token */
-            u->decoding = 1;
-            u->t1 = sl_now();
-            u->j->st.prefill_s = u->t1 - u->t0;
-            if (g->m->store) {
-                sl_store_stats_get(g->m->store, &u->x1);
-                u->j->st.store_prefill = sl_store_stats_since(&u->x0, &u->x1);
-                u->j->st.has_store = 1;
-            }
+        if (u->want_row < 0 || u->decoding) continue;
+        /* the prompt is in: this row gives the first token */
+        u->decoding = 1;
+        u->t1 = sl_now();
+        u->j->st.prefill_s = u->t1 - u->t0;
+        if (g->m->store) {
+            sl_store_stats_get(g->m->store, &u->x1);
+            u->j->st.store_prefill = sl_store_stats_since(&u->x0, &u->x1);
+            u->j->st.has_store = 1;
         }
+        if (u->j->n_choices > 1) fork_choices(g, u);
+    }
+    int any_greedy = 0;
+    for (int i = 0; i < g->parallel; i++)
+        if (g->runs[i].j && g->runs[i].want_row >= 0 && sl_gen_greedy(g->runs[i].gen)) any_greedy = 1;
+    if (!rc && any_greedy && b->rows) rc = sl_session_rows_argmax(s, b->rows, b->greedy, &e);
+    for (int i = 0; i < g->parallel; i++) {
+        sv_run *u = &g->runs[i];
+        if (!u->j) continue;
+        if (rc) { /* every sequence of the batch was reset: their requests fail (their other choices next) */
+            int mine = u->want_row >= 0;
+            for (int t = 0; t < b->n; t++) mine |= b->seq[t] == u->seq;
+            if (mine) end_job(g, u, -1, e.msg);
+            continue;
+        }
+        if (u->want_row < 0) continue;
         int gr = sl_gen_greedy(u->gen);
         sl_err se = {{0}};
         int r = 0;
@@ -450,10 +535,12 @@ static void *worker(void *arg) {
             pthread_mutex_unlock(&g->mu);
             break;
         }
-        /* new requests join between steps */
+        /* new requests join between steps, in order, each once it has a run slot per choice (the APIs
+         * keep n within --parallel) */
         sv_job *joining[64];
         int nj = 0;
-        while (g->q_len && active + nj < g->parallel && nj < 64) {
+        for (int room = g->parallel - active; g->q_len && nj < 64 && g->q[g->q_head]->n_choices <= room;) {
+            room -= g->q[g->q_head]->n_choices;
             joining[nj++] = g->q[g->q_head];
             g->q_head = (g->q_head + 1) % g->q_cap;
             g->q_len--;
@@ -464,29 +551,26 @@ static void *worker(void *arg) {
                 run_other(g, joining[k]);
                 continue;
             }
-            for (int i = 0; i < g->parallel; i++) {
-                if (g->runs[i].j) continue;
-                start_job(g, &g->runs[i], joining[k]);
-                break;
-            }
+            start_job(g, joining[k]);
         }
-        /* requests whose clients left end now, freeing their sequences */
+        /* requests whose clients left, or one of whose choices failed, end now, freeing their sequences */
         for (int i = 0; i < g->parallel; i++) {
             sv_job *j = g->runs[i].j;
             if (!j) continue;
-            pthread_mutex_lock(&j->mu);
-            int gone = j->cancelled;
-            pthread_mutex_unlock(&j->mu);
-            if (gone) end_job(g, &g->runs[i], 0, NULL);
+            pthread_mutex_lock(&j->lead->mu);
+            int end = gone(j->lead);
+            pthread_mutex_unlock(&j->lead->mu);
+            if (end) end_job(g, &g->runs[i], 0, NULL);
         }
         step(g, &b, logits);
     }
     /* shutting down: requests still running end as cancelled */
     for (int i = 0; i < g->parallel; i++) {
         if (!g->runs[i].j) continue;
-        pthread_mutex_lock(&g->runs[i].j->mu);
-        g->runs[i].j->cancelled = 1;
-        pthread_mutex_unlock(&g->runs[i].j->mu);
+        sv_job *lead = g->runs[i].j->lead;
+        pthread_mutex_lock(&lead->mu);
+        lead->cancelled = 1;
+        pthread_mutex_unlock(&lead->mu);
         end_job(g, &g->runs[i], 0, NULL);
     }
     free(b.ids);

@@ -1,8 +1,9 @@
 /* The model a server runs and the worker that runs it: continuous batching. Up to `parallel` requests
- * generate at once, each in a sequence of one session; every step is one forward pass over the next
- * token of each decoding request and a chunk of a prompt being read, so a long prompt holds the others
- * up for one chunk at most. New requests join between steps; a request whose client goes frees its
- * sequence at the next step. Beyond `parallel`, requests wait in a bounded FIFO queue (503 when full).
+ * generate at once, each in a sequence of one session (a request for n choices in n sequences, which
+ * read its prompt once: see start_job); every step is one forward pass over the next token of each
+ * decoding sequence and a chunk of a prompt being read, so a long prompt holds the others up for one
+ * chunk at most. New requests join between steps; a request whose client goes frees its sequences at the
+ * next step. Beyond `parallel`, requests wait in a bounded FIFO queue (503 when full).
  *
  * Finished conversations stay in their sequences (the session has more sequences than `parallel`) until
  * their pages are needed: a request continuing any of them, or sharing a prefix with a running one,

@@ -12,20 +12,22 @@ sv_job *sv_job_new(void) {
     j->refs = 1;
     j->status = 200;
     j->block = -1;
+    j->lead = j;
+    j->n_choices = 1;
     return j;
 }
 
-void sv_job_release(sv_job *j) {
-    if (!j) return;
-    pthread_mutex_lock(&j->mu);
-    int last = --j->refs == 0;
-    pthread_mutex_unlock(&j->mu);
-    if (!last) return;
-    free(j->ids);
+static void job_free(sv_job *j) {
+    for (int i = 0; i + 1 < j->n_choices && j->more; i++)
+        if (j->more[i]) job_free(j->more[i]);
+    free(j->more);
+    if (j->lead == j) { /* the other choices borrow these */
+        free(j->ids);
+        json_decref(j->tools);
+        free(j->forced);
+    }
     for (int i = 0; i < SV_MAX_STOPS; i++) free(j->stops[i]);
-    json_decref(j->tools);
     free(j->force_tool);
-    free(j->forced);
     sl_grammar_free(j->grammar);
     json_decref(j->extra);
     json_decref(j->logprobs);
@@ -43,20 +45,76 @@ void sv_job_release(sv_job *j) {
     free(j);
 }
 
+void sv_job_release(sv_job *j) {
+    if (!j) return;
+    pthread_mutex_lock(&j->mu);
+    int last = --j->refs == 0;
+    pthread_mutex_unlock(&j->mu);
+    if (last) job_free(j);
+}
+
+/* Choice i's seed: choice 0 keeps the request's (so its first choice is what n = 1 gives), the others a
+ * splitmix64 mix of it and their index. */
+static uint64_t choice_seed(uint64_t seed, int i) {
+    if (!i) return seed;
+    uint64_t z = seed + (uint64_t)i * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+int sv_job_add_choices(sv_job *j, int n) {
+    if (n <= 1) return 0;
+    if (n > SV_MAX_CHOICES) return -1;
+    if (!(j->more = calloc((size_t)n - 1, sizeof *j->more))) return -1;
+    j->n_choices = n;
+    for (int i = 1; i < n; i++) {
+        sv_job *c = sv_job_new();
+        if (!c) return -1;
+        j->more[i - 1] = c;
+        c->lead = j;
+        c->index = i;
+        c->w = j->w;
+        /* borrowed: the lead outlives its choices (gen.stops and gen.grammar point into it too) */
+        c->ids = j->ids;
+        c->n_ids = j->n_ids;
+        c->tools = j->tools;
+        c->forced = j->forced;
+        c->gen = j->gen;
+        c->gen.sampling.seed = choice_seed(j->gen.sampling.seed, i);
+        c->stream = j->stream;
+        c->include_usage = j->include_usage;
+        c->parse_output = j->parse_output;
+        c->starts_in_reasoning = j->starts_in_reasoning;
+        c->tool_prefix = j->tool_prefix;
+        c->created = j->created;
+        memcpy(c->id, j->id, sizeof c->id);
+        /* the writer keeps per-choice state there (legacy logprobs' text offset) */
+        if (j->extra && !(c->extra = json_copy(j->extra))) return -1;
+        if (j->logprobs && sv_job_want_logprobs(c, j->lp_tok, j->gen.top_logprobs)) return -1;
+    }
+    return 0;
+}
+
+sv_job *sv_job_choice(sv_job *lead, int i) {
+    return i ? lead->more[i - 1] : lead;
+}
+
 void sv_job_emit(sv_job *j, const char *s, size_t n) {
-    sv_buf_append(&j->out, s, n);
-    pthread_cond_broadcast(&j->cv);
+    sv_buf_append(&j->lead->out, s, n);
+    pthread_cond_broadcast(&j->lead->cv);
 }
 
 void sv_job_sse(sv_job *j, const char *event, json_t *v) {
-    if (event) sv_buf_printf(&j->out, "event: %s\n", event);
-    sv_buf_puts(&j->out, "data: ");
-    sv_buf_json(&j->out, v);
+    sv_buf *o = &j->lead->out;
+    if (event) sv_buf_printf(o, "event: %s\n", event);
+    sv_buf_puts(o, "data: ");
+    sv_buf_json(o, v);
     sv_job_emit(j, "\n\n", 2);
 }
 
 void sv_job_ndjson(sv_job *j, json_t *v) {
-    sv_buf_json(&j->out, v);
+    sv_buf_json(&j->lead->out, v);
     sv_job_emit(j, "\n", 1);
 }
 
@@ -71,8 +129,12 @@ sv_tool *sv_job_tool_start(sv_job *j, const char *name, size_t len) {
     sv_tool *t = &j->tool_calls[j->n_tools];
     memset(t, 0, sizeof *t);
     if (!(t->name = strndup(name, len))) return NULL;
-    snprintf(t->id, sizeof t->id, "%s%s_%d", j->tool_prefix ? j->tool_prefix : "call_",
-             j->id + (strlen(j->id) > 12 ? strlen(j->id) - 12 : 0), j->n_tools);
+    const char *pre = j->tool_prefix ? j->tool_prefix : "call_",
+               *tail = j->id + (strlen(j->id) > 12 ? strlen(j->id) - 12 : 0);
+    if (j->index) /* unique across a request's choices */
+        snprintf(t->id, sizeof t->id, "%s%s_%d_%d", pre, tail, j->index, j->n_tools);
+    else
+        snprintf(t->id, sizeof t->id, "%s%s_%d", pre, tail, j->n_tools);
     j->n_tools++;
     return t;
 }
@@ -117,9 +179,9 @@ static void on_token(void *ud, const sl_logprobs *lp) {
     for (int k = 0; k < lp->n_top; k++)
         json_array_append_new(top, lp_token(j->lp_tok, lp->top_ids[k], lp->top_logprobs[k]));
     json_object_set_new(e, "top_logprobs", top);
-    pthread_mutex_lock(&j->mu);
+    pthread_mutex_lock(&j->lead->mu);
     json_array_append_new(j->logprobs, e);
-    pthread_mutex_unlock(&j->mu);
+    pthread_mutex_unlock(&j->lead->mu);
 }
 
 int sv_job_want_logprobs(sv_job *j, const sl_tokenizer *tok, int top) {

@@ -3,7 +3,12 @@
  *
  * The worker turns generated text into events (content, reasoning, tool calls) and hands them to the
  * API's writer, which appends the bytes to `out`; the connection thread streams `out` as it grows, or
- * waits for `done` and sends it whole. Both sides hold a reference; the last release frees the job. */
+ * waits for `done` and sends it whole. Both sides hold a reference; the last release frees the job.
+ *
+ * A request for n choices (OpenAI `n`) is n jobs: the one the connection holds is choice 0 and owns the
+ * others (`more`), which borrow its prompt, tools and grammar. To the worker each choice is a generation of
+ * its own (a sequence, sampling with its own seed, stop strings, output parsing, progress); all of them
+ * write into choice 0's `out` under choice 0's lock, and the request is done when the last one ends. */
 #ifndef SLUICE_SERVER_JOB_H
 #define SLUICE_SERVER_JOB_H
 
@@ -16,15 +21,17 @@
 #include "text/toolcall.h"
 
 #define SV_MAX_STOPS 16
+#define SV_MAX_CHOICES 16 /* n per request at most (and at most the server's --parallel) */
 
 typedef struct sv_job sv_job;
 
-/* How one API puts a generation on the wire. Called on the worker thread with the job's lock held. */
+/* How one API puts a generation on the wire. Called on the worker thread with the lock of the job's lead
+ * held, with the choice the call is about (the lead itself when n is 1). */
 typedef struct sv_writer {
     void (*begin)(sv_job *j);                        /* before the first event (stats: prompt and cached counts) */
     void (*event)(sv_job *j, const sl_tc_event *ev); /* content, reasoning or tool-call piece */
-    void (*finish)(sv_job *j);                       /* generation over: final chunk, or the whole body */
-    void (*fail)(sv_job *j, const char *msg);        /* generation failed after it was accepted */
+    void (*finish)(sv_job *j); /* this choice is over (the request too when lead->open is 0): final chunk, or body */
+    void (*fail)(sv_job *j, const char *msg); /* generation failed after it was accepted; once per request */
 } sv_writer;
 
 /* A tool call as it is parsed, kept for the final response and for the streaming indices. */
@@ -57,7 +64,8 @@ struct sv_job {
 
     /* progress, written by the worker */
     sl_gen_stats st;
-    int began, failed;
+    int began;
+    int failed; /* lead: a choice failed, and with it the request */
     sv_buf content, reasoning;
     sv_tool *tool_calls;
     int n_tools, cap_tools;
@@ -76,6 +84,13 @@ struct sv_job {
     void (*run_free)(void *data);
     int seq; /* the session's sequence run may use */
 
+    /* choices (see the top): lead is choice 0, itself for choice 0 */
+    sv_job *lead;
+    int index;     /* this choice's */
+    int n_choices; /* lead: choices asked for (1 unless n says more) */
+    sv_job **more; /* lead: choices 1 .. n_choices - 1 */
+    int open;      /* lead: choices not ended yet (under mu) */
+
     /* output, shared with the connection thread under mu */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -87,7 +102,13 @@ struct sv_job {
 sv_job *sv_job_new(void);
 /* Drops one reference; frees the job with the last. */
 void sv_job_release(sv_job *j);
-/* Appends bytes for the connection (lock held by the caller on the worker side). */
+/* Creates choices 1 .. n - 1 of a request whose settings are complete (call last, before queueing it):
+ * each copies choice 0's, with a seed derived from choice 0's (different per choice, and the same for the
+ * same request). -1 when out of memory. */
+int sv_job_add_choices(sv_job *j, int n);
+/* Choice i of a request (0: the lead itself). */
+sv_job *sv_job_choice(sv_job *lead, int i);
+/* Appends bytes for the connection to the lead's out (its lock held by the caller on the worker side). */
 void sv_job_emit(sv_job *j, const char *s, size_t n);
 /* Appends one Server-Sent Event: optional `event:` line, then `data:` with the compact JSON of v (decref'd). */
 void sv_job_sse(sv_job *j, const char *event, json_t *v);

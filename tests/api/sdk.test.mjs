@@ -53,6 +53,20 @@ await test('openai chat stream with usage', async () => {
   assert.equal(usage.total_tokens, usage.prompt_tokens + 4);
 });
 
+await test('openai n choices, whole and streamed (the SDK joins the chunks by index)', async () => {
+  const r = await openai.chat.completions.create({ model: 'm', messages: ask, n: 2 });
+  assert.deepEqual(r.choices.map((c) => [c.index, c.message.content, c.finish_reason]),
+    [[0, TEXT, 'stop'], [1, TEXT, 'stop']]);
+  assert.equal(r.usage.completion_tokens, 8);
+  const s = openai.beta.chat.completions.stream({ model: 'm', messages: ask, n: 2, tools: oaTools,
+    stream_options: { include_usage: true } });
+  const f = await s.finalChatCompletion();
+  assert.deepEqual(f.choices.map((c) => [c.index, c.finish_reason, c.message.tool_calls[0].function.name]),
+    [[0, 'tool_calls', 'get_weather'], [1, 'tool_calls', 'get_weather']]);
+  assert.notEqual(f.choices[0].message.tool_calls[0].id, f.choices[1].message.tool_calls[0].id);
+  assert.deepEqual(JSON.parse(f.choices[1].message.tool_calls[0].function.arguments), { city: 'Paris' });
+});
+
 await test('openai tool call', async () => {
   const r = await openai.chat.completions.create({ model: 'm', messages: ask, tools: oaTools });
   const m = r.choices[0].message;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # sluice serve end to end: the wire formats with curl (SSE, Anthropic events, NDJSON), errors naming the field,
-# auth, CORS, body limit, queue overflow, client disconnects, prefix reuse on a dense and a hybrid model, and
-# the official OpenAI / Anthropic / Ollama JavaScript SDKs (tests/api) against the scripted fixture model.
+# auth, CORS, body limit, queue overflow, client disconnects, prefix reuse on a dense and a hybrid model, n
+# choices on the hybrid (forked recurrent state), and the official OpenAI / Anthropic / Ollama JavaScript SDKs
+# (tests/api) against the scripted fixture model.
 . "$(dirname "$0")/serve_lib.sh"
 
 # log_has NAME PATTERN: the server's log gets a line matching PATTERN (grep -E) within 5 s
@@ -124,6 +125,19 @@ read -r p2 c2 <<<"$(cmp)"
 post /v1/chat/completions '{"messages":[{"role":"user","content":"Weather?"},{"role":"assistant","content":"x"},{"role":"user","content":"y"}],"max_tokens":2}' >/dev/null
 read -r p3 c3 <<<"$(cmp)"
 [ "$c3" -gt 0 ] || fail "hybrid branch: prompt $p3 cached $c3"
+
+# n choices on the hybrid model: each fork copies the recurrent state, so greedy choices are the n=1 reply and
+# the prompt goes through the model once
+post /v1/chat/completions "{\"messages\":$conv1,\"max_tokens\":6,\"temperature\":0,\"n\":3}" >/dev/null
+jq -e --arg f "$first" '[.choices[].message.content] == [$f, $f, $f]' "$T/body" >/dev/null ||
+    fail "hybrid greedy n=3: $(jq -c '[.choices[].message.content]' "$T/body"), n=1 '$first'"
+fed0=$(curl -s "$U/metrics" | awk '$1 == "sluice_batch_tokens_total" {print $2}')
+post /v1/completions '{"prompt":"A fresh prompt for two choices","max_tokens":4,"ignore_eos":true,"n":2}' >/dev/null
+fed=$(($(curl -s "$U/metrics" | awk '$1 == "sluice_batch_tokens_total" {print $2}') - fed0))
+read -r pn cn <<<"$(cmp)"
+[ "$fed" = $((pn - cn + 2 * 3)) ] || fail "hybrid n=2 fed $fed tokens for a prompt of $pn ($cn cached)"
+log_has hybrid "^sluice serve: POST /v1/completions choice 1 model 'hybrid': prompt $pn tokens" ||
+    fail "--timing: no line for choice 1"
 
 # --timing with streamed experts (CPU, a cache too small for all experts): every API's requests get the
 # store's figures of prefill and decode

@@ -160,6 +160,9 @@ bodies = {
              "response_format": {"type": "json_object"}}),
         (1, {"model": "m", "prompt": "Once upon", "max_tokens": 4, "logprobs": None, "stream": False}),
         (2, {}),
+        (0, {"model": "m", "messages": ask, "n": 2, "stream": True, "logprobs": True, "top_logprobs": 2,
+             "stream_options": {"include_usage": True}, "seed": 5, "stop": "x"}),
+        (1, {"model": "m", "prompt": ["Once"], "n": 3, "max_tokens": 2, "logprobs": 1, "temperature": 0}),
     ],
     "api_anthropic": [
         (0, {"model": "m", "max_tokens": 16, "system": "Be brief.", "messages": [{"role": "user", "content": [

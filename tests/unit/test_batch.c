@@ -4,8 +4,8 @@
  * others' decode tokens (in changing orders). A's logits must equal those of A run alone (rel-L2 <= 1e-5
  * on the CPU, 3e-2 on CUDA; identical argmax). For the MoE fixtures the same batches with the experts
  * streamed through a tiny cache give the resident batches' logits bit for bit. Also: pages shared
- * between sequences with a common prefix, copy on write, and a full KV pool. Runs on the backend
- * SLUICE_BACKEND names. */
+ * between sequences with a common prefix, copy on write, forks of a sequence (hybrid models too), and a
+ * full KV pool. Runs on the backend SLUICE_BACKEND names. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <jansson.h>
@@ -304,6 +304,71 @@ Test(batch, shared_prefix_pages) {
     free(dir);
     sl_session_free(s);
     sl_model_free(m);
+}
+
+/* A fork shares every page of its source, the partial last one too, and copies a hybrid model's recurrent
+ * state: forks of a prompt then continue in one batch, each as the prompt and its own continuation alone,
+ * whoever writes into the shared partial page first. */
+static void check_fork(const char *fixture) {
+    char *dir = tu_fixture(fixture);
+    sl_err e = {{0}};
+    sl_model *m;
+    cr_assert_eq(sl_model_load(dir, NULL, &m, &e), 0, "%s", e.msg);
+    int V = m->cfg.vocab_size, n = 70; /* two whole pages and 6 positions of a third */
+    double tol = on_gpu() ? 3e-2 : 1e-5;
+    int32_t p[80], x[3] = {5, 9, 17}, y[3] = {23, 4, 30};
+    for (int i = 0; i < n; i++) p[i] = (int32_t)((i * 37 + 11) % V);
+    float *want_x = malloc((size_t)V * 4), *want_y = malloc((size_t)V * 4), *got = malloc((size_t)V * 4);
+    sl_session *s;
+    sl_session_opts o = {.max_ctx = 128, .n_seqs = 3};
+    cr_assert_eq(sl_session_create_opts(m, &o, &s, &e), 0, "%s", e.msg);
+    for (int q = 0; q < 3; q++) sl_session_seq_set_idle(s, q, 0);
+    memcpy(p + n, x, sizeof x);
+    feed(s, 0, p, n + 3, want_x);
+    sl_session_seq_reset(s, 0);
+    memcpy(p + n, y, sizeof y);
+    feed(s, 0, p, n + 3, want_y);
+    sl_session_seq_reset(s, 0);
+
+    feed(s, 0, p, n, NULL);
+    int free0, free1, total;
+    sl_session_pages(s, &free0, &total);
+    cr_assert_eq(sl_session_seq_fork(s, 1, 0), n);
+    cr_assert_eq(sl_session_seq_fork(s, 2, 0), n);
+    sl_session_pages(s, &free1, &total);
+    cr_expect_eq(free1, free0, "forking took no pages");
+    cr_expect_eq(sl_session_seq_common(s, 2, p, n), n);
+    /* the forks write first (1 with y, 2 with x), the source last (x), all in one batch */
+    int32_t ids[9], seq[9];
+    uint8_t want[9] = {0};
+    for (int i = 0; i < 3; i++) {
+        ids[i] = y[i], seq[i] = 1;
+        ids[3 + i] = x[i], seq[3 + i] = 2;
+        ids[6 + i] = x[i], seq[6 + i] = 0;
+    }
+    want[2] = want[5] = want[8] = 1;
+    sl_batch b = {.n = 9, .ids = ids, .seq = seq, .want = want};
+    cr_assert_eq(sl_session_decode(s, &b, &e), 0, "%s", e.msg);
+    const float *wants[3] = {want_y, want_x, want_x};
+    const char *who[3] = {"fork 1 (y)", "fork 2 (x)", "source (x)"};
+    for (int r = 0; r < 3; r++) {
+        cr_assert_eq(sl_session_row_logits(s, r, got, &e), 0, "%s", e.msg);
+        cr_expect_leq(rel_l2(got, wants[r], (size_t)V), tol, "%s: %s after the fork", fixture, who[r]);
+    }
+    free(want_x);
+    free(want_y);
+    free(got);
+    free(dir);
+    sl_session_free(s);
+    sl_model_free(m);
+}
+
+Test(batch, fork) {
+    check_fork("models/mistral_swa");
+}
+
+Test(batch, fork_hybrid) {
+    check_fork("models/qwen3_5_moe");
 }
 
 /* A pool too small for everyone: idle sequences give their pages back (least recently used first); when
