@@ -405,12 +405,13 @@ int sl_session_seq_fork(sl_session *s, int dst, int src) {
     a->pos = b->pos;
     memcpy(a->hist, b->hist, (size_t)a->pos * sizeof *a->hist);
     s->pt_dirty[dst] = 1;
+    /* fixed per-sequence state (the delta-net's conv window and recurrent state) is copied whole */
     const sl_config *c = &s->m->cfg;
-    for (int l = 0; l < c->n_layers; l++) {
-        if (!s->conv[l]) continue;
-        copy_state(s->m->be, conv_of(s, l, dst), conv_of(s, l, src), conv_floats(s));
-        copy_state(s->m->be, ssm_of(s, l, dst), ssm_of(s, l, src), s->ssm_stride);
-    }
+    for (int l = 0; l < c->n_layers; l++)
+        for (int i = 0; i < SL_STATE_BUFS; i++)
+            if (s->state[l].lay.fixed[i])
+                copy_state(s->m->be, sl_session_fixed(s, l, i, dst), sl_session_fixed(s, l, i, src),
+                           s->state[l].lay.fixed[i]);
     return a->pos;
 }
 
