@@ -20,13 +20,6 @@ struct fa_args {
     int t0, n; /* the run's first token in the batch and its length */
 };
 
-__device__ __forceinline__ void fa_mma(float *d, const uint32_t *a, const uint32_t *b) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 __device__ __forceinline__ uint32_t fa_pack(float lo, float hi) {
     __half2 h = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<uint32_t *>(&h);
@@ -101,7 +94,7 @@ template <int HD, int BK> __global__ void __launch_bounds__(128) flash_prefill_k
             for (int nt = 0; nt < BK / 8; nt++) {
                 const __half *kb = sK + (nt * 8 + g) * LK + kk * 16 + 2 * tq;
                 uint32_t B[2] = {fa_ld32(kb), fa_ld32(kb + 8)};
-                fa_mma(s[nt], A, B);
+                cu_mma_f16(s[nt], A, B);
             }
         }
         /* causal and window masks; keys past the block's last query are zero rows, masked too */
@@ -152,7 +145,7 @@ template <int HD, int BK> __global__ void __launch_bounds__(128) flash_prefill_k
             for (int d = 0; d < HD / 8; d++) {
                 const __half *vb = sV + (d * 8 + g) * LV + kk * 16 + 2 * tq;
                 uint32_t B[2] = {fa_ld32(vb), fa_ld32(vb + 8)};
-                fa_mma(o[d], A, B);
+                cu_mma_f16(o[d], A, B);
             }
         }
     }

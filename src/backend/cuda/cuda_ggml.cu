@@ -753,12 +753,6 @@ __device__ __forceinline__ void mq_ldsm2(uint32_t *r, const void *p) {
     unsigned a = (unsigned)__cvta_generic_to_shared(p);
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
 }
-__device__ __forceinline__ void mq_mma(float *d, const uint32_t *a, const uint32_t *b) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 __device__ __forceinline__ uint32_t mq_pack(float a, float b) {
     __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
     return *(uint32_t *)&h;
@@ -850,7 +844,7 @@ __global__ void __launch_bounds__(MQ_WARPS * 32, 1) ggml_mmq_k(cu_w w, const __n
                 for (int j = 0; j < NT8; j++) {
                     uint32_t bb[2];
                     mq_ldsm2(bb, xs + (j * 8 + (lane & 7)) * MQ_LD + ks * 16 + ((lane >> 3) & 1) * 8);
-                    mq_mma(acc[j], a, bb);
+                    cu_mma_bf16(acc[j], a, bb);
                 }
             }
         }

@@ -129,6 +129,18 @@ int cu_check_launch(cu_impl *c, const char *what);
 int cu_grow(cu_impl *c, void **p, size_t *len, size_t bytes, const char *what);
 cu_w cu_w_of(const sl_weight *w);
 
+/* d += a b on tensor cores: mma m16n8k16 on fragments of 16-bit values (TY: f16 or bf16; A row-major, B
+ * column-major), fp32 accumulation */
+#define CU_MMA_16816(NAME, TY)                                                                                         \
+    __device__ __forceinline__ void NAME(float *d, const uint32_t *a, const uint32_t *b) {                             \
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TY "." TY ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "          \
+                     "{%8,%9}, {%0,%1,%2,%3};"                                                                         \
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                                  \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));                              \
+    }
+CU_MMA_16816(cu_mma_f16, "f16")
+CU_MMA_16816(cu_mma_bf16, "bf16")
+
 /* Programmatic dependent launch (Hopper): each kernel lets the next one be scheduled as soon as all of
  * its own blocks are running, and waits for the previous kernel's results before touching memory, so
  * launch latency and the next kernel's prologue (weight prefetch) overlap the current kernel. Every
