@@ -775,7 +775,7 @@ __global__ void ggml_mmq_input_k(const float *x, int n, int cols, int colsp, __n
 /* y[t][r] (or the split's partial sums) = sum over this block's columns of W[r][k] x[t][k], for tokens
  * t < n <= NT8 * 8, from the permuted bf16 input xp [n][colsp] */
 template <int T, int NT8>
-__global__ void __launch_bounds__(MQ_WARPS * 32, 1) ggml_mmq_k(cu_w w, const __nv_bfloat16 *xp, int colsp, int n,
+__global__ void __launch_bounds__(MQ_WARPS * 32, 2) ggml_mmq_k(cu_w w, const __nv_bfloat16 *xp, int colsp, int n,
                                                             int kper, float *y, float *part) {
     constexpr int BS = gq<T>::BS, BB = gq<T>::BB, RB = mq_rb<T>(), SPAN = mq_span<T>(), NC = SPAN / 16;
     constexpr int STAGE = mq_stage<T, NT8>();
