@@ -24,7 +24,7 @@ for F in "$@"; do
         [ "$D" -gt 0 ] && P=$PD
         rm -f "$T"/pp*.json "$T/tg.json"
         "$L/llama-bench" -m "$F" -ngl 99 -fa 1 -p "$P" -n "$N" -r "$R" -d "$D" -o jsonl >"$T/llama.jsonl" 2>"$T/llama.err" ||
-            { echo "llama-bench failed on $F:" >&2; tail -20 "$T/llama.err" >&2; exit 1; }
+            { echo "llama-bench failed on $F (d$D), its rows say so:" >&2; tail -20 "$T/llama.err" >&2; : >"$T/llama.jsonl"; }
         for p in ${P//,/ }; do
             "$S" bench "$F" --backend cuda -p "$p" -n 0 -r "$R" -d "$D" --json >"$T/pp$p.json" 2>"$T/s.err" ||
                 { echo "sluice bench failed on $F (pp$p, d$D): $(tail -1 "$T/s.err")" >&2; rm -f "$T/pp$p.json"; }
@@ -43,6 +43,8 @@ def llama(pp, tg):
             return r["avg_ts"]
     return float("nan")
 dep = f" @ d{D}" if D else ""
+def ratio(st, lt):
+    return f"{st / lt:.2f}x" if lt == lt else "llama.cpp failed"
 for p in P.split(","):
     if not os.path.exists(os.path.join(T, f"pp{p}.json")):
         print(f"| {name} | pp{p}{dep} | {llama(int(p), 0):,.0f} | failed | | |")
@@ -51,7 +53,7 @@ for p in P.split(","):
     st = s["prefill_tok_s"]
     bound = st * s["peak_gflop_s"] / s["prefill_gflop_s"] if s.get("peak_gflop_s") else float("nan")
     lt = llama(int(p), 0)
-    print(f"| {name} | pp{p}{dep} | {lt:,.0f} | {st:,.0f} | {st / lt:.2f}x | {bound:,.0f} tok/s (FLOPs ÷ peak) |")
+    print(f"| {name} | pp{p}{dep} | {lt:,.0f} | {st:,.0f} | {ratio(st, lt)} | {bound:,.0f} tok/s (FLOPs ÷ peak) |")
 if N > 0 and not os.path.exists(os.path.join(T, "tg.json")):
     print(f"| {name} | tg{N}{dep} | {llama(0, N):,.1f} | failed | | |")
 elif N > 0:
@@ -60,7 +62,7 @@ elif N > 0:
     bound = s.get("decode_bound_tok_s", float("nan"))
     lt = llama(0, N)
     frac = f", sluice at {100 * st / bound:.0f} %" if bound == bound else ""
-    print(f"| {name} | tg{N}{dep} | {lt:,.1f} | {st:,.1f} | {st / lt:.2f}x | {bound:,.0f} tok/s (bytes ÷ bandwidth{frac}) |")
+    print(f"| {name} | tg{N}{dep} | {lt:,.1f} | {st:,.1f} | {ratio(st, lt)} | {bound:,.0f} tok/s (bytes ÷ bandwidth{frac}) |")
 EOF
     done
 done
