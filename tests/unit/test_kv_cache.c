@@ -172,8 +172,8 @@ static void round_trip(sl_kv_type kt, int hd, int n) {
                           want);
             for (int j = 0; j < hd; j++) {
                 float g = got[(size_t)t * qw + (size_t)h * hd + (size_t)j];
-                cr_expect(fabsf(g - want[j]) <= tol * (1 + fabsf(want[j])), "%s: position %d head %d element %d: %g, want %g",
-                          sl_kv_type_name(kt), t, h, j, g, want[j]);
+                cr_expect(fabsf(g - want[j]) <= tol * (1 + fabsf(want[j])),
+                          "%s: position %d head %d element %d: %g, want %g", sl_kv_type_name(kt), t, h, j, g, want[j]);
             }
         }
     void *dv[] = {k, v, q, out, kc, vc};
