@@ -4,8 +4,8 @@
  *
  * Layout conventions: activations are float32 row-major [n tokens][width]. A batch holds tokens of one or
  * more sequences (sl_batch_map says where each belongs). KV caches are pools of pages: page_size rows of
- * [n_kv * head_dim] floats each, per layer (latent attention: one cache of [kv_lora + rope] rows); a
- * sequence's page table lists its pages in position order. */
+ * [n_kv * head_dim] elements of the cache's sl_kv_type each, per layer (latent attention: one float32
+ * cache of [kv_lora + rope] rows); a sequence's page table lists its pages in position order. */
 #ifndef SLUICE_BACKEND_BACKEND_H
 #define SLUICE_BACKEND_BACKEND_H
 
@@ -58,6 +58,22 @@ typedef struct sl_mla_dims {
 } sl_mla_dims;
 
 typedef struct sl_backend sl_backend;
+
+/* Element type of the attention KV caches: stores round to nearest even, attention widens to float32.
+ * SL_KV_AUTO is for options only (sessions, model loads): the backend's default, f16 on CUDA (half the
+ * bytes to keep and to read), f32 on the CPU reference. Ops always get one of the others. */
+typedef enum sl_kv_type { SL_KV_AUTO, SL_KV_F32, SL_KV_F16, SL_KV_BF16 } sl_kv_type;
+
+/* Bytes of one cache element. */
+static inline size_t sl_kv_type_size(sl_kv_type t) {
+    return t == SL_KV_F16 || t == SL_KV_BF16 ? 2 : 4;
+}
+/* "f32", "f16", "bf16" ("auto" for SL_KV_AUTO). */
+const char *sl_kv_type_name(sl_kv_type t);
+/* One of "f32", "f16", "bf16" into *out; -1 for anything else. */
+int sl_kv_type_parse(const char *s, sl_kv_type *out);
+/* t itself, or for SL_KV_AUTO the default of backend b. */
+sl_kv_type sl_kv_type_resolve(const sl_backend *b, sl_kv_type t);
 
 /* Where the tokens of a batch belong. The tokens of one sequence are consecutive in the batch and at
  * consecutive positions. pos, seq and pages are in backend memory and the kernels read them there, so a
@@ -116,9 +132,11 @@ typedef struct sl_backend_ops {
     /* causal GQA attention of the batch's queries, each over positions [0, pos] of its own sequence's
      * cache pages; the new keys/values must already be in the caches. window > 0 limits each query to the
      * last `window` positions (itself included). sinks (NULL: none) holds a learned logit per query head
-     * that joins the softmax's denominator and attends to no value (gpt-oss). out[n][n_heads * head_dim]. */
-    void (*attention)(sl_backend *b, const float *q, const float *kc, const float *vc, const sl_batch_map *bm,
-                      int n_heads, int n_kv, int head_dim, int window, float scale, const float *sinks, float *out);
+     * that joins the softmax's denominator and attends to no value (gpt-oss). The caches hold elements of
+     * type kt, widened to float32 as they are read. out[n][n_heads * head_dim]. */
+    void (*attention)(sl_backend *b, const float *q, const void *kc, const void *vc, sl_kv_type kt,
+                      const sl_batch_map *bm, int n_heads, int n_kv, int head_dim, int window, float scale,
+                      const float *sinks, float *out);
     void (*add)(sl_backend *b, float *y, const float *x, size_t len);                      /* y += x */
     void (*swiglu)(sl_backend *b, const float *g, const float *u, size_t len, float *out); /* silu(g)*u */
     void (*mul_sigmoid)(sl_backend *b, float *x, const float *g, size_t len);              /* x *= sigmoid(g) */
@@ -155,8 +173,9 @@ typedef struct sl_backend_ops {
                      const float *A_log, const float *dt_bias, float *state, int n, float *out);
     /* y = rmsnorm(x) * w * silu(z) over rows of dim (in place on x) */
     void (*gated_rmsnorm)(sl_backend *b, float *x, const float *z, const float *w, int rows, int dim, float eps);
-    /* the cache row of token i (see sl_batch_map) = x[i][0:width]: the KV-cache write of a batch */
-    void (*kv_store)(sl_backend *b, float *cache, const sl_batch_map *bm, const float *x, int width);
+    /* the cache row of token i (see sl_batch_map) = x[i][0:width] rounded to the cache's type kt: the
+     * KV-cache write of a batch */
+    void (*kv_store)(sl_backend *b, void *cache, sl_kv_type kt, const sl_batch_map *bm, const float *x, int width);
     /* The inputs of a latent attention layer: q [n][n_heads * (nope + rope)] gets the rotary embedding on
      * each head's rope part; kv [n][kv_lora + rope] gets RMSNorm by kv_norm on its latent and the rotary
      * embedding on its rope part, in place; then each kv row goes to the token's row of cache. */
@@ -207,12 +226,13 @@ typedef struct sl_backend_ops {
                                  float eps, int n, float *y);
     /* The attention inputs of a batch: q [n][n_heads * head_dim] and k [n][n_kv * head_dim] get the
      * per-head RMSNorm by q_norm / k_norm (NULL: none), then the rotary embedding (as rope), in place; then
-     * k and v are stored in the caches (as kv_store). With qg
+     * k and v are stored in the caches of type kt (as kv_store). With qg
      * (a gated q projection: rows of [query | gate] per head, [n][n_heads * 2 * head_dim]) the queries are
      * taken from qg into q first and the gates copied to gate [n][n_heads * head_dim]. */
     void (*qk_rope_store)(sl_backend *b, float *q, float *k, const float *v, const sl_batch_map *bm, int n_heads,
                           int n_kv, int head_dim, const float *q_norm, const float *k_norm, float eps, int rot_dim,
-                          const float *inv_freq, float attn_factor, float *kc, float *vc, const float *qg, float *gate);
+                          const float *inv_freq, float attn_factor, void *kc, void *vc, sl_kv_type kt, const float *qg,
+                          float *gate);
 
     /* Resident weights for backends with their own memory: copy a weight (data, scales, biases and bias)
      * or a float vector into memory the backend owns and repoint it there. The CPU computes on the

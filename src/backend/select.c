@@ -48,3 +48,25 @@ int sl_backend_open(const char *name, int threads, sl_backend **out, char *note,
     return sl_cpu_backend_create(threads, out, e);
 #endif
 }
+
+static const char *const kv_names[] = {"auto", "f32", "f16", "bf16"};
+
+const char *sl_kv_type_name(sl_kv_type t) {
+    return (unsigned)t < sizeof kv_names / sizeof kv_names[0] ? kv_names[t] : "?";
+}
+
+int sl_kv_type_parse(const char *s, sl_kv_type *out) {
+    for (int t = SL_KV_F32; t <= SL_KV_BF16; t++)
+        if (s && !strcmp(s, kv_names[t])) {
+            *out = (sl_kv_type)t;
+            return 0;
+        }
+    return -1;
+}
+
+/* GPUs keep f16 caches, as llama.cpp does: twice the contexts fit and attention reads half the bytes. The
+ * CPU reference keeps f32, so its logits stay those of the float32 model. */
+sl_kv_type sl_kv_type_resolve(const sl_backend *b, sl_kv_type t) {
+    if (t != SL_KV_AUTO) return t;
+    return b && !strcmp(b->ops->name, "cuda") ? SL_KV_F16 : SL_KV_F32;
+}

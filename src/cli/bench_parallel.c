@@ -119,8 +119,8 @@ int sl_bench_parallel(sl_model *m, const int *ns, int count, int prompt, int gen
 
 void sl_bench_parallel_print(const sl_model *m, const sl_bench_par *r, int count, int prompt, int gen) {
     printf("%d sequences at once: each reads a %d-token prompt (packed into batches), then decodes %d tokens,\n"
-           "one token of every sequence per step (greedy, picked on the backend)\n\n",
-           r[count - 1].n, prompt, gen);
+           "one token of every sequence per step (greedy, picked on the backend); KV cache %s\n\n",
+           r[count - 1].n, prompt, gen, sl_kv_type_name(sl_model_kv_type(m, SL_KV_AUTO)));
     printf("| sequences | prefill tok/s | decode tok/s (all) | per sequence | vs 1 sequence |%s\n",
            m->store ? " expert bytes read / token |" : "");
     printf("|---:|---:|---:|---:|---:|%s\n", m->store ? "---:|" : "");

@@ -59,7 +59,7 @@ static void usage(FILE *f) {
                "  -d D          cache depth: D tokens in the cache before the timed prompt (default 0)\n"
                "  -r R          runs, best reported (default 1)\n"
                "  --threads T   CPU threads (default: all cores)\n"
-               "  --backend B   cpu, cuda or auto (default: SLUICE_BACKEND, else auto)\n" CLI_STREAM_HELP
+               "  --backend B   cpu, cuda or auto (default: SLUICE_BACKEND, else auto)\n" CLI_STREAM_HELP CLI_KV_HELP
                "  --json        one JSON object instead of the table\n"
                "  --host-logits decode with every step's logits copied to the host\n"
                "  --synthetic SHAPE  benchmark a synthetic checkpoint of this shape (see above)\n"
@@ -148,6 +148,8 @@ typedef struct {
     const char *synthetic;                      /* "shape quant" when the model is synthetic */
     sl_store_stats st_pre, st_dec, st_run;      /* streamed experts: per phase of the best decode run */
     double tier_bw;                             /* streamed experts: measured read rate of the tier below */
+    sl_kv_type kv_type;                         /* the session's attention cache type */
+    double kv_bytes;                            /* its KV cache bytes per position */
 } bench_result;
 
 static double prefill_gflop(const bench_result *r) {
@@ -165,6 +167,8 @@ static void print_table(const sl_model *m, const bench_result *r) {
     printf("  %-22s%.1f ms\n", "load", r->load_s * 1e3);
     if (r->bandwidth > 0) printf("  %-22s%.2f GB/s (measured read bandwidth)\n", "memory", r->bandwidth / 1e9);
     if (r->flops > 0) printf("  %-22s%.1f GFLOP/s (measured multiply-add peak)\n", "compute", r->flops / 1e9);
+    printf("  %-22s%s, %s/token\n", "kv cache", sl_kv_type_name(r->kv_type),
+           sl_human_bytes(r->kv_bytes, b1, sizeof b1));
     if (r->depth > 0) printf("  %-22s%d tokens in the cache before the prompt\n", "depth", r->depth);
     double pf = r->prompt / r->prefill_s;
     printf("  %-22s%d tokens in %.1f ms: %.1f tok/s, %.1f GFLOP/s", "prefill", r->prompt, r->prefill_s * 1e3, pf,
@@ -222,6 +226,8 @@ static int print_json(const sl_model *m, const bench_result *r) {
     json_object_set_new(o, "weight_bytes", json_integer((json_int_t)r->weight_bytes));
     json_object_set_new(o, "runs", json_integer(r->runs));
     json_object_set_new(o, "load_s", json_real(r->load_s));
+    json_object_set_new(o, "kv_type", json_string(sl_kv_type_name(r->kv_type)));
+    json_object_set_new(o, "kv_bytes_per_token", json_integer((json_int_t)r->kv_bytes));
     if (r->synthetic) {
         json_object_set_new(o, "synthetic", json_string(r->synthetic));
         json_object_set_new(o, "generate_s", json_real(r->gen_s));
@@ -524,6 +530,8 @@ int cmd_bench(int argc, char **argv) {
     r.threads = !strcmp(m->be->ops->name, "cpu") ? cpu_of(m->be)->n_threads : threads;
     r.weight_bytes = (double)(m->bytes_experts + m->bytes_other);
     r.tok = per_token_traffic(m);
+    r.kv_type = s->kv_type;
+    r.kv_bytes = (double)sl_session_kv_bytes_per_token(m, s->kv_type);
     if (m->be->ops->mem_bandwidth) r.bandwidth = m->be->ops->mem_bandwidth(m->be);
     if (m->be->ops->peak_flops) r.flops = m->be->ops->peak_flops(m->be);
     if (n_par) {

@@ -14,7 +14,7 @@ static void usage(FILE *f) {
                "       [--backend cpu|cuda|auto] [--vram SIZE] [--ram SIZE] [--io MODE]\n\n"
                "Runs the prompt ids as one batch and writes one float32 row of logits per prompt position,\n"
                "then feeds each decode id alone through the cache and appends one row for each.\n\n"
-               "options:\n" CLI_STREAM_HELP);
+               "options:\n" CLI_STREAM_HELP CLI_KV_HELP);
 }
 
 int cmd_logits(int argc, char **argv) {

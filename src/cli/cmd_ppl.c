@@ -33,7 +33,8 @@ static void usage(FILE *f) {
                "  --batch N              tokens per forward call (default 2048, at most --ctx)\n"
                "  --chunks N             score only the first N chunks (default: all)\n"
                "  --threads N            CPU threads (default: all cores)\n"
-               "  --backend B            cpu, cuda or auto (default $SLUICE_BACKEND, else auto)\n" CLI_STREAM_HELP);
+               "  --backend B            cpu, cuda or auto (default $SLUICE_BACKEND, else auto)\n" CLI_STREAM_HELP
+                   CLI_KV_HELP);
 }
 
 static int parse_int(const char *flag, const char *v, int min, int *out) {

@@ -54,26 +54,28 @@ static void on_sigint(int sig) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: sluice run MODEL [PROMPT] [options]\n\n"
-               "Chats with MODEL. With PROMPT, or with a prompt piped on stdin, answers once and exits;\n"
-               "otherwise reads lines interactively (/reset starts over, /exit or Ctrl-D quits, Ctrl-C stops a\n"
-               "reply). On a terminal, reasoning is shown dimmed and tool calls on lines of their own.\n\n"
-               "options:\n"
-               "  --system TEXT          system message\n"
-               "  --raw                  no chat template: continue PROMPT as plain text\n"
-               "  --think, --no-think    pass enable_thinking to the chat template\n"
-               "  -n, --max-tokens N     stop after N generated tokens (default: until end of turn)\n"
-               "  --ctx N                context length (default: the model's, capped by free memory)\n"
-               "  --threads N            CPU threads (default: all cores)\n"
-               "  --backend B            cpu, cuda or auto (default: SLUICE_BACKEND, else auto)\n" CLI_STREAM_HELP
-               "  --temp T               temperature, 0 = greedy (default: generation_config.json, else 0.8)\n"
-               "  --top-k K, --top-p P, --min-p P\n"
-               "  --repeat-penalty R, --repeat-last-n N, --presence-penalty P, --frequency-penalty F\n"
-               "  --seed S               random seed (same seed and input give the same output)\n"
-               "  --stop TEXT            stop string, repeatable; never printed\n"
-               "  --verbose              print the rendered prompt to stderr\n"
-               "  --timing               after each reply, print load, prefill and decode times to stderr\n"
-               "                         (with streamed experts, the expert store's figures of each phase)\n");
+    fprintf(
+        f,
+        "usage: sluice run MODEL [PROMPT] [options]\n\n"
+        "Chats with MODEL. With PROMPT, or with a prompt piped on stdin, answers once and exits;\n"
+        "otherwise reads lines interactively (/reset starts over, /exit or Ctrl-D quits, Ctrl-C stops a\n"
+        "reply). On a terminal, reasoning is shown dimmed and tool calls on lines of their own.\n\n"
+        "options:\n"
+        "  --system TEXT          system message\n"
+        "  --raw                  no chat template: continue PROMPT as plain text\n"
+        "  --think, --no-think    pass enable_thinking to the chat template\n"
+        "  -n, --max-tokens N     stop after N generated tokens (default: until end of turn)\n"
+        "  --ctx N                context length (default: the model's, capped by free memory)\n"
+        "  --threads N            CPU threads (default: all cores)\n"
+        "  --backend B            cpu, cuda or auto (default: SLUICE_BACKEND, else auto)\n" CLI_STREAM_HELP CLI_KV_HELP
+        "  --temp T               temperature, 0 = greedy (default: generation_config.json, else 0.8)\n"
+        "  --top-k K, --top-p P, --min-p P\n"
+        "  --repeat-penalty R, --repeat-last-n N, --presence-penalty P, --frequency-penalty F\n"
+        "  --seed S               random seed (same seed and input give the same output)\n"
+        "  --stop TEXT            stop string, repeatable; never printed\n"
+        "  --verbose              print the rendered prompt to stderr\n"
+        "  --timing               after each reply, print load, prefill and decode times to stderr\n"
+        "                         (with streamed experts, the expert store's figures of each phase)\n");
 }
 
 static int emit(void *ud, const char *text, size_t len) {
@@ -293,7 +295,7 @@ int cmd_run(int argc, char **argv) {
     double t0 = sl_now();
     if (sl_model_load(dir, &mo, &c.m, &e)) goto done;
     c.load_s = sl_now() - t0;
-    if (sl_session_create(c.m, o.ctx > 0 ? o.ctx : sl_session_default_ctx(c.m), &c.s, &e)) goto done;
+    if (sl_session_create(c.m, o.ctx > 0 ? o.ctx : sl_session_default_ctx(c.m, SL_KV_AUTO), &c.s, &e)) goto done;
     const char *tsrc = sl_tokenizer_chat_template(c.tok);
     if (!o.raw && tsrc && sl_jinja_parse(tsrc, strlen(tsrc), &c.tmpl, &e)) {
         sl_wrap(&e, "%s: chat template", o.model);

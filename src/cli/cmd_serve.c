@@ -16,30 +16,31 @@ static void on_signal(int sig) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: sluice serve MODEL [options]\n\n"
-               "Serves MODEL over HTTP: OpenAI /v1/chat/completions, /v1/completions, /v1/models; Anthropic\n"
-               "/v1/messages, /v1/messages/count_tokens; Ollama /api/chat, /api/generate, /api/tags, /api/show,\n"
-               "/api/ps, /api/version; plus GET /health and GET /metrics (Prometheus). Up to --parallel requests\n"
-               "are generated at once (continuous batching: each step runs the next token of every request and a\n"
-               "chunk of a prompt being read); the others wait in a queue. Finished conversations stay cached\n"
-               "until their memory is needed: a request continuing one, or sharing a prefix with any, reuses it.\n\n"
-               "options:\n"
-               "  --host ADDR        address to listen on (default 127.0.0.1)\n"
-               "  --port N           port (default 8080; 0 picks a free one)\n"
-               "  --api-key KEY      require 'Authorization: Bearer KEY' or 'x-api-key: KEY' on every route but\n"
-               "                     /health (default: $SLUICE_API_KEY, else no key)\n"
-               "  --alias NAME       model name the APIs report (default: the MODEL argument)\n"
-               "  --ctx N            context length (default: the model's, capped by free memory)\n"
-               "  --threads N        CPU threads (default: all cores)\n"
-               "  --backend B        cpu, cuda or auto (default: SLUICE_BACKEND, else auto)\n" CLI_STREAM_HELP
-               "  --parallel N       requests generated at once (default: as many as fit in memory at the\n"
-               "                     context length, at most 32)\n"
-               "  --kv-size SIZE     memory of the KV cache pool shared by all sequences, e.g. 8G (default:\n"
-               "                     half the free GPU memory, a quarter of the host's on the CPU)\n"
-               "  --queue N          requests that may wait beyond --parallel; more get 503 (default 16)\n"
-               "  --max-body SIZE    largest request body, e.g. 16M (default 16M)\n"
-               "  --timing           log each request's prefill and decode times to stderr (with streamed\n"
-               "                     experts, the expert store's figures of each phase) and the model's load time\n");
+    fprintf(f,
+            "usage: sluice serve MODEL [options]\n\n"
+            "Serves MODEL over HTTP: OpenAI /v1/chat/completions, /v1/completions, /v1/models; Anthropic\n"
+            "/v1/messages, /v1/messages/count_tokens; Ollama /api/chat, /api/generate, /api/tags, /api/show,\n"
+            "/api/ps, /api/version; plus GET /health and GET /metrics (Prometheus). Up to --parallel requests\n"
+            "are generated at once (continuous batching: each step runs the next token of every request and a\n"
+            "chunk of a prompt being read); the others wait in a queue. Finished conversations stay cached\n"
+            "until their memory is needed: a request continuing one, or sharing a prefix with any, reuses it.\n\n"
+            "options:\n"
+            "  --host ADDR        address to listen on (default 127.0.0.1)\n"
+            "  --port N           port (default 8080; 0 picks a free one)\n"
+            "  --api-key KEY      require 'Authorization: Bearer KEY' or 'x-api-key: KEY' on every route but\n"
+            "                     /health (default: $SLUICE_API_KEY, else no key)\n"
+            "  --alias NAME       model name the APIs report (default: the MODEL argument)\n"
+            "  --ctx N            context length (default: the model's, capped by free memory)\n"
+            "  --threads N        CPU threads (default: all cores)\n"
+            "  --backend B        cpu, cuda or auto (default: SLUICE_BACKEND, else auto)\n" CLI_STREAM_HELP CLI_KV_HELP
+            "  --parallel N       requests generated at once (default: as many as fit in memory at the\n"
+            "                     context length, at most 32)\n"
+            "  --kv-size SIZE     memory of the KV cache pool shared by all sequences, e.g. 8G (default:\n"
+            "                     half the free GPU memory, a quarter of the host's on the CPU)\n"
+            "  --queue N          requests that may wait beyond --parallel; more get 503 (default 16)\n"
+            "  --max-body SIZE    largest request body, e.g. 16M (default 16M)\n"
+            "  --timing           log each request's prefill and decode times to stderr (with streamed\n"
+            "                     experts, the expert store's figures of each phase) and the model's load time\n");
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -143,13 +144,14 @@ int cmd_serve(int argc, char **argv) {
         char kv[32];
         int kv_free, kv_total;
         sl_session_pages(g.s, &kv_free, &kv_total);
-        fprintf(
-            stderr,
-            "sluice serve: ready: model '%s', context %d tokens, %d requests at once, KV cache %s (%d "
-            "positions), loaded in %.1f s%s\n",
-            g.name, g.ctx, g.parallel,
-            sl_human_bytes((double)kv_total * SL_KV_PAGE * (double)sl_session_kv_bytes_per_token(g.m), kv, sizeof kv),
-            kv_total * SL_KV_PAGE, g.load_s, so.api_key && *so.api_key ? ", API key required" : "");
+        fprintf(stderr,
+                "sluice serve: ready: model '%s', context %d tokens, %d requests at once, KV cache %s %s (%d "
+                "positions), loaded in %.1f s%s\n",
+                g.name, g.ctx, g.parallel,
+                sl_human_bytes((double)kv_total * SL_KV_PAGE * (double)sl_session_kv_bytes_per_token(g.m, g.s->kv_type),
+                               kv, sizeof kv),
+                sl_kv_type_name(g.s->kv_type), kv_total * SL_KV_PAGE, g.load_s,
+                so.api_key && *so.api_key ? ", API key required" : "");
     }
     if (eo.timing)
         fprintf(stderr, "sluice serve: timing: model load %.3f s of %.3f s to ready\n", g.model_load_s, g.load_s);

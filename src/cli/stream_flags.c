@@ -39,6 +39,13 @@ int cli_stream_flag(const char *cmd, const char *flag, const char *val, sl_model
         o->io = (int)m;
         return 2;
     }
+    if (!strcmp(flag, "--kv-type")) {
+        if (!val || sl_kv_type_parse(val, &o->kv_type)) {
+            fprintf(stderr, "%s: --kv-type is f32, f16 or bf16, got '%s'\n", cmd, val ? val : "");
+            return -1;
+        }
+        return 2;
+    }
     if (!strcmp(flag, "--no-prefetch")) {
         o->no_prefetch = 1;
         return 1;

@@ -1,5 +1,5 @@
 /* The flags of every command that loads a model which say where its experts live and how they are
- * read: --vram, --ram, --io, --no-prefetch. */
+ * read (--vram, --ram, --io, --no-prefetch), and how its sessions keep keys and values (--kv-type). */
 #ifndef SLUICE_CLI_STREAM_FLAGS_H
 #define SLUICE_CLI_STREAM_FLAGS_H
 
@@ -20,5 +20,9 @@ int cli_stream_flag(const char *cmd, const char *flag, const char *val, sl_model
     "                         driver is loaded and no --ram cache is asked for, else buffered while\n"                 \
     "                         free RAM can cache the experts, direct beyond that\n"                                    \
     "  --no-prefetch          no reading ahead of the next layer's predicted experts\n"
+
+#define CLI_KV_HELP                                                                                                    \
+    "  --kv-type T            element type of the attention KV cache: f32, f16 or bf16 (default: f16 on\n"             \
+    "                         CUDA, f32 on the CPU); latent attention (DeepSeek-V3) keeps f32\n"
 
 #endif

@@ -49,12 +49,13 @@ void sl_sigmoid_matmul(sl_backend *b, const sl_weight *w, float *x, const float 
 
 void sl_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, const sl_batch_map *bm, int n_heads, int n_kv,
                       int head_dim, const float *q_norm, const float *k_norm, float eps, int rot_dim,
-                      const float *inv_freq, float attn_factor, float *kc, float *vc, const float *qg, float *gate) {
+                      const float *inv_freq, float attn_factor, void *kc, void *vc, sl_kv_type kt, const float *qg,
+                      float *gate) {
     const sl_backend_ops *op = b->ops;
     int n = bm->n;
     if (op->qk_rope_store) {
         op->qk_rope_store(b, q, k, v, bm, n_heads, n_kv, head_dim, q_norm, k_norm, eps, rot_dim, inv_freq, attn_factor,
-                          kc, vc, qg, gate);
+                          kc, vc, kt, qg, gate);
         return;
     }
     if (qg) { /* as rows of head_dim, qg is [n * n_heads][2 * head_dim] */
@@ -66,8 +67,8 @@ void sl_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, const s
     if (k_norm) op->rmsnorm(b, k, k_norm, n * n_kv, head_dim, eps, k);
     op->rope(b, q, qw, n_heads, head_dim, rot_dim, bm, inv_freq, attn_factor);
     op->rope(b, k, kw, n_kv, head_dim, rot_dim, bm, inv_freq, attn_factor);
-    op->kv_store(b, kc, bm, k, kw);
-    op->kv_store(b, vc, bm, v, kw);
+    op->kv_store(b, kc, kt, bm, k, kw);
+    op->kv_store(b, vc, kt, bm, v, kw);
 }
 
 void sl_gated_rmsnorm_matmul(sl_backend *b, const sl_weight *w, float *x, const float *z, const float *nw, int dim,

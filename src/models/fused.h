@@ -39,10 +39,11 @@ void sl_sigmoid_matmul(sl_backend *b, const sl_weight *w, float *x, const float 
 void sl_gated_rmsnorm_matmul(sl_backend *b, const sl_weight *w, float *x, const float *z, const float *nw, int dim,
                              float eps, int n, float *y);
 /* q, k of the batch bm: per-head norm (q_norm / k_norm NULL: none) and rotary embedding in place; k and v
- * into the caches at each token's row. With qg (rows of [query | gate] per head) q is taken from qg and the
- * gates go to gate. */
+ * into the caches (elements of type kt) at each token's row. With qg (rows of [query | gate] per head) q is taken from
+ * qg and the gates go to gate. */
 void sl_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, const sl_batch_map *bm, int n_heads, int n_kv,
                       int head_dim, const float *q_norm, const float *k_norm, float eps, int rot_dim,
-                      const float *inv_freq, float attn_factor, float *kc, float *vc, const float *qg, float *gate);
+                      const float *inv_freq, float attn_factor, void *kc, void *vc, sl_kv_type kt, const float *qg,
+                      float *gate);
 
 #endif

@@ -90,13 +90,20 @@ typedef int (*sl_tensor_fn)(void *ctx, int l, const sl_tensor *t);
 
 #define SL_STATE_BUFS 2
 
-/* What a part keeps per sequence: n_paged caches of `row` floats per position (in the session's pool of
- * pages), and n_fixed buffers of fixed[i] floats per sequence slot. */
+/* What a part keeps per sequence: n_paged caches of `row` elements per position (in the session's pool
+ * of pages), and n_fixed buffers of fixed[i] floats per sequence slot. The paged elements are of the
+ * session's KV type when kv_typed (attention's keys and values), else float32. */
 typedef struct sl_state_layout {
     int row, n_paged;
+    int kv_typed;
     int n_fixed;
     size_t fixed[SL_STATE_BUFS];
 } sl_state_layout;
+
+/* Bytes of one paged element of layout lay in a session whose KV type is kt (resolved). */
+static inline size_t sl_state_paged_elem(const sl_state_layout *lay, sl_kv_type kt) {
+    return lay->kv_typed ? sl_kv_type_size(kt) : sizeof(float);
+}
 
 /* --- scratch ---------------------------------------------------------------------------------------- */
 

@@ -135,10 +135,11 @@ static int64_t session_reserve(const sl_model *m, int ctx) {
     const sl_config *c = &m->cfg;
     if (ctx <= 0) ctx = c->max_pos < 4096 ? c->max_pos : 4096;
     int64_t kv = 0;
+    sl_kv_type kt = sl_model_kv_type(m, SL_KV_AUTO);
     for (int l = 0; l < c->n_layers; l++) {
         sl_state_layout st;
         sl_layer_layout(m, l, &st);
-        kv += (int64_t)ctx * st.row * st.n_paged * 4;
+        kv += (int64_t)ctx * st.row * st.n_paged * (int64_t)sl_state_paged_elem(&st, kt);
         for (int i = 0; i < st.n_fixed; i++) kv += (int64_t)st.fixed[i] * 4;
     }
     int64_t scratch = (int64_t)256 * (c->hidden * 8 + sl_config_q_width(c) * 6 + c->vocab_size / 16) * 4;
@@ -247,6 +248,7 @@ int sl_model_load(const char *arg, const sl_model_opts *o, sl_model **out, sl_er
     }
     m->path = path;
     m->cfg_suffix = gguf ? " metadata" : "/config.json";
+    m->kv_type = o ? o->kv_type : SL_KV_AUTO;
     sl_loader ld = {0};
     if (gguf) {
         if (open_gguf(m, e)) goto fail;

@@ -51,6 +51,7 @@ struct sl_model {
     void **owned;
     int n_owned, cap_owned;
     struct sl_expert_store *store; /* streamed experts (NULL: all resident) */
+    sl_kv_type kv_type;            /* the KV type of its sessions that ask for none (SL_KV_AUTO: the backend's) */
     /* accounting for `show` */
     uint64_t n_params, bytes_experts, bytes_other;
 };
@@ -62,15 +63,21 @@ typedef struct sl_model_opts {
      * slots, sessions), so a large card can act like a small one; unset: what is free. ram: the host
      * cache of experts (on the CPU backend, the expert cache itself, which turns streaming on); -1
      * means none. io: SL_IO_BUFFERED / SL_IO_DIRECT (experts/store.h). ctx: the context length sessions
-     * will use, for the memory they need. no_prefetch: no reads ahead of the router. */
+     * will use, for the memory they need. no_prefetch: no reads ahead of the router. kv_type: the element
+     * type of its sessions' attention caches (SL_KV_AUTO: the backend's default). */
     int64_t vram, ram;
     int io;
     int ctx;
     int no_prefetch;
+    sl_kv_type kv_type;
     int expert_slots; /* > 0: stream with exactly this many expert slots (tests, reproducing small cards) */
 } sl_model_opts;
 
 int sl_model_load(const char *path, const sl_model_opts *o, sl_model **out, sl_err *e);
+/* The KV type a session of m asking for t gets: t, else the model's, else the backend's default. */
+static inline sl_kv_type sl_model_kv_type(const sl_model *m, sl_kv_type t) {
+    return sl_kv_type_resolve(m->be, t != SL_KV_AUTO ? t : m->kv_type);
+}
 void sl_model_free(sl_model *m);
 
 #endif

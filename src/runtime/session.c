@@ -31,12 +31,13 @@ static int imax(int a, int b) {
     return a > b ? a : b;
 }
 
-size_t sl_session_kv_bytes_per_token(const sl_model *m) {
+size_t sl_session_kv_bytes_per_token(const sl_model *m, sl_kv_type kt) {
     size_t bytes = 0;
+    kt = sl_model_kv_type(m, kt);
     for (int l = 0; l < m->cfg.n_layers; l++) {
         sl_state_layout st;
         sl_layer_layout(m, l, &st);
-        bytes += (size_t)st.row * (size_t)st.n_paged * sizeof(float);
+        bytes += (size_t)st.row * (size_t)st.n_paged * sl_state_paged_elem(&st, kt);
     }
     return bytes;
 }
@@ -71,6 +72,7 @@ int sl_session_create_opts(sl_model *m, const sl_session_opts *o, sl_session **o
     s->m = m;
     s->max_ctx = max_ctx;
     s->n_seqs = n_seqs;
+    s->kv_type = sl_model_kv_type(m, o->kv_type);
     s->max_batch = o->max_batch > 0 ? (o->max_batch < MAX_BATCH ? o->max_batch : MAX_BATCH) : MAX_BATCH;
     s->logit_row = -1;
     s->logit_cap = imax(LOGIT_ROWS, imax(n_seqs, s->max_batch < 64 ? s->max_batch : 64));
@@ -110,7 +112,8 @@ int sl_session_create_opts(sl_model *m, const sl_session_opts *o, sl_session **o
     for (int l = 0; l < L; l++) {
         sl_layer_state *ls = &s->state[l];
         sl_layer_layout(m, l, &ls->lay);
-        size_t pool = (size_t)s->n_pages * SL_KV_PAGE * (size_t)ls->lay.row * 4;
+        ls->elem = sl_state_paged_elem(&ls->lay, s->kv_type);
+        size_t pool = (size_t)s->n_pages * SL_KV_PAGE * (size_t)ls->lay.row * ls->elem;
         for (int i = 0; i < ls->lay.n_paged; i++)
             if (!(ls->paged[i] = balloc(s, pool))) goto oom;
         for (int i = 0; i < ls->lay.n_fixed; i++)
@@ -135,13 +138,13 @@ oom:
     sl_session_free(s);
     {
         char buf[32];
-        return sl_fail(
-            e,
-            "out of memory creating a session of %d sequence(s) with a %d-token context (KV cache %s "
-            "for %lld positions)",
-            n_seqs, max_ctx,
-            sl_human_bytes((double)pages * SL_KV_PAGE * (double)sl_session_kv_bytes_per_token(m), buf, sizeof buf),
-            (long long)pages * SL_KV_PAGE);
+        return sl_fail(e,
+                       "out of memory creating a session of %d sequence(s) with a %d-token context (KV cache %s "
+                       "of %s for %lld positions)",
+                       n_seqs, max_ctx,
+                       sl_human_bytes((double)pages * SL_KV_PAGE * (double)sl_session_kv_bytes_per_token(m, o->kv_type),
+                                      buf, sizeof buf),
+                       sl_kv_type_name(sl_model_kv_type(m, o->kv_type)), (long long)pages * SL_KV_PAGE);
     }
 }
 
@@ -224,15 +227,20 @@ static int32_t page_get(sl_session *s, const uint8_t *busy) {
     return pg;
 }
 
-/* Copies page src into page dst in every layer's pools. */
+_Static_assert(SL_KV_PAGE % 2 == 0, "pages of 16-bit elements are copied as float32 words");
+
+/* Copies page src into page dst in every layer's pools, as float32 words whatever the element type (a
+ * page of 16-bit elements has an even count: SL_KV_PAGE is). */
 static void page_copy(sl_session *s, int32_t dst, int32_t src) {
     sl_backend *be = s->m->be;
     for (int l = 0; l < s->m->cfg.n_layers; l++) {
         const sl_layer_state *ls = &s->state[l];
-        size_t w = (size_t)SL_KV_PAGE * (size_t)ls->lay.row;
-        for (int i = 0; i < ls->lay.n_paged; i++)
-            be->ops->copy_rows(be, ls->paged[i] + (size_t)dst * w, (int)w, ls->paged[i] + (size_t)src * w, (int)w, 1,
-                               (int)w);
+        size_t bytes = (size_t)SL_KV_PAGE * (size_t)ls->lay.row * ls->elem, w = bytes / sizeof(float);
+        for (int i = 0; i < ls->lay.n_paged; i++) {
+            char *pool = ls->paged[i];
+            be->ops->copy_rows(be, (float *)(pool + (size_t)dst * bytes), (int)w,
+                               (const float *)(pool + (size_t)src * bytes), (int)w, 1, (int)w);
+        }
     }
 }
 
@@ -706,9 +714,9 @@ int sl_session_pos(const sl_session *s) {
     return s->seqs[0].pos;
 }
 
-int sl_session_default_ctx(const sl_model *m) {
+int sl_session_default_ctx(const sl_model *m, sl_kv_type kt) {
     const sl_config *c = &m->cfg;
-    double per_tok = (double)sl_session_kv_bytes_per_token(m);
+    double per_tok = (double)sl_session_kv_bytes_per_token(m, kt);
     int ctx = c->max_pos;
     /* caches live in the backend's memory: a quarter of what is free there (host memory on the CPU) */
     double budget = (m->be->ops->mem_free ? (double)m->be->ops->mem_free(m->be) : sl_mem_available()) / 4;

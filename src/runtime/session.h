@@ -37,11 +37,13 @@ struct sl_scratch {
     float *logits;
 };
 
-/* The state of one layer: its kind's layout, the paged caches [n_pages * SL_KV_PAGE][lay.row] and the
- * fixed buffers of every sequence slot [n_seqs][lay.fixed[i]]. */
+/* The state of one layer: its kind's layout, the paged caches [n_pages * SL_KV_PAGE][lay.row] (elements
+ * of elem bytes: the session's KV type, or float32) and the fixed buffers of every sequence slot
+ * [n_seqs][lay.fixed[i]]. */
 typedef struct sl_layer_state {
     sl_state_layout lay;
-    float *paged[SL_STATE_BUFS];
+    size_t elem;
+    void *paged[SL_STATE_BUFS];
     float *fixed[SL_STATE_BUFS];
 } sl_layer_state;
 
@@ -85,12 +87,16 @@ typedef struct sl_session_opts {
     int n_seqs;    /* sequence slots; <= 0: 1 */
     int kv_tokens; /* positions in the KV pool; <= 0: room for every slot's whole context */
     int max_batch; /* tokens per forward pass; <= 0: 512 */
+    /* element type of the attention caches; SL_KV_AUTO: the model's (sl_model_kv_type). Latent attention's
+     * cache stays float32 whatever it is. */
+    sl_kv_type kv_type;
 } sl_session_opts;
 
 struct sl_session {
     sl_model *m;
     int max_ctx, max_batch, n_seqs;
-    int recurrent; /* has fixed per-sequence state (delta-net layers), which cannot be rewound */
+    sl_kv_type kv_type; /* of the attention caches (resolved: never SL_KV_AUTO) */
+    int recurrent;      /* has fixed per-sequence state (delta-net layers), which cannot be rewound */
     sl_seq *seqs;
     unsigned long long clock;
     sl_layer_state *state; /* per layer */
@@ -192,11 +198,12 @@ int sl_session_restore(sl_session *s, int pos);
 /* Tokens fed to sequence 0. */
 int sl_session_pos(const sl_session *s);
 
-/* A context length that fits: the model's own, halved until the KV cache takes at most a quarter of
- * the available memory (never below 2048 or above the model's). */
-int sl_session_default_ctx(const sl_model *m);
-/* Bytes of KV cache one position of one sequence takes. */
-size_t sl_session_kv_bytes_per_token(const sl_model *m);
+/* A context length that fits: the model's own, halved until the KV cache of type kt (SL_KV_AUTO: the
+ * model's) takes at most a quarter of the available memory (never below 2048 or above the model's). */
+int sl_session_default_ctx(const sl_model *m, sl_kv_type kt);
+/* Bytes of KV cache one position of one sequence takes with attention caches of type kt (SL_KV_AUTO: the
+ * model's). */
+size_t sl_session_kv_bytes_per_token(const sl_model *m, sl_kv_type kt);
 
 /* Feeds n tokens from the current position. logits (host memory) receives [n][vocab] when all_logits,
  * else the last token's [vocab]; it may be NULL when no logits are wanted. */

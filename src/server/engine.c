@@ -586,7 +586,7 @@ static void *worker(void *arg) {
  * every sequence's whole context. --parallel defaults to the sequences whose whole context fits. */
 static int open_session(sv_engine *g, const sv_engine_opts *o, sl_err *e) {
     sl_model *m = g->m;
-    double per_tok = (double)sl_session_kv_bytes_per_token(m);
+    double per_tok = (double)sl_session_kv_bytes_per_token(m, SL_KV_AUTO);
     if (per_tok <= 0) per_tok = 1; /* no attention layers: the pool is never used */
     double avail = m->be->ops->mem_free ? (double)m->be->ops->mem_free(m->be) * 0.5 : sl_mem_available() / 4.0;
     double pool = o->kv_bytes > 0 ? (double)o->kv_bytes : avail;
@@ -648,7 +648,7 @@ int sv_engine_load(sv_engine *g, const sv_engine_opts *o, sl_err *e) {
         if (sl_jinja_parse(src, strlen(src), &g->tmpl, e)) return sl_wrap(e, "%s: chat template", o->model);
         g->tc_fmt = sl_tc_format_detect(src);
     }
-    g->ctx = o->ctx > 0 ? o->ctx : sl_session_default_ctx(g->m);
+    g->ctx = o->ctx > 0 ? o->ctx : sl_session_default_ctx(g->m, SL_KV_AUTO);
     g->timing = o->timing;
     if (g->ctx > g->m->cfg.max_pos)
         return sl_fail(e, "--ctx %d exceeds the model's max_position_embeddings %d", g->ctx, g->m->cfg.max_pos);

@@ -22,6 +22,20 @@ for m in qwen3 qwen3_moe; do
          and .bytes_per_token <= .weight_bytes' <<<"$json" >/dev/null || fail "$m: --json: $json"
 done
 
+# --kv-type: the KV row names the type and bytes per token (f32 on the CPU unless asked); f16 halves them
+out=$("$SLUICE_BIN" bench "$SLUICE_FIXTURES/models/qwen3" -p 16 -n 4 --threads 2)
+grep -Eq "^  kv cache +f32, [0-9.]+ [KMG]?i?B/token" <<<"$out" || fail "no 'kv cache f32' row in:"$'\n'"$out"
+j32=$("$SLUICE_BIN" bench "$SLUICE_FIXTURES/models/qwen3" -p 16 -n 4 --json)
+j16=$("$SLUICE_BIN" bench "$SLUICE_FIXTURES/models/qwen3" -p 16 -n 4 --kv-type f16 --json) || fail "--kv-type f16"
+jq -e '.kv_type == "f32"' <<<"$j32" >/dev/null || fail "default kv_type on the CPU: $j32"
+jq -e --argjson b "$(jq .kv_bytes_per_token <<<"$j32")" '.kv_type == "f16" and .decode_tok_s > 0
+     and .kv_bytes_per_token * 2 == $b' <<<"$j16" >/dev/null || fail "--kv-type f16: $j16"
+"$SLUICE_BIN" bench "$SLUICE_FIXTURES/models/qwen3" -p 8 -n 2 --kv-type bf16 | grep -Eq "^  kv cache +bf16," ||
+  fail "--kv-type bf16"
+if err=$("$SLUICE_BIN" bench "$SLUICE_FIXTURES/models/qwen3" --kv-type q8 2>&1); then fail "--kv-type q8 accepted"; fi
+grep -q -- "--kv-type is f32, f16 or bf16, got 'q8'" <<<"$err" || fail "--kv-type q8: $err"
+grep -q -- "--kv-type" <<<"$("$SLUICE_BIN" bench --help)" || fail "--help has no --kv-type"
+
 # MoE: a token reads top_k of n_experts experts, so less than the whole checkpoint
 jq -e '.bytes_per_token < 0.6 * .weight_bytes' \
   <<<"$("$SLUICE_BIN" bench "$SLUICE_FIXTURES/models/qwen3_moe" -p 4 -n 1 --json)" >/dev/null ||

@@ -357,9 +357,36 @@ static void ref_head(float *v, int hd, const float *norm, float eps, int rot_dim
     }
 }
 
-/* gated: q comes from a [query | gate] per head projection, whose gates are copied out as well */
+/* x rounded to a cache element of type kt and back, as kv_store must (round to nearest even) */
+static float kv_round(float x, sl_kv_type kt) {
+    if (kt == SL_KV_F16) return sl_f16_to_f32(sl_f32_to_f16(x));
+    if (kt == SL_KV_BF16) return sl_bf16_to_f32(sl_f32_to_bf16(x));
+    return x;
+}
+
+/* n cache elements of type kt downloaded and widened to float32 */
+static float *download_kv(sl_backend *be, const void *d, sl_kv_type kt, size_t n) {
+    size_t es = sl_kv_type_size(kt);
+    unsigned char *raw = malloc(n * es);
+    be->ops->download(be, raw, d, n * es);
+    float *h = malloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++) {
+        uint16_t u;
+        if (es == 4) {
+            memcpy(&h[i], raw + i * 4, 4);
+            continue;
+        }
+        memcpy(&u, raw + i * 2, 2);
+        h[i] = kt == SL_KV_F16 ? sl_f16_to_f32(u) : sl_bf16_to_f32(u);
+    }
+    free(raw);
+    return h;
+}
+
+/* gated: q comes from a [query | gate] per head projection, whose gates are copied out as well. The caches
+ * hold elements of type kt. */
 static void qk_rope_store_case(int n, int nh, int nkv, int hd, int rot_dim, int with_norm, int pos0, int fused,
-                               int gated) {
+                               int gated, sl_kv_type kt) {
     sl_backend *be = open_backend();
     unfused u;
     sl_backend *run = fused ? be : unfused_of(be, &u);
@@ -390,7 +417,7 @@ static void qk_rope_store_case(int n, int nh, int nkv, int hd, int rot_dim, int 
     float *q = dev_rand(be, qlen, &st, &hq), *k = dev_rand(be, klen, &st, &hk), *v = dev_rand(be, klen, &st, &hv);
     float *qn = dev_rand(be, (size_t)hd, &st, &hqn), *kn = dev_rand(be, (size_t)hd, &st, &hkn);
     float *freq = dev_rand(be, (size_t)rot_dim / 2, &st, &hf);
-    float *kc = be->ops->alloc(be, clen * sizeof *kc), *vc = be->ops->alloc(be, clen * sizeof *vc);
+    void *kc = be->ops->alloc(be, clen * sl_kv_type_size(kt)), *vc = be->ops->alloc(be, clen * sl_kv_type_size(kt));
     float *hqg = NULL, *qg = gated ? dev_rand(be, 2 * qlen, &st, &hqg) : NULL;
     float *gate = gated ? be->ops->alloc(be, qlen * sizeof *gate) : NULL;
     if (gated) /* the queries the op must take from qg, the first half of each head's row */
@@ -398,9 +425,9 @@ static void qk_rope_store_case(int n, int nh, int nkv, int hd, int rot_dim, int 
             memcpy(hq + r * (size_t)hd, hqg + 2 * r * (size_t)hd, (size_t)hd * sizeof *hq);
     if (fused) cr_assert_not_null(be->ops->qk_rope_store, "the backend has no qk_rope_store");
     sl_qk_rope_store(run, q, k, v, &bm, nh, nkv, hd, with_norm ? qn : NULL, with_norm ? kn : NULL, 1e-6f, rot_dim, freq,
-                     0.9f, kc, vc, qg, gate);
-    float *gq = download(be, q, qlen), *gk = download(be, k, klen), *gkc = download(be, kc, clen),
-          *gvc = download(be, vc, clen);
+                     0.9f, kc, vc, kt, qg, gate);
+    float *gq = download(be, q, qlen), *gk = download(be, k, klen), *gkc = download_kv(be, kc, kt, clen),
+          *gvc = download_kv(be, vc, kt, clen);
     check_ok(be);
     if (gated) {
         float *gg = download(be, gate, qlen), *wg = malloc(qlen * sizeof *wg);
@@ -425,12 +452,16 @@ static void qk_rope_store_case(int n, int nh, int nkv, int hd, int rot_dim, int 
     size_t kw = (size_t)nkv * (size_t)hd;
     for (int i = 0; i < n; i++) {
         size_t row = (size_t)sl_bm_row(&bm, hpages, 0, pos0 + i);
-        memcpy(wkc + row * kw, hk + (size_t)i * kw, kw * sizeof *hk);
-        memcpy(wvc + row * kw, hv + (size_t)i * kw, kw * sizeof *hv);
+        for (size_t j = 0; j < kw; j++) {
+            wkc[row * kw + j] = kv_round(hk[(size_t)i * kw + j], kt);
+            wvc[row * kw + j] = kv_round(hv[(size_t)i * kw + j], kt);
+        }
     }
+    /* k differs from the host's by rounding, which may move its cache element by one unit */
+    float ktol = kt == SL_KV_F16 ? 1e-3f : kt == SL_KV_BF16 ? 8e-3f : 1e-4f;
     expect_close(gq, hq, qlen, 1e-4f, "qk_rope_store q");
     expect_close(gk, hk, klen, 1e-4f, "qk_rope_store k");
-    expect_close(gkc, wkc, clen, 1e-4f, "qk_rope_store k cache");
+    expect_close(gkc, wkc, clen, ktol, "qk_rope_store k cache");
     expect_close(gvc, wvc, clen, 0.0f, "qk_rope_store v cache");
     void *dv[] = {q, k, v, qn, kn, freq, kc, vc, dpages, dpos, dseq};
     for (int i = 0; i < 11; i++) be->ops->free(be, dv[i]);
@@ -440,12 +471,14 @@ static void qk_rope_store_case(int n, int nh, int nkv, int hd, int rot_dim, int 
 }
 
 Test(fused_ops, qk_rope_store) {
-    qk_rope_store_case(1, 4, 2, 64, 64, 0, 5, 1, 0);
-    qk_rope_store_case(3, 8, 2, 128, 64, 1, 0, 1, 0); /* partial rotary, q/k norms */
-    qk_rope_store_case(2, 2, 1, 256, 256, 1, 7, 1, 0);
-    qk_rope_store_case(2, 4, 4, 32, 32, 1, 3, 0, 0);
-    qk_rope_store_case(2, 4, 2, 256, 64, 1, 4, 1, 1); /* gated q (Qwen3.5) */
-    qk_rope_store_case(2, 4, 2, 256, 64, 1, 4, 0, 1);
+    for (sl_kv_type kt = SL_KV_F32; kt <= SL_KV_BF16; kt++) {
+        qk_rope_store_case(1, 4, 2, 64, 64, 0, 5, 1, 0, kt);
+        qk_rope_store_case(3, 8, 2, 128, 64, 1, 0, 1, 0, kt); /* partial rotary, q/k norms */
+        qk_rope_store_case(2, 2, 1, 256, 256, 1, 7, 1, 0, kt);
+        qk_rope_store_case(2, 4, 4, 32, 32, 1, 3, 0, 0, kt);
+        qk_rope_store_case(2, 4, 2, 256, 64, 1, 4, 1, 1, kt); /* gated q (Qwen3.5) */
+        qk_rope_store_case(2, 4, 2, 256, 64, 1, 4, 0, 1, kt);
+    }
 }
 
 static void gated_rmsnorm_matmul_case(int rows, int groups, int dim, int n, int fused) {

@@ -102,7 +102,7 @@ Test(kinds, state_layout_per_kind) {
     for (size_t f = 0; f < sizeof fixtures / sizeof fixtures[0]; f++) {
         sl_model *m = load(fixtures[f]);
         const sl_config *c = &m->cfg;
-        size_t kv = 0;
+        size_t kv = 0, kv16 = 0;
         int fixed = 0;
         for (int l = 0; l < c->n_layers; l++) {
             const sl_layer *L = &m->layers[l];
@@ -123,9 +123,13 @@ Test(kinds, state_layout_per_kind) {
                 cr_assert_eq(st.n_fixed, 0);
             }
             kv += (size_t)st.row * (size_t)st.n_paged * 4;
+            /* f16 halves the attention caches; latent attention's stays float32 */
+            kv16 += (size_t)st.row * (size_t)st.n_paged * (L->attn && !L->attn->latent ? 2 : 4);
             fixed += st.n_fixed;
         }
-        cr_assert_eq(sl_session_kv_bytes_per_token(m), kv);
+        cr_assert_eq(sl_session_kv_bytes_per_token(m, SL_KV_F32), kv);
+        cr_assert_eq(sl_session_kv_bytes_per_token(m, SL_KV_F16), kv16);
+        cr_assert_eq(sl_session_kv_bytes_per_token(m, SL_KV_BF16), kv16);
         sl_session *s;
         sl_err e = {{0}};
         cr_assert_eq(sl_session_create(m, 64, &s, &e), 0, "%s", e.msg);

@@ -83,8 +83,8 @@ int cpu_ggml_matmul_fused(cpu_impl *c, const sl_weight *w, const float *x, int n
 
 void cpu_embed(sl_backend *b, const sl_weight *w, const int32_t *ids, int n, float *out);
 void cpu_matmul(sl_backend *b, const sl_weight *w, const float *x, int n, float *y);
-void cpu_attention(sl_backend *b, const float *q, const float *kc, const float *vc, const sl_batch_map *bm, int n_heads,
-                   int n_kv, int head_dim, int window, float scale, const float *sinks, float *out);
+void cpu_attention(sl_backend *b, const float *q, const void *kc, const void *vc, sl_kv_type kt, const sl_batch_map *bm,
+                   int n_heads, int n_kv, int head_dim, int window, float scale, const float *sinks, float *out);
 void cpu_route(sl_backend *b, const float *logits, int n, int n_experts, int k, int renorm, int32_t *ids,
                float *weights);
 void cpu_route_grouped(sl_backend *b, const float *logits, const float *bias, int n, int n_experts, int k, int n_group,

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
+#include "core/half.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -99,11 +100,21 @@ static void cpu_copy_rows(sl_backend *b, float *dst, int dst_stride, const float
         memmove(dst + (size_t)i * (size_t)dst_stride, src + (size_t)i * (size_t)src_stride, (size_t)width * 4);
 }
 
-static void cpu_kv_store(sl_backend *b, float *cache, const sl_batch_map *bm, const float *x, int width) {
+static void cpu_kv_store(sl_backend *b, void *cache, sl_kv_type kt, const sl_batch_map *bm, const float *x, int width) {
     (void)b;
-    for (int i = 0; i < bm->n; i++)
-        memmove(cache + sl_bm_row(bm, bm->pages, bm->seq[i], bm->pos[i]) * width, x + (size_t)i * (size_t)width,
-                (size_t)width * sizeof(float));
+    for (int i = 0; i < bm->n; i++) {
+        size_t at = (size_t)sl_bm_row(bm, bm->pages, bm->seq[i], bm->pos[i]) * (size_t)width;
+        const float *src = x + (size_t)i * (size_t)width;
+        if (kt == SL_KV_F16) {
+            uint16_t *dst = (uint16_t *)cache + at;
+            for (int j = 0; j < width; j++) dst[j] = sl_f32_to_f16(src[j]);
+        } else if (kt == SL_KV_BF16) {
+            uint16_t *dst = (uint16_t *)cache + at;
+            for (int j = 0; j < width; j++) dst[j] = sl_f32_to_bf16(src[j]);
+        } else {
+            memmove((float *)cache + at, src, (size_t)width * sizeof(float));
+        }
+    }
 }
 
 static void cpu_add(sl_backend *b, float *y, const float *x, size_t len) {
@@ -224,8 +235,8 @@ static void cpu_sigmoid_matmul(sl_backend *b, const sl_weight *w, const float *x
 
 static void cpu_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, const sl_batch_map *bm, int n_heads,
                               int n_kv, int head_dim, const float *q_norm, const float *k_norm, float eps, int rot_dim,
-                              const float *inv_freq, float attn_factor, float *kc, float *vc, const float *qg,
-                              float *gate) {
+                              const float *inv_freq, float attn_factor, void *kc, void *vc, sl_kv_type kt,
+                              const float *qg, float *gate) {
     int qw = n_heads * head_dim, kw = n_kv * head_dim, n = bm->n;
     if (qg) {
         cpu_copy_rows(b, q, head_dim, qg, 2 * head_dim, n * n_heads, head_dim);
@@ -235,8 +246,8 @@ static void cpu_qk_rope_store(sl_backend *b, float *q, float *k, const float *v,
     if (k_norm) cpu_rmsnorm(b, k, k_norm, n * n_kv, head_dim, eps, k);
     cpu_rope(b, q, qw, n_heads, head_dim, rot_dim, bm, inv_freq, attn_factor);
     cpu_rope(b, k, kw, n_kv, head_dim, rot_dim, bm, inv_freq, attn_factor);
-    cpu_kv_store(b, kc, bm, k, kw);
-    cpu_kv_store(b, vc, bm, v, kw);
+    cpu_kv_store(b, kc, kt, bm, k, kw);
+    cpu_kv_store(b, vc, kt, bm, v, kw);
 }
 
 static void cpu_gated_rmsnorm_matmul(sl_backend *b, const sl_weight *w, float *x, const float *z, const float *nw,

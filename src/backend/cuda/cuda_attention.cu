@@ -5,7 +5,8 @@
  * value tiles are staged in shared memory and each lane scores one key of the tile. Decode (tokens alone
  * in their sequence): split-K over each token's cache, each block a slice of positions for one head of one
  * token, then a pass that merges the slices. Positions and sequences are always read from device memory,
- * so recorded steps replay at any position. */
+ * so recorded steps replay at any position. Every kernel is instantiated for each cache element type T
+ * (float, __half, __nv_bfloat16) and widens keys and values to fp32 as it reads them. */
 #include <math.h>
 
 #include "backend/cuda/cuda_int.cuh"
@@ -15,8 +16,9 @@
 #define DEC_SPLITS 64  /* most decode slices per token (the cache length is unknown when recording) */
 #define DEC_WARPS 4
 
-struct att_args {
-    const float *q, *kc, *vc;
+template <typename T> struct att_args {
+    const float *q;
+    const T *kc, *vc;
     float *out;
     int n_heads, n_kv, hd, window;
     float scale;
@@ -32,7 +34,7 @@ static int rec_splits(int n) {
     return s < 4 ? 4 : s;
 }
 
-__global__ void __launch_bounds__(ATT_Q * 32) att_prefill_k(att_args a, int tk) {
+template <typename T> __global__ void __launch_bounds__(ATT_Q * 32) att_prefill_k(att_args<T> a, int tk) {
     cu_pdl_enter();
     extern __shared__ float sm[];
     int ldk = a.hd + 1; /* padded rows: lanes reading one column each hit distinct banks */
@@ -58,8 +60,8 @@ __global__ void __launch_bounds__(ATT_Q * 32) att_prefill_k(att_args a, int tk) 
             int j = e / a.hd, d = e % a.hd, t = t0 + j;
             bool ok = t <= last;
             long long r = ok ? cu_bm_row(a.bm, sq, t) * kw + kvh * a.hd + d : 0;
-            ks[j * ldk + d] = ok ? a.kc[r] : 0;
-            vs[j * ldk + d] = ok ? a.vc[r] : 0;
+            ks[j * ldk + d] = ok ? cu_kv_ld(a.kc + r) : 0;
+            vs[j * ldk + d] = ok ? cu_kv_ld(a.vc + r) : 0;
         }
         __syncthreads();
         if (!live) continue;
@@ -105,7 +107,8 @@ __global__ void __launch_bounds__(ATT_Q * 32) att_prefill_k(att_args a, int tk) 
 }
 
 /* One slice of one token's cache for one query head: partial max, sum and weighted values. */
-__global__ void __launch_bounds__(DEC_WARPS * 32) att_decode_k(att_args a, int splits, float *part) {
+template <typename T>
+__global__ void __launch_bounds__(DEC_WARPS * 32) att_decode_k(att_args<T> a, int splits, float *part) {
     cu_pdl_enter();
     __shared__ float red[DEC_WARPS][ATT_MAXD * 32 + 2];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -126,21 +129,21 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) att_decode_k(att_args a, int s
     float m = -INFINITY, l = 0;
     for (int t = b0 + warp; t < b1; t += DEC_WARPS) {
         long long row = cu_bm_row(a.bm, sq, t) * kw + kvh * a.hd;
-        const float *kr = a.kc + row;
+        const T *kr = a.kc + row;
         float s = 0;
 #pragma unroll
         for (int k = 0; k < ATT_MAXD; k++) {
             int d = lane + 32 * k;
-            if (d < a.hd) s += q[k] * kr[d];
+            if (d < a.hd) s += q[k] * cu_kv_ld(kr + d);
         }
         s = warp_sum(s);
         float mn = fmaxf(m, s), corr = expf(m - mn), pj = expf(s - mn);
         l = l * corr + pj;
-        const float *vr = a.vc + row;
+        const T *vr = a.vc + row;
 #pragma unroll
         for (int k = 0; k < ATT_MAXD; k++) {
             int d = lane + 32 * k;
-            o[k] = o[k] * corr + (d < a.hd ? pj * vr[d] : 0);
+            o[k] = o[k] * corr + (d < a.hd ? pj * cu_kv_ld(vr + d) : 0);
         }
         m = mn;
     }
@@ -203,17 +206,11 @@ int cu_attention_reserve(cu_impl *c, int n) {
     return cu_grow(c, (void **)&c->att_part, &c->att_part_len, need, "attention partials");
 }
 
-void cu_attention(sl_backend *b, const float *q, const float *kc, const float *vc, const sl_batch_map *bm, int n_heads,
-                  int n_kv, int head_dim, int window, float scale, const float *sinks, float *out) {
-    cu_impl *c = cu_of(b);
-    if (head_dim > ATT_MAXD * 32) {
-        cu_fail(c, "attention: head_dim %d is above the CUDA kernels' limit of %d", head_dim, ATT_MAXD * 32);
-        return;
-    }
-    if (n_heads > c->att_heads) c->att_heads = n_heads;
-    if (head_dim > c->att_hd) c->att_hd = head_dim;
+template <typename T>
+static void attention_t(cu_impl *c, const float *q, const T *kc, const T *vc, sl_kv_type kt, const sl_batch_map *bm,
+                        int n_heads, int n_kv, int head_dim, int window, float scale, const float *sinks, float *out) {
     int n = bm->n;
-    att_args a = {q, kc, vc, out, n_heads, n_kv, head_dim, window, scale, sinks, cu_bmap_of(bm), 0, 0, NULL};
+    att_args<T> a = {q, kc, vc, out, n_heads, n_kv, head_dim, window, scale, sinks, cu_bmap_of(bm), 0, 0, NULL};
     /* tokens alone in their sequence take the decode kernel, runs of several the prefill kernel */
     int n_dec = 0, *dec = NULL;
     if (!c->capturing) { /* host list of the lone tokens, kept between calls */
@@ -244,13 +241,13 @@ void cu_attention(sl_backend *b, const float *q, const float *kc, const float *v
             a.t0 = i;
             a.n = j - i;
             if (a.n >= 16 && c->flash &&
-                cu_flash_prefill(c, q, kc, vc, bm, i, a.n, n_heads, n_kv, head_dim, window, scale, sinks, out)) {
+                cu_flash_prefill(c, q, kc, vc, kt, bm, i, a.n, n_heads, n_kv, head_dim, window, scale, sinks, out)) {
                 i = j;
                 continue;
             }
             int tk = head_dim <= 128 ? 32 : 16;
             size_t smem = ((size_t)2 * tk * (head_dim + 1) + (size_t)ATT_Q * head_dim) * sizeof(float);
-            cu_launch(c, att_prefill_k, dim3(CU_BLOCKS(j - i, ATT_Q), (unsigned)n_heads), ATT_Q * 32, smem, a, tk);
+            cu_launch(c, att_prefill_k<T>, dim3(CU_BLOCKS(j - i, ATT_Q), (unsigned)n_heads), ATT_Q * 32, smem, a, tk);
         }
         i = j;
     }
@@ -273,10 +270,25 @@ void cu_attention(sl_backend *b, const float *q, const float *kc, const float *v
             cudaMemcpyAsync(c->att_tok, dec, (size_t)n_dec * sizeof(int), cudaMemcpyHostToDevice, c->st);
             a.tok = c->att_tok;
         }
-        cu_launch(c, att_decode_k, dim3((unsigned)splits, (unsigned)n_heads, (unsigned)n_dec), DEC_WARPS * 32, 0, a,
-                  splits, c->att_part);
+        cu_launch(c, att_decode_k<T>, dim3((unsigned)splits, (unsigned)n_heads, (unsigned)n_dec), DEC_WARPS * 32, 0,
+                  a, splits, c->att_part);
         cu_launch(c, att_merge_k, dim3((unsigned)n_heads, (unsigned)n_dec), 128, 0, c->att_part, splits, head_dim,
                   a.tok, sinks, out);
     }
+}
+
+void cu_attention(sl_backend *b, const float *q, const void *kc, const void *vc, sl_kv_type kt, const sl_batch_map *bm,
+                  int n_heads, int n_kv, int head_dim, int window, float scale, const float *sinks, float *out) {
+    cu_impl *c = cu_of(b);
+    if (head_dim > ATT_MAXD * 32) {
+        cu_fail(c, "attention: head_dim %d is above the CUDA kernels' limit of %d", head_dim, ATT_MAXD * 32);
+        return;
+    }
+    if (n_heads > c->att_heads) c->att_heads = n_heads;
+    if (head_dim > c->att_hd) c->att_hd = head_dim;
+    cu_kv_dispatch(kt, [&](auto *t) {
+        using T = typename std::remove_pointer<decltype(t)>::type;
+        attention_t<T>(c, q, (const T *)kc, (const T *)vc, kt, bm, n_heads, n_kv, head_dim, window, scale, sinks, out);
+    });
     cu_check_launch(c, "attention");
 }

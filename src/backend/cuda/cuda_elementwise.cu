@@ -119,9 +119,10 @@ void cu_rope(sl_backend *b, float *x, int stride, int n_heads, int head_dim, int
 /* One block per (token, head), q heads then k heads: the head's values in shared memory, optional RMSNorm,
  * rotary embedding, written back; k heads also store themselves and their v head in the caches. With qg,
  * q heads read their query from qg's [query | gate] row and copy the gate to gate. */
+template <typename T>
 __global__ void qk_rope_store_k(float *q, float *k, const float *v, int nh, int nkv, int hd, const float *qn,
                                 const float *kn, float eps, int half, cu_bmap bm, const float *inv_freq,
-                                float attn_factor, float *kc, float *vc, const float *qg, float *gate) {
+                                float attn_factor, T *kc, T *vc, const float *qg, float *gate) {
     cu_pdl_enter();
     extern __shared__ float hv[];
     __shared__ float sh[32];
@@ -166,21 +167,26 @@ __global__ void qk_rope_store_k(float *q, float *k, const float *v, int nh, int 
     const float *vr = v + off;
     for (int j = threadIdx.x; j < hd; j += blockDim.x) {
         xr[j] = hv[j];
-        kc[crow + j] = hv[j];
-        vc[crow + j] = vr[j];
+        cu_kv_st(kc + crow + j, hv[j]);
+        cu_kv_st(vc + crow + j, vr[j]);
     }
 }
 
 void cu_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, const sl_batch_map *bm, int n_heads, int n_kv,
                       int head_dim, const float *q_norm, const float *k_norm, float eps, int rot_dim,
-                      const float *inv_freq, float attn_factor, float *kc, float *vc, const float *qg, float *gate) {
+                      const float *inv_freq, float attn_factor, void *kc, void *vc, sl_kv_type kt, const float *qg,
+                      float *gate) {
     cu_impl *c = cu_of(b);
     int n = bm->n;
     if (n <= 0 || n_heads + n_kv <= 0) return;
     int threads = head_dim >= 128 ? 128 : (head_dim + 31) / 32 * 32;
     dim3 grid((unsigned)(n_heads + n_kv), (unsigned)n);
-    cu_launch(c, qk_rope_store_k, grid, threads, (size_t)head_dim * sizeof(float), q, k, v, n_heads, n_kv, head_dim,
-              q_norm, k_norm, eps, rot_dim / 2, cu_bmap_of(bm), inv_freq, attn_factor, kc, vc, qg, gate);
+    cu_kv_dispatch(kt, [&](auto *t) {
+        using T = typename std::remove_pointer<decltype(t)>::type;
+        cu_launch(c, qk_rope_store_k<T>, grid, threads, (size_t)head_dim * sizeof(float), q, k, v, n_heads, n_kv,
+                  head_dim, q_norm, k_norm, eps, rot_dim / 2, cu_bmap_of(bm), inv_freq, attn_factor, (T *)kc, (T *)vc,
+                  qg, gate);
+    });
     cu_check_launch(c, "q/k norm, rope and KV store");
 }
 
@@ -192,13 +198,13 @@ __global__ void copy_rows_k(float *dst, int dst_stride, const float *src, int sr
     dst[(long long)i * dst_stride + j] = src[(long long)i * src_stride + j];
 }
 
-/* row i of x into the cache row of token i */
-__global__ void kv_store_k(float *cache, cu_bmap bm, const float *x, int n, int width) {
+/* row i of x into the cache row of token i, rounded to the cache's element type */
+template <typename T> __global__ void kv_store_k(T *cache, cu_bmap bm, const float *x, int n, int width) {
     cu_pdl_enter();
     long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= (long long)n * width) return;
     int i = (int)(e / width), j = (int)(e % width);
-    cache[cu_bm_row(bm, bm.seq[i], bm.pos[i]) * width + j] = x[(long long)i * width + j];
+    cu_kv_st(cache + cu_bm_row(bm, bm.seq[i], bm.pos[i]) * width + j, x[(long long)i * width + j]);
 }
 
 void cu_copy_rows(sl_backend *b, float *dst, int dst_stride, const float *src, int src_stride, int n, int width) {
@@ -209,11 +215,14 @@ void cu_copy_rows(sl_backend *b, float *dst, int dst_stride, const float *src, i
     cu_check_launch(c, "copy rows");
 }
 
-void cu_kv_store(sl_backend *b, float *cache, const sl_batch_map *bm, const float *x, int width) {
+void cu_kv_store(sl_backend *b, void *cache, sl_kv_type kt, const sl_batch_map *bm, const float *x, int width) {
     cu_impl *c = cu_of(b);
     long long total = (long long)bm->n * width;
     if (total <= 0) return;
-    cu_launch(c, kv_store_k, CU_BLOCKS(total, 256), 256, 0, cache, cu_bmap_of(bm), x, bm->n, width);
+    cu_kv_dispatch(kt, [&](auto *t) {
+        using T = typename std::remove_pointer<decltype(t)>::type;
+        cu_launch(c, kv_store_k<T>, CU_BLOCKS(total, 256), 256, 0, (T *)cache, cu_bmap_of(bm), x, bm->n, width);
+    });
     cu_check_launch(c, "KV cache store");
 }
 

@@ -3,15 +3,18 @@
  * staged in shared memory as fp16 (V transposed so that both products read 32-bit fragment pairs), scores
  * and the weighted values are fp16 MMA with fp32 accumulation, and the softmax is online in fp32 (base 2:
  * the query carries log2(e)). fp16 rather than bf16: scores and probabilities keep three more mantissa
- * bits, and attention inputs stay far inside its range. */
+ * bits, and attention inputs stay far inside its range. The cache's elements (T: float, __half or
+ * __nv_bfloat16) are widened as they are read and rounded to fp16 on the way into shared memory, exact for
+ * an f16 cache. */
 #include <math.h>
 
 #include "backend/cuda/cuda_int.cuh"
 
 #define FA_BQ 64 /* queries per block: 4 warps x 16 rows */
 
-struct fa_args {
-    const float *q, *kc, *vc;
+template <typename T> struct fa_args {
+    const float *q;
+    const T *kc, *vc;
     float *out;
     const float *sinks; /* per head, natural-log units; NULL: none */
     int n_heads, n_kv, window;
@@ -40,7 +43,7 @@ template <int HD> __device__ __forceinline__ void fa_rescale(float (&o)[HD / 8][
     }
 }
 
-template <int HD, int BK> __global__ void __launch_bounds__(128) flash_prefill_k(fa_args a) {
+template <int HD, int BK, typename T> __global__ void __launch_bounds__(128) flash_prefill_k(fa_args<T> a) {
     cu_pdl_enter();
     constexpr int LQ = HD + 8, LK = HD + 8, LV = BK + 8; /* padded rows: fragment loads hit distinct banks */
     extern __shared__ __align__(16) unsigned char fa_sm[];
@@ -72,8 +75,8 @@ template <int HD, int BK> __global__ void __launch_bounds__(128) flash_prefill_k
             float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
             if (t <= last) {
                 long long row = cu_bm_row(a.bm, sq, t) * kw + kvh * HD + d;
-                kv = *reinterpret_cast<const float4 *>(a.kc + row);
-                vv = *reinterpret_cast<const float4 *>(a.vc + row);
+                kv = cu_kv_ld4(a.kc + row);
+                vv = cu_kv_ld4(a.vc + row);
             }
             *reinterpret_cast<__half2 *>(sK + j * LK + d) = __floats2half2_rn(kv.x, kv.y);
             *reinterpret_cast<__half2 *>(sK + j * LK + d + 2) = __floats2half2_rn(kv.z, kv.w);
@@ -169,24 +172,36 @@ template <int HD, int BK> __global__ void __launch_bounds__(128) flash_prefill_k
     }
 }
 
-template <int HD, int BK> static int fa_launch(cu_impl *c, const fa_args &a) {
+template <int HD, int BK, typename T> static int fa_launch(cu_impl *c, const fa_args<T> &a) {
     size_t smem = ((size_t)FA_BQ * (HD + 8) + (size_t)BK * (HD + 8) + (size_t)HD * (BK + 8)) * sizeof(__half);
     if (smem > (size_t)c->smem_optin ||
-        cudaFuncSetAttribute(flash_prefill_k<HD, BK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
+        cudaFuncSetAttribute(flash_prefill_k<HD, BK, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
             cudaSuccess)
         return 0;
-    cu_launch(c, flash_prefill_k<HD, BK>, dim3(CU_BLOCKS(a.n, FA_BQ), (unsigned)a.n_heads), 128, smem, a);
+    cu_launch(c, flash_prefill_k<HD, BK, T>, dim3(CU_BLOCKS(a.n, FA_BQ), (unsigned)a.n_heads), 128, smem, a);
     return 1;
 }
 
-int cu_flash_prefill(cu_impl *c, const float *q, const float *kc, const float *vc, const sl_batch_map *bm, int t0,
-                     int n, int n_heads, int n_kv, int head_dim, int window, float scale, const float *sinks,
-                     float *out) {
-    fa_args a = {q, kc, vc, out, sinks, n_heads, n_kv, window, scale * 1.4426950408889634f, cu_bmap_of(bm), t0, n};
+template <typename T>
+static int flash_t(cu_impl *c, const float *q, const T *kc, const T *vc, const sl_batch_map *bm, int t0, int n,
+                   int n_heads, int n_kv, int head_dim, int window, float scale, const float *sinks, float *out) {
+    fa_args<T> a = {q, kc, vc, out, sinks, n_heads, n_kv, window, scale * 1.4426950408889634f, cu_bmap_of(bm), t0, n};
     switch (head_dim) {
     case 64: return fa_launch<64, 64>(c, a);
     case 128: return fa_launch<128, 64>(c, a);
     case 256: return fa_launch<256, 32>(c, a);
     default: return 0;
     }
+}
+
+int cu_flash_prefill(cu_impl *c, const float *q, const void *kc, const void *vc, sl_kv_type kt, const sl_batch_map *bm,
+                     int t0, int n, int n_heads, int n_kv, int head_dim, int window, float scale, const float *sinks,
+                     float *out) {
+    int ok = 0;
+    cu_kv_dispatch(kt, [&](auto *t) {
+        using T = typename std::remove_pointer<decltype(t)>::type;
+        ok = flash_t<T>(c, q, (const T *)kc, (const T *)vc, bm, t0, n, n_heads, n_kv, head_dim, window, scale, sinks,
+                        out);
+    });
+    return ok;
 }

@@ -10,6 +10,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 extern "C" {
 #include "backend/backend.h"
 #include "core/err.h"
@@ -52,6 +54,52 @@ static inline cu_bmap cu_bmap_of(const sl_batch_map *m) {
 /* The cache row of position p of sequence slot s. */
 __device__ __forceinline__ long long cu_bm_row(const cu_bmap &m, int s, int p) {
     return (long long)m.pages[(long long)s * m.maxp + p / m.psz] * m.psz + p % m.psz;
+}
+
+/* KV cache elements (float, __half or __nv_bfloat16): stores round to nearest even, loads widen. */
+__device__ __forceinline__ float cu_kv_ld(const float *p) {
+    return *p;
+}
+__device__ __forceinline__ float cu_kv_ld(const __half *p) {
+    return __half2float(*p);
+}
+__device__ __forceinline__ float cu_kv_ld(const __nv_bfloat16 *p) {
+    return __bfloat162float(*p);
+}
+__device__ __forceinline__ void cu_kv_st(float *p, float x) {
+    *p = x;
+}
+__device__ __forceinline__ void cu_kv_st(__half *p, float x) {
+    *p = __float2half_rn(x);
+}
+__device__ __forceinline__ void cu_kv_st(__nv_bfloat16 *p, float x) {
+    *p = __float2bfloat16_rn(x);
+}
+/* four consecutive elements from p (aligned to four elements) */
+__device__ __forceinline__ float4 cu_kv_ld4(const float *p) {
+    return *reinterpret_cast<const float4 *>(p);
+}
+__device__ __forceinline__ float4 cu_kv_ld4(const __half *p) {
+    uint2 u = *reinterpret_cast<const uint2 *>(p);
+    float2 a = __half22float2(*reinterpret_cast<const __half2 *>(&u.x)),
+           b = __half22float2(*reinterpret_cast<const __half2 *>(&u.y));
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+__device__ __forceinline__ float4 cu_kv_ld4(const __nv_bfloat16 *p) {
+    uint2 u = *reinterpret_cast<const uint2 *>(p);
+    float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.x)),
+           b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.y));
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+
+/* Calls f with a null pointer of the element type of kt: one launch site for every cache type. */
+template <typename F> static inline void cu_kv_dispatch(sl_kv_type kt, F f) {
+    if (kt == SL_KV_F16)
+        f((__half *)nullptr);
+    else if (kt == SL_KV_BF16)
+        f((__nv_bfloat16 *)nullptr);
+    else
+        f((float *)nullptr);
 }
 
 struct cu_table {
@@ -316,9 +364,9 @@ void cu_rmsnorm(sl_backend *b, const float *x, const float *w, int rows, int dim
 void cu_rope(sl_backend *b, float *x, int stride, int n_heads, int head_dim, int rot_dim, const sl_batch_map *bm,
              const float *inv_freq, float attn_factor);
 void cu_copy_rows(sl_backend *b, float *dst, int dst_stride, const float *src, int src_stride, int n, int width);
-void cu_kv_store(sl_backend *b, float *cache, const sl_batch_map *bm, const float *x, int width);
-void cu_attention(sl_backend *b, const float *q, const float *kc, const float *vc, const sl_batch_map *bm, int n_heads,
-                  int n_kv, int head_dim, int window, float scale, const float *sinks, float *out);
+void cu_kv_store(sl_backend *b, void *cache, sl_kv_type kt, const sl_batch_map *bm, const float *x, int width);
+void cu_attention(sl_backend *b, const float *q, const void *kc, const void *vc, sl_kv_type kt, const sl_batch_map *bm,
+                  int n_heads, int n_kv, int head_dim, int window, float scale, const float *sinks, float *out);
 /* Grows the decode attention partials to what a recorded step of n tokens will need. */
 int cu_attention_reserve(cu_impl *c, int n);
 void cu_add(sl_backend *b, float *y, const float *x, size_t len);
@@ -359,7 +407,8 @@ void cu_gated_rmsnorm_matmul(sl_backend *b, const sl_weight *w, float *x, const 
 void cu_add_gated(cu_impl *c, float *y, const float *x, const float *s, int rows, int dim);
 void cu_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, const sl_batch_map *bm, int n_heads, int n_kv,
                       int head_dim, const float *q_norm, const float *k_norm, float eps, int rot_dim,
-                      const float *inv_freq, float attn_factor, float *kc, float *vc, const float *qg, float *gate);
+                      const float *inv_freq, float attn_factor, void *kc, void *vc, sl_kv_type kt, const float *qg,
+                      float *gate);
 
 /* One GGML GEMV launch (see ggml_gemv_k in cuda_ggml.cu): `slots` grid rows, `nz` weights per slot;
  * with act the input is silu(x) * x[act_off + ...]. */
@@ -441,8 +490,8 @@ void cu_ggml_embed(cu_impl *c, const cu_w *w, const int32_t *ids, const int32_t 
 
 /* Attention of the prompt run of tokens t0..t0+n-1 (one sequence, consecutive positions) on tensor cores
  * (cuda_flash.cu); 0 when the head size has no kernel, so the caller takes the fp32 one. */
-int cu_flash_prefill(cu_impl *c, const float *q, const float *kc, const float *vc, const sl_batch_map *bm, int t0,
-                     int n, int n_heads, int n_kv, int head_dim, int window, float scale, const float *sinks,
+int cu_flash_prefill(cu_impl *c, const float *q, const void *kc, const void *vc, sl_kv_type kt, const sl_batch_map *bm,
+                     int t0, int n, int n_heads, int n_kv, int head_dim, int window, float scale, const float *sinks,
                      float *out);
 
 #endif

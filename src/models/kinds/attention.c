@@ -44,7 +44,7 @@ static void attn_forward(sl_model *m, sl_session *s, int l, const float *xn, int
         return;
     }
     sl_attn_scratch *x = &s->s.attn;
-    float *kc = s->state[l].paged[0], *vc = s->state[l].paged[1];
+    void *kc = s->state[l].paged[0], *vc = s->state[l].paged[1];
     int hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
     float eps = (float)c->rms_eps;
     const sl_weight *w[3] = {&A->wq, &A->wk, &A->wv};
@@ -52,8 +52,9 @@ static void attn_forward(sl_model *m, sl_session *s, int l, const float *xn, int
     sl_matmul_multi(be, 3, w, xn, n, y);
     /* gated q_proj rows are [query | gate] per head; the queries and gates are split out on the way */
     sl_qk_rope_store(be, x->q, x->k, x->v, &s->bm, nh, nkv, hd, A->q_norm, A->q_norm ? A->k_norm : NULL, eps,
-                     m->rot_dim, m->inv_freq, m->attn_factor, kc, vc, A->q_gated ? x->qraw : NULL, x->gate);
-    op->attention(be, x->q, kc, vc, &s->bm, nh, nkv, hd, A->window, 1.0f / sqrtf((float)hd), A->sinks, x->att);
+                     m->rot_dim, m->inv_freq, m->attn_factor, kc, vc, s->kv_type, A->q_gated ? x->qraw : NULL, x->gate);
+    op->attention(be, x->q, kc, vc, s->kv_type, &s->bm, nh, nkv, hd, A->window, 1.0f / sqrtf((float)hd), A->sinks,
+                  x->att);
     if (A->q_gated)
         sl_sigmoid_matmul(be, &A->wo, x->att, x->gate, n, out);
     else
@@ -84,12 +85,14 @@ static int attn_tensors(sl_model *m, int l, sl_tensor_fn fn, void *ctx) {
     return 0;
 }
 
-/* Keys and values of every position; latent attention keeps one row of [latent | k_rope] instead. */
+/* Keys and values of every position, of the session's KV type; latent attention keeps one float32 row of
+ * [latent | k_rope] instead (its kernels read the latent as float32, so --kv-type leaves it as it is). */
 static void attn_state(const sl_model *m, int l, sl_state_layout *out) {
     const sl_config *c = &m->cfg;
     int latent = m->layers[l].attn->latent;
     *out = (sl_state_layout){.row = latent ? c->kv_lora_rank + c->qk_rope_dim : c->n_kv_heads * c->head_dim,
-                             .n_paged = latent ? 1 : 2};
+                             .n_paged = latent ? 1 : 2,
+                             .kv_typed = !latent};
 }
 
 static int imax(int a, int b) {

@@ -1,0 +1,215 @@
+/* The KV cache of each element type on the backend SLUICE_BACKEND picks (the CPU without a GPU): kv_store
+ * rounds to nearest even (bit for bit what the host's conversions give), and attention reads back what was
+ * stored, widened: a lone position returns its value row exactly (CPU), and a prompt run and a decode token
+ * match host attention over the rounded keys and values. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/half.h"
+
+static float frand(unsigned *st) {
+    *st = *st * 1103515245u + 12345u;
+    return (float)((*st >> 8) & 0xffff) / 65536.0f * 4.0f - 2.0f;
+}
+
+static int on_gpu(void) {
+    const char *b = getenv("SLUICE_BACKEND");
+    return b && !strcmp(b, "cuda");
+}
+
+static float widen(const unsigned char *raw, sl_kv_type kt, size_t i) {
+    uint16_t u;
+    float f;
+    if (kt == SL_KV_F32) {
+        memcpy(&f, raw + i * 4, 4);
+        return f;
+    }
+    memcpy(&u, raw + i * 2, 2);
+    return kt == SL_KV_F16 ? sl_f16_to_f32(u) : sl_bf16_to_f32(u);
+}
+
+static float round_kv(float x, sl_kv_type kt) {
+    if (kt == SL_KV_F16) return sl_f16_to_f32(sl_f32_to_f16(x));
+    if (kt == SL_KV_BF16) return sl_bf16_to_f32(sl_f32_to_bf16(x));
+    return x;
+}
+
+typedef struct {
+    sl_backend *be;
+    sl_batch_map bm;
+    int32_t *dpos, *dseq, *dpages;
+} tmap;
+
+/* A map of n tokens of sequence 0 at positions pos0.., over np pages of P positions in reverse order. */
+static void map_make(tmap *m, sl_backend *be, int n, int pos0, int32_t *hpos, int32_t *hseq, int32_t *hpages, int np,
+                     int P) {
+    for (int i = 0; i < n; i++) hpos[i] = pos0 + i, hseq[i] = 0;
+    for (int j = 0; j < np; j++) hpages[j] = np - 1 - j;
+    m->be = be;
+    m->dpos = be->ops->alloc(be, (size_t)n * 4);
+    m->dseq = be->ops->alloc(be, (size_t)n * 4);
+    m->dpages = be->ops->alloc(be, (size_t)np * 4);
+    be->ops->upload(be, m->dpos, hpos, (size_t)n * 4);
+    be->ops->upload(be, m->dseq, hseq, (size_t)n * 4);
+    be->ops->upload(be, m->dpages, hpages, (size_t)np * 4);
+    m->bm = (sl_batch_map){.n = n,
+                           .pos = m->dpos,
+                           .seq = m->dseq,
+                           .pages = m->dpages,
+                           .page_size = P,
+                           .max_pages = np,
+                           .h_pos = hpos,
+                           .h_seq = hseq,
+                           .span = pos0 + n};
+}
+
+static void map_free(tmap *m) {
+    m->be->ops->free(m->be, m->dpos);
+    m->be->ops->free(m->be, m->dseq);
+    m->be->ops->free(m->be, m->dpages);
+}
+
+/* Host attention of query q (one head of hd) at position p over widened cache rows kc/vc (row r of head kvh
+ * at (r * n_kv + kvh) * hd). */
+static void ref_attention(const float *q, const float *kc, const float *vc, const int32_t *pages, int P, int p,
+                          int n_kv, int kvh, int hd, float scale, float *out) {
+    double *s = malloc((size_t)(p + 1) * sizeof *s), mx = -INFINITY, sum = 0;
+    for (int t = 0; t <= p; t++) {
+        size_t r = (size_t)pages[t / P] * (size_t)P + (size_t)(t % P);
+        const float *k = kc + (r * (size_t)n_kv + (size_t)kvh) * (size_t)hd;
+        double d = 0;
+        for (int j = 0; j < hd; j++) d += (double)q[j] * k[j];
+        s[t] = d * scale;
+        mx = s[t] > mx ? s[t] : mx;
+    }
+    for (int t = 0; t <= p; t++) sum += (s[t] = exp(s[t] - mx));
+    for (int j = 0; j < hd; j++) {
+        double o = 0;
+        for (int t = 0; t <= p; t++) {
+            size_t r = (size_t)pages[t / P] * (size_t)P + (size_t)(t % P);
+            o += s[t] / sum * vc[(r * (size_t)n_kv + (size_t)kvh) * (size_t)hd + (size_t)j];
+        }
+        out[j] = (float)o;
+    }
+    free(s);
+}
+
+/* n prompt tokens stored and attended as one run, then one decode token at position n */
+static void round_trip(sl_kv_type kt, int hd, int n) {
+    sl_backend *be;
+    sl_err e = {{0}};
+    char note[256];
+    cr_assert_eq(sl_backend_open(NULL, 2, &be, note, sizeof note, &e), 0, "%s", e.msg);
+    const int nh = 4, nkv = 2, P = 8, np = (n + 1 + P - 1) / P + 1;
+    size_t es = sl_kv_type_size(kt), kw = (size_t)nkv * (size_t)hd, qw = (size_t)nh * (size_t)hd;
+    size_t clen = (size_t)np * (size_t)P * kw;
+    unsigned st = (unsigned)(hd * 7 + n + kt);
+    float *hk = malloc((size_t)(n + 1) * kw * 4), *hv = malloc((size_t)(n + 1) * kw * 4),
+          *hq = malloc((size_t)(n + 1) * qw * 4);
+    for (size_t i = 0; i < (size_t)(n + 1) * kw; i++) hk[i] = frand(&st), hv[i] = frand(&st);
+    for (size_t i = 0; i < (size_t)(n + 1) * qw; i++) hq[i] = frand(&st);
+    float *k = be->ops->alloc(be, (size_t)(n + 1) * kw * 4), *v = be->ops->alloc(be, (size_t)(n + 1) * kw * 4),
+          *q = be->ops->alloc(be, (size_t)(n + 1) * qw * 4), *out = be->ops->alloc(be, (size_t)(n + 1) * qw * 4);
+    void *kc = be->ops->alloc(be, clen * es), *vc = be->ops->alloc(be, clen * es);
+    be->ops->upload(be, k, hk, (size_t)(n + 1) * kw * 4);
+    be->ops->upload(be, v, hv, (size_t)(n + 1) * kw * 4);
+    be->ops->upload(be, q, hq, (size_t)(n + 1) * qw * 4);
+    int32_t hpos[64], hseq[64], hpages[64];
+    float scale = 1.0f / sqrtf((float)hd);
+
+    /* the prompt run: stored, then attended */
+    tmap m;
+    map_make(&m, be, n, 0, hpos, hseq, hpages, np, P);
+    be->ops->kv_store(be, kc, kt, &m.bm, k, (int)kw);
+    be->ops->kv_store(be, vc, kt, &m.bm, v, (int)kw);
+    be->ops->attention(be, q, kc, vc, kt, &m.bm, nh, nkv, hd, 0, scale, NULL, out);
+    float *got = malloc((size_t)(n + 1) * qw * 4);
+    be->ops->download(be, got, out, (size_t)n * qw * 4);
+    map_free(&m);
+    /* the decode token at position n, alone in its sequence */
+    map_make(&m, be, 1, n, hpos, hseq, hpages, np, P);
+    be->ops->kv_store(be, kc, kt, &m.bm, k + (size_t)n * kw, (int)kw);
+    be->ops->kv_store(be, vc, kt, &m.bm, v + (size_t)n * kw, (int)kw);
+    be->ops->attention(be, q + (size_t)n * qw, kc, vc, kt, &m.bm, nh, nkv, hd, 0, scale, NULL, out + (size_t)n * qw);
+    be->ops->download(be, got + (size_t)n * qw, out + (size_t)n * qw, qw * 4);
+    map_free(&m);
+    unsigned char *rk = malloc(clen * es), *rv = malloc(clen * es);
+    be->ops->download(be, rk, kc, clen * es);
+    be->ops->download(be, rv, vc, clen * es);
+    cr_assert_eq(be->ops->check(be, &e), 0, "%s", e.msg);
+
+    /* every stored element is the input rounded to nearest even */
+    float *wk = calloc(clen, 4), *wv = calloc(clen, 4);
+    for (int t = 0; t <= n; t++) {
+        size_t r = (size_t)hpages[t / P] * (size_t)P + (size_t)(t % P);
+        for (size_t j = 0; j < kw; j++) {
+            float gk = widen(rk, kt, r * kw + j), gv = widen(rv, kt, r * kw + j);
+            cr_assert_eq(gk, round_kv(hk[(size_t)t * kw + j], kt), "%s: k at position %d element %zu",
+                         sl_kv_type_name(kt), t, j);
+            cr_assert_eq(gv, round_kv(hv[(size_t)t * kw + j], kt), "%s: v at position %d element %zu",
+                         sl_kv_type_name(kt), t, j);
+            wk[r * kw + j] = gk;
+            wv[r * kw + j] = gv;
+        }
+    }
+    /* position 0 sees only itself: its output is its value row as stored, exactly (on the CPU; the GPU's
+     * tensor-core kernel rounds values to fp16 on the way) */
+    for (int h = 0; h < nh && !on_gpu(); h++)
+        for (int j = 0; j < hd; j++) {
+            size_t r0 = (size_t)hpages[0] * (size_t)P;
+            cr_assert_eq(got[(size_t)h * (size_t)hd + (size_t)j], wv[r0 * kw + (size_t)(h / (nh / nkv)) * hd + j],
+                         "%s: position 0 head %d element %d", sl_kv_type_name(kt), h, j);
+        }
+    /* every query against host attention over the stored (rounded) keys and values; GPU prompt runs
+     * compute in fp16 on tensor cores */
+    float tol = on_gpu() ? 5e-3f : 1e-5f, want[256];
+    for (int t = 0; t <= n; t++)
+        for (int h = 0; h < nh; h++) {
+            ref_attention(hq + (size_t)t * qw + (size_t)h * hd, wk, wv, hpages, P, t, nkv, h / (nh / nkv), hd, scale,
+                          want);
+            for (int j = 0; j < hd; j++) {
+                float g = got[(size_t)t * qw + (size_t)h * hd + (size_t)j];
+                cr_expect(fabsf(g - want[j]) <= tol * (1 + fabsf(want[j])),
+                          "%s: position %d head %d element %d: %g, want %g", sl_kv_type_name(kt), t, h, j, g, want[j]);
+            }
+        }
+    void *dv[] = {k, v, q, out, kc, vc};
+    for (int i = 0; i < 6; i++) be->ops->free(be, dv[i]);
+    void *hp[] = {hk, hv, hq, got, rk, rv, wk, wv};
+    for (int i = 0; i < 8; i++) free(hp[i]);
+    sl_backend_destroy(be);
+}
+
+Test(kv_cache, round_trip) {
+    for (sl_kv_type kt = SL_KV_F32; kt <= SL_KV_BF16; kt++) {
+        round_trip(kt, 64, 20);  /* a prompt run of 16 or more: the tensor-core kernel on CUDA */
+        round_trip(kt, 128, 5);  /* a short run: the fp32 prompt kernel */
+        round_trip(kt, 256, 17); /* the largest head the kernels take */
+        round_trip(kt, 32, 3);
+    }
+}
+
+Test(kv_cache, names) {
+    sl_kv_type t;
+    cr_assert_eq(sl_kv_type_parse("f16", &t), 0);
+    cr_assert_eq(t, SL_KV_F16);
+    cr_assert_eq(sl_kv_type_parse("bf16", &t), 0);
+    cr_assert_eq(t, SL_KV_BF16);
+    cr_assert_eq(sl_kv_type_parse("f32", &t), 0);
+    cr_assert_eq(t, SL_KV_F32);
+    cr_assert_eq(sl_kv_type_parse("fp16", &t), -1);
+    cr_assert_eq(sl_kv_type_parse("auto", &t), -1);
+    cr_assert_str_eq(sl_kv_type_name(SL_KV_BF16), "bf16");
+    cr_assert_eq(sl_kv_type_size(SL_KV_F16), 2);
+    cr_assert_eq(sl_kv_type_size(SL_KV_F32), 4);
+    /* the CPU reference keeps float32 unless told otherwise */
+    sl_backend *be;
+    sl_err e = {{0}};
+    cr_assert_eq(sl_cpu_backend_create(1, &be, &e), 0, "%s", e.msg);
+    cr_assert_eq(sl_kv_type_resolve(be, SL_KV_AUTO), SL_KV_F32);
+    cr_assert_eq(sl_kv_type_resolve(be, SL_KV_BF16), SL_KV_BF16);
+    sl_backend_destroy(be);
+}
