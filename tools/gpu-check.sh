@@ -41,7 +41,7 @@ if [ "${1:-}" = "--bundle" ]; then
     # the library as one shared object beside the binaries, so the bundle stays small
     build "$dir" -DSLUICE_SHARED=ON || { tail -30 "$dir/build.log"; exit 1; }
     cp "$BUILD/sluice" "$BUILD/test_models" "$BUILD/test_ggml_quants" "$BUILD/test_fused_ops" "$BUILD/test_streaming" \
-        "$BUILD/test_batch" "$BUILD/test_mla_route" "$BUILD/test_fp8" "$dir/"
+        "$BUILD/test_batch" "$BUILD/test_mla_route" "$BUILD/test_fp8" "$BUILD/test_kv_cache" "$dir/"
     # everything but the C runtime and CUDA, which the GPU machine has
     ldd "$BUILD/sluice" "$BUILD/test_models" "$BUILD/test_ggml_quants" "$BUILD/test_fused_ops" "$BUILD/test_streaming" \
         "$BUILD/test_batch" | awk '/=> \//{print $3}' | sort -u |
@@ -105,8 +105,9 @@ batch=$?
 grep -E 'in a batch vs alone' "$OUT/test_batch.log" | sed 's/.*\] //' | tee -a "$OUT/fixtures.txt"
 echo "fixtures inside batches on cuda: $([ $batch -eq 0 ] && echo passed || echo FAILED)" | tee -a "$OUT/fixtures.txt"
 [ $batch -eq 0 ] || suite=1
-# latent attention and grouped routing, and block-FP8 weights, on the GPU against host arithmetic
-for t in test_mla_route test_fp8; do
+# latent attention and grouped routing, block-FP8 weights, and 16-bit KV caches, on the GPU against host
+# arithmetic
+for t in test_mla_route test_fp8 test_kv_cache; do
     [ -x "$BIN/$t" ] || continue
     SLUICE_BACKEND=cuda "$BIN/$t" --jobs 1 >"$OUT/$t.log" 2>&1
     r=$?
