@@ -24,27 +24,6 @@ static int32_t *ids_of(json_t *a, int *n) {
     return ids;
 }
 
-static double rel_l2(const float *a, const float *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return sqrt(num / (den > 0 ? den : 1));
-}
-
-static int on_gpu(void) {
-    const char *b = getenv("SLUICE_BACKEND");
-    return b && !strcmp(b, "cuda");
-}
-
-static int argmax(const float *v, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (v[i] > v[b]) b = i;
-    return b;
-}
-
 /* A alone: the prompt as one batch, then each decode id. out [np + nd][V]. */
 static void run_alone(sl_model *m, const int32_t *p, int np, const int32_t *d, int nd, float *out) {
     sl_err e = {{0}};
@@ -155,20 +134,21 @@ static void check_in(const char *kind, const char *name) {
     float *alone = malloc(rows * V * 4), *batched = malloc(rows * V * 4);
     run_alone(m, p, np, d, nd, alone);
     run_batched(m, p, np, d, nd, batched);
-    double rp = rel_l2(batched, alone, (size_t)np * V), rd = rel_l2(batched + np * V, alone + np * V, (size_t)nd * V);
+    double rp = tu_rel_l2(batched, alone, (size_t)np * V),
+           rd = tu_rel_l2(batched + np * V, alone + np * V, (size_t)nd * V);
     int same = 0;
-    for (size_t r = 0; r < rows; r++) same += argmax(batched + r * V, (int)V) == argmax(alone + r * V, (int)V);
+    for (size_t r = 0; r < rows; r++) same += tu_argmax(batched + r * V, (int)V) == tu_argmax(alone + r * V, (int)V);
     cr_log_info("%s: in a batch vs alone: prefill rel-L2 %.2e, decode %.2e, argmax %d/%zu", name, rp, rd, same, rows);
-    double tol = on_gpu() ? 3e-2 : 1e-5;
+    double tol = tu_on_gpu() ? 3e-2 : 1e-5;
     cr_expect_leq(rp, tol, "%s prefill in a batch: rel-L2 %.3e", name, rp);
     cr_expect_leq(rd, tol, "%s decode in a batch: rel-L2 %.3e", name, rd);
-    cr_expect_geq(same, on_gpu() ? (int)((double)rows * 0.95 + 0.999) : (int)rows, "%s argmax equal at %d of %zu", name,
-                  same, rows);
+    cr_expect_geq(same, tu_on_gpu() ? (int)((double)rows * 0.95 + 0.999) : (int)rows, "%s argmax equal at %d of %zu",
+                  name, same, rows);
     int slots = 2 * moe_layers(m);
     if (slots < m->cfg.top_k) slots = m->cfg.top_k;
     int is_moe = moe_layers(m) > 0;
     sl_model_free(m);
-    if (is_moe && on_gpu()) {
+    if (is_moe && tu_on_gpu()) {
         /* streamed steps are issued kernel by kernel, and a recorded step may split attention otherwise:
          * the resident reference is issued the same way */
         setenv("SLUICE_CUDA_GRAPHS", "0", 1);
@@ -262,7 +242,7 @@ Test(batch, shared_prefix_pages) {
     cr_assert_eq(sl_model_load(dir, NULL, &m, &e), 0, "%s", e.msg);
     int V = m->cfg.vocab_size, n = 100;
     /* on the GPU, runs split at other places round differently (bf16 products, fp16 attention tiles) */
-    double tol = on_gpu() ? 3e-2 : 1e-5;
+    double tol = tu_on_gpu() ? 3e-2 : 1e-5;
     int32_t ids[100], alt[100];
     for (int i = 0; i < n; i++) {
         ids[i] = (int32_t)((i * 37 + 11) % V);
@@ -279,7 +259,7 @@ Test(batch, shared_prefix_pages) {
 
     int free0, total;
     feed(s, 0, ids, n, got);
-    cr_expect_leq(rel_l2(got, want_a, (size_t)V), 1e-6);
+    cr_expect_leq(tu_rel_l2(got, want_a, (size_t)V), 1e-6);
     sl_session_pages(s, &free0, &total);
     /* B shares A's first 70 positions: two whole pages of 32 */
     int k = sl_session_seq_share(s, 1, 0, 70);
@@ -288,16 +268,16 @@ Test(batch, shared_prefix_pages) {
     sl_session_pages(s, &free1, &total);
     cr_expect_eq(free1, free0, "sharing took no pages");
     feed(s, 1, alt + k, n - k, got);
-    cr_expect_leq(rel_l2(got, want_b, (size_t)V), tol, "B after sharing A's prefix");
+    cr_expect_leq(tu_rel_l2(got, want_b, (size_t)V), tol, "B after sharing A's prefix");
     /* A goes back into its shared pages and writes there: the page is copied, B keeps its contents */
     cr_assert_eq(sl_session_seq_restore(s, 0, 40), 40);
     feed(s, 0, alt + 40, n - 40, got);
-    cr_expect_leq(rel_l2(got, want_b, (size_t)V), tol, "A rewritten from position 40");
+    cr_expect_leq(tu_rel_l2(got, want_b, (size_t)V), tol, "A rewritten from position 40");
     sl_session_seq_reset(s, 1);
     /* C shares A's (now alt) prefix and continues: equals alt alone */
     k = sl_session_seq_share(s, 2, 0, 99);
     feed(s, 2, alt + k, n - k, got);
-    cr_expect_leq(rel_l2(got, want_b, (size_t)V), tol, "C after sharing A's rewritten prefix");
+    cr_expect_leq(tu_rel_l2(got, want_b, (size_t)V), tol, "C after sharing A's rewritten prefix");
     free(want_a);
     free(want_b);
     free(got);
@@ -315,7 +295,7 @@ static void check_fork(const char *fixture) {
     sl_model *m;
     cr_assert_eq(sl_model_load(dir, NULL, &m, &e), 0, "%s", e.msg);
     int V = m->cfg.vocab_size, n = 70; /* two whole pages and 6 positions of a third */
-    double tol = on_gpu() ? 3e-2 : 1e-5;
+    double tol = tu_on_gpu() ? 3e-2 : 1e-5;
     int32_t p[80], x[3] = {5, 9, 17}, y[3] = {23, 4, 30};
     for (int i = 0; i < n; i++) p[i] = (int32_t)((i * 37 + 11) % V);
     float *want_x = malloc((size_t)V * 4), *want_y = malloc((size_t)V * 4), *got = malloc((size_t)V * 4);
@@ -353,7 +333,7 @@ static void check_fork(const char *fixture) {
     const char *who[3] = {"fork 1 (y)", "fork 2 (x)", "source (x)"};
     for (int r = 0; r < 3; r++) {
         cr_assert_eq(sl_session_row_logits(s, r, got, &e), 0, "%s", e.msg);
-        cr_expect_leq(rel_l2(got, wants[r], (size_t)V), tol, "%s: %s after the fork", fixture, who[r]);
+        cr_expect_leq(tu_rel_l2(got, wants[r], (size_t)V), tol, "%s: %s after the fork", fixture, who[r]);
     }
     free(want_x);
     free(want_y);

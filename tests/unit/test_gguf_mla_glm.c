@@ -251,15 +251,6 @@ static char *convert(const char *name, const char *dir) {
     return out;
 }
 
-static double rel_l2(const float *a, const float *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return sqrt(num / den);
-}
-
 /* Prompt then decode ids of the fixture, every position's logits. */
 static float *logits_of(const char *path, const int32_t *ids, int np, int nd, int *V) {
     sl_err e = {{0}};
@@ -296,7 +287,7 @@ static void check(const char *name) {
     char *dir = tu_fixture(rel);
     float *ref = logits_of(dir, ids, np, nd, &V), *got = logits_of(gguf, ids, np, nd, &V2);
     cr_assert_eq(V, V2);
-    double r = rel_l2(got, ref, (size_t)(np + nd) * (size_t)V);
+    double r = tu_rel_l2(got, ref, (size_t)(np + nd) * (size_t)V);
     cr_log_info("%s as GGUF: rel-L2 %.2e against the checkpoint", name, r);
     cr_expect_leq(r, 1e-5, "%s: GGUF logits differ from the checkpoint's (rel-L2 %.3e)", name, r);
     free(ref);

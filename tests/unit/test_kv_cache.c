@@ -9,15 +9,11 @@
 
 #include "backend/backend.h"
 #include "core/half.h"
+#include "testutil.h"
 
 static float frand(unsigned *st) {
     *st = *st * 1103515245u + 12345u;
     return (float)((*st >> 8) & 0xffff) / 65536.0f * 4.0f - 2.0f;
-}
-
-static int on_gpu(void) {
-    const char *b = getenv("SLUICE_BACKEND");
-    return b && !strcmp(b, "cuda");
 }
 
 static float widen(const unsigned char *raw, sl_kv_type kt, size_t i) {
@@ -157,7 +153,7 @@ static void round_trip(sl_kv_type kt, int hd, int n) {
     }
     /* position 0 sees only itself: its output is its value row as stored, exactly (on the CPU; the GPU's
      * tensor-core kernel rounds values to fp16 on the way) */
-    for (int h = 0; h < nh && !on_gpu(); h++)
+    for (int h = 0; h < nh && !tu_on_gpu(); h++)
         for (int j = 0; j < hd; j++) {
             size_t r0 = (size_t)hpages[0] * (size_t)P;
             cr_assert_eq(got[(size_t)h * (size_t)hd + (size_t)j], wv[r0 * kw + (size_t)(h / (nh / nkv)) * hd + j],
@@ -165,7 +161,7 @@ static void round_trip(sl_kv_type kt, int hd, int n) {
         }
     /* every query against host attention over the stored (rounded) keys and values; GPU prompt runs
      * compute in fp16 on tensor cores */
-    float tol = on_gpu() ? 5e-3f : 1e-5f, want[256];
+    float tol = tu_on_gpu() ? 5e-3f : 1e-5f, want[256];
     for (int t = 0; t <= n; t++)
         for (int h = 0; h < nh; h++) {
             ref_attention(hq + (size_t)t * qw + (size_t)h * hd, wk, wv, hpages, P, t, nkv, h / (nh / nkv), hd, scale,

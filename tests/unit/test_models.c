@@ -34,27 +34,6 @@ static float *read_f32(const char *dir, const char *name, size_t want) {
     return f;
 }
 
-static double rel_l2(const float *a, const float *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return sqrt(num / den);
-}
-
-static int on_gpu(void) {
-    const char *b = getenv("SLUICE_BACKEND");
-    return b && !strcmp(b, "cuda");
-}
-
-static int argmax(const float *v, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (v[i] > v[b]) b = i;
-    return b;
-}
-
 /* Rows of logits against references under a lossy KV cache, position by position: rel-L2 <= tol at 80%
  * of the positions at least (a tiny random MoE model's router can flip an expert on a rounding, which moves
  * a few positions at once), and at each of those the same argmax, unless the reference's best two are
@@ -63,11 +42,11 @@ static void check_rows(const float *got, const float *ref, size_t rows, int V, d
     size_t close = 0;
     for (size_t r = 0; r < rows; r++) {
         const float *g = got + r * (size_t)V, *w = ref + r * (size_t)V;
-        double d = rel_l2(g, w, (size_t)V), norm = 0;
+        double d = tu_rel_l2(g, w, (size_t)V), norm = 0;
         if (d > tol) continue;
         close++;
         for (int j = 0; j < V; j++) norm += (double)w[j] * w[j];
-        int ga = argmax(g, V), ra = argmax(w, V);
+        int ga = tu_argmax(g, V), ra = tu_argmax(w, V);
         double margin = 4 * tol * sqrt(norm / V);
         cr_expect(ga == ra || w[ra] - w[ga] <= margin,
                   "%s: position %zu picks %d, the reference %d (%.4g above it; logits rel-L2 %.2e)", name, r, ga, ra,
@@ -78,9 +57,9 @@ static void check_rows(const float *got, const float *ref, size_t rows, int V, d
 
 /* Largest rel-L2 to the references with attention caches of type kt (SL_KV_AUTO: the backend's). */
 static double tolerance(sl_kv_type kt) {
-    if (kt == SL_KV_BF16) return on_gpu() ? 5e-2 : 3e-2;
-    if (kt == SL_KV_F16) return on_gpu() ? 3e-2 : 1e-2;
-    return on_gpu() ? 3e-2 : 1e-3;
+    if (kt == SL_KV_BF16) return tu_on_gpu() ? 5e-2 : 3e-2;
+    if (kt == SL_KV_F16) return tu_on_gpu() ? 3e-2 : 1e-2;
+    return tu_on_gpu() ? 3e-2 : 1e-3;
 }
 
 /* The model at dir (a checkpoint folder or a .gguf file) against the references of fixture kind/name,
@@ -124,16 +103,16 @@ static void check_model_kv(char *dir, const char *kind, const char *name, sl_kv_
         fclose(f);
         ref = read_f32(dir, rel, rows * (size_t)V);
         cr_log_info("%s: distance to the shipped logits (computed before bf16 rounding): prefill %.2e decode %.2e",
-                    name, rel_l2(got, sp, (size_t)np * V), rel_l2(got + (size_t)np * V, sd, (size_t)nd * V));
+                    name, tu_rel_l2(got, sp, (size_t)np * V), tu_rel_l2(got + (size_t)np * V, sd, (size_t)nd * V));
     } else {
         ref = malloc(rows * (size_t)V * sizeof *ref);
         memcpy(ref, sp, (size_t)np * V * 4);
         memcpy(ref + (size_t)np * V, sd, (size_t)nd * V * 4);
     }
-    double rp = rel_l2(got, ref, (size_t)np * V),
-           rd = rel_l2(got + (size_t)np * V, ref + (size_t)np * V, (size_t)nd * V);
+    double rp = tu_rel_l2(got, ref, (size_t)np * V),
+           rd = tu_rel_l2(got + (size_t)np * V, ref + (size_t)np * V, (size_t)nd * V);
     int same = 0;
-    for (size_t r = 0; r < rows; r++) same += argmax(got + r * V, V) == argmax(ref + r * V, V);
+    for (size_t r = 0; r < rows; r++) same += tu_argmax(got + r * V, V) == tu_argmax(ref + r * V, V);
     cr_log_info("%s (KV %s): prefill rel-L2 %.2e, decode rel-L2 %.2e, argmax %d/%zu", name, sl_kv_type_name(s->kv_type),
                 rp, rd, same, rows);
     double tol = tolerance(kt);
@@ -141,13 +120,13 @@ static void check_model_kv(char *dir, const char *kind, const char *name, sl_kv_
         check_rows(got, ref, rows, V, tol, name);
         goto out;
     }
-    int need = on_gpu() ? (int)((double)rows * 0.95 + 0.999) : (int)rows;
+    int need = tu_on_gpu() ? (int)((double)rows * 0.95 + 0.999) : (int)rows;
     cr_expect_leq(rp, tol, "%s prefill rel-L2 %.3e", name, rp);
     cr_expect_leq(rd, tol, "%s decode rel-L2 %.3e", name, rd);
     cr_expect_geq(same, need, "%s argmax identical at %d of %zu positions", name, same, rows);
     json_t *greedy = json_object_get(ex, "greedy_argmax_prefill_last");
-    if (!f && greedy && !on_gpu()) /* the recorded greedy token belongs to the shipped logits */
-        cr_expect_eq(argmax(got + (size_t)(np - 1) * V, V), (int)json_integer_value(greedy));
+    if (!f && greedy && !tu_on_gpu()) /* the recorded greedy token belongs to the shipped logits */
+        cr_expect_eq(tu_argmax(got + (size_t)(np - 1) * V, V), (int)json_integer_value(greedy));
 out:
     free(stored_path);
     free(ref);
@@ -448,9 +427,9 @@ Test(fixtures, batch_equals_incremental) {
         cr_assert_eq(sl_session_forward(s, ids, n, a, 1, &e), 0, "%s", e.msg);
         sl_session_reset(s);
         for (int i = 0; i < n; i++) cr_assert_eq(sl_session_forward(s, ids + i, 1, b + (size_t)i * V, 0, &e), 0);
-        double r = rel_l2(b, a, (size_t)n * V);
+        double r = tu_rel_l2(b, a, (size_t)n * V);
         /* on the GPU the batch runs through bf16 tensor cores, one token through fp32 GEMV kernels */
-        cr_expect_leq(r, on_gpu() ? 3e-2 : 1e-5, "%s: incremental vs batch rel-L2 %.3e", names[k], r);
+        cr_expect_leq(r, tu_on_gpu() ? 3e-2 : 1e-5, "%s: incremental vs batch rel-L2 %.3e", names[k], r);
         free(a);
         free(b);
         free(dir);
@@ -474,10 +453,10 @@ Test(fixtures, argmax_on_backend) {
     float *a = malloc((size_t)V * 4), *b = malloc((size_t)V * 4);
     int32_t want[9], got[9];
     cr_assert_eq(sl_session_forward(s, ids, n, a, 0, &e), 0, "%s", e.msg);
-    want[0] = argmax(a, V);
+    want[0] = tu_argmax(a, V);
     for (int i = 1; i < 9; i++) {
         cr_assert_eq(sl_session_forward(s, &want[i - 1], 1, a, 0, &e), 0, "%s", e.msg);
-        want[i] = argmax(a, V);
+        want[i] = tu_argmax(a, V);
     }
     sl_session_reset(s);
     cr_assert_eq(sl_session_forward_argmax(s, ids, n, &got[0], &e), 0, "%s", e.msg);
@@ -485,8 +464,8 @@ Test(fixtures, argmax_on_backend) {
     for (int i = 0; i < 9; i++)
         cr_expect_eq(got[i], want[i], "step %d: backend argmax %d, host %d", i, got[i], want[i]);
     cr_assert_eq(sl_session_last_logits(s, b, &e), 0, "%s", e.msg);
-    double r = rel_l2(b, a, (size_t)V);
-    cr_expect_leq(r, on_gpu() ? 3e-2 : 1e-6, "last logits rel-L2 %.3e", r);
+    double r = tu_rel_l2(b, a, (size_t)V);
+    cr_expect_leq(r, tu_on_gpu() ? 3e-2 : 1e-6, "last logits rel-L2 %.3e", r);
     free(a);
     free(b);
     free(dir);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "runtime/sampler.h"
+#include "testutil.h"
 
 /* A deterministic test-side generator so that the logits do not depend on libc's rand(). */
 static uint64_t lcg_state = 12345;
@@ -20,13 +21,6 @@ static sl_sampler_params params_plain(void) {
     p.top_p = 1.0f;
     p.min_p = 0.0f;
     return p;
-}
-
-static int argmax(const float *l, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (l[i] > l[b]) b = i;
-    return b;
 }
 
 Test(sampler, defaults) {
@@ -49,7 +43,7 @@ Test(sampler, greedy_picks_argmax) {
     float l[V];
     for (int rep = 0; rep < 50; rep++) {
         for (int i = 0; i < V; i++) l[i] = rnd_logit();
-        cr_assert_eq(sl_sampler_sample(s, l), argmax(l, V));
+        cr_assert_eq(sl_sampler_sample(s, l), tu_argmax(l, V));
     }
     /* Ties go to the lowest id. */
     for (int i = 0; i < V; i++) l[i] = 1.0f;
@@ -68,7 +62,7 @@ Test(sampler, tiny_temperature_and_top_k_1_equal_greedy) {
     float l[V];
     for (int rep = 0; rep < 100; rep++) {
         for (int i = 0; i < V; i++) l[i] = rnd_logit();
-        int g = argmax(l, V);
+        int g = tu_argmax(l, V);
         cr_assert_eq(sl_sampler_sample(cold, l), g);
         cr_assert_eq(sl_sampler_sample(k1, l), g);
     }
@@ -86,8 +80,8 @@ Test(sampler, tiny_top_p_keeps_top_token) {
     float l[V];
     for (int rep = 0; rep < 100; rep++) {
         for (int i = 0; i < V; i++) l[i] = rnd_logit() * 0.1f; /* flat: many plausible tokens */
-        cr_assert_eq(sl_sampler_sample(s, l), argmax(l, V));
-        cr_assert_eq(sl_sampler_sample(s0, l), argmax(l, V));
+        cr_assert_eq(sl_sampler_sample(s, l), tu_argmax(l, V));
+        cr_assert_eq(sl_sampler_sample(s0, l), tu_argmax(l, V));
     }
     sl_sampler_free(s);
     sl_sampler_free(s0);
@@ -136,7 +130,7 @@ Test(sampler, top_p_with_ties_and_brute_force) {
     int order[V];
     for (int rep = 0; rep < 20; rep++) {
         for (int i = 0; i < V; i++) l[i] = rnd_logit() * 0.5f, order[i] = i;
-        double pr[V], sum = 0, mx = l[argmax(l, V)];
+        double pr[V], sum = 0, mx = l[tu_argmax(l, V)];
         for (int i = 0; i < V; i++) sum += pr[i] = exp(l[i] - mx);
         for (int i = 0; i < V; i++) pr[i] /= sum;
         for (int i = 1; i < V; i++) /* insertion sort by probability, descending */

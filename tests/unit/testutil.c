@@ -3,6 +3,7 @@
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,4 +125,25 @@ void tu_expect_fixtures(const char *kind, const char *file, int moe_only, const 
     for (; unwanted && *unwanted; unwanted++)
         for (size_t i = 0; i < n; i++) cr_expect(strcmp(names[i].s, *unwanted), "%s/%s found", kind, *unwanted);
     free(names);
+}
+
+double tu_rel_l2(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+int tu_argmax(const float *v, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[b]) b = i;
+    return b;
+}
+
+int tu_on_gpu(void) {
+    const char *b = getenv("SLUICE_BACKEND");
+    return b && !strcmp(b, "cuda");
 }

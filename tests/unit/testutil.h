@@ -5,6 +5,12 @@
 #include <stddef.h>
 
 /* $SLUICE_FIXTURES/rel (falls back to tests/fixtures relative to the working directory). Heap string. */
+/* sqrt(sum (a - b)^2 / sum b^2) over n values, in double (the denominator 1 when b is all zero). */
+double tu_rel_l2(const float *a, const float *b, size_t n);
+/* The index of the largest of v[0, n) (the lowest among equals). */
+int tu_argmax(const float *v, int n);
+/* Whether the tests run on the CUDA backend (SLUICE_BACKEND=cuda). */
+int tu_on_gpu(void);
 char *tu_fixture(const char *rel);
 /* Whole file, NUL-terminated; aborts the test on failure. */
 char *tu_slurp(const char *path, size_t *len);
