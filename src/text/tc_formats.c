@@ -52,20 +52,9 @@ int tc_body_glm(const sl_tc_parser *p, const char *s, size_t n, char **name, cha
         if (next < vl) vl = next;
         size_t skip = tc_starts(s + vl, n - vl, VC) ? strlen(VC) : 0;
         s += vl + skip, n -= vl + skip;
-        char *key = strndup(k, kl);
-        json_t *val = key ? tc_typed_value(p, fname, key, v, vl) : NULL;
-        int bad = !val || json_object_set_new(obj, key, val) != 0;
-        free(key);
-        if (bad) goto fail;
+        if (tc_set_param(p, obj, fname, k, kl, v, vl)) goto fail;
     }
-    *args = json_dumps(obj, JSON_COMPACT);
-    json_decref(obj);
-    if (!*args) {
-        free(fname);
-        return -1;
-    }
-    *name = fname;
-    return 0;
+    return tc_finish_call(obj, fname, name, args);
 fail:
     free(fname);
     json_decref(obj);

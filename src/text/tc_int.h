@@ -56,6 +56,12 @@ size_t tc_partial_suffix(const char *s, size_t n, const char *lit);
 int tc_json_args(const char *s, size_t n, char **args);
 /* An XML-style parameter value of function fname as JSON, typed by the tools schema (see toolcall.h). */
 json_t *tc_typed_value(const sl_tc_parser *p, const char *fname, const char *key, const char *v, size_t n);
+/* obj[k] = the value v[0, vn) of parameter k[0, kn) of function fname, typed as tc_typed_value; -1 on failure. */
+int tc_set_param(const sl_tc_parser *p, json_t *obj, const char *fname, const char *k, size_t kn, const char *v,
+                 size_t vn);
+/* The end of an XML-style call: *args = obj as compact JSON and *name = fname (taken); obj is released. -1 (and
+ * fname freed) when it cannot be written. */
+int tc_finish_call(json_t *obj, char *fname, char **name, char **args);
 int tc_parse_hermes(const char *s, size_t n, char **name, char **args);
 
 int tc_body_glm(const sl_tc_parser *p, const char *s, size_t n, char **name, char **args);

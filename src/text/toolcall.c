@@ -246,6 +246,26 @@ json_t *tc_typed_value(const sl_tc_parser *p, const char *fname, const char *key
     return json_stringn(v, n);
 }
 
+int tc_set_param(const sl_tc_parser *p, json_t *obj, const char *fname, const char *k, size_t kn, const char *v,
+                 size_t vn) {
+    char *key = strndup(k, kn);
+    json_t *val = key ? tc_typed_value(p, fname, key, v, vn) : NULL;
+    int bad = !val || json_object_set_new(obj, key, val) != 0;
+    free(key);
+    return bad ? -1 : 0;
+}
+
+int tc_finish_call(json_t *obj, char *fname, char **name, char **args) {
+    *args = json_dumps(obj, JSON_COMPACT);
+    json_decref(obj);
+    if (!*args) {
+        free(fname);
+        return -1;
+    }
+    *name = fname;
+    return 0;
+}
+
 /* Earliest of the literals in s[0, n), or n. */
 static size_t find_first(const char *s, size_t n, const char *const *lits, int k) {
     size_t best = n;
@@ -289,20 +309,9 @@ static int parse_xml(const sl_tc_parser *p, const char *s, size_t n, char **name
         s += vl + skip, n -= vl + skip;
         if (vl && v[0] == '\n') v++, vl--;
         if (vl && v[vl - 1] == '\n') vl--;
-        char *key = strndup(k, kl);
-        json_t *val = key ? tc_typed_value(p, fname, key, v, vl) : NULL;
-        int bad = !val || json_object_set_new(obj, key, val) != 0;
-        free(key);
-        if (bad) goto fail;
+        if (tc_set_param(p, obj, fname, k, kl, v, vl)) goto fail;
     }
-    *args = json_dumps(obj, JSON_COMPACT);
-    *name = fname;
-    json_decref(obj);
-    if (!*args) {
-        free(fname);
-        return -1;
-    }
-    return 0;
+    return tc_finish_call(obj, fname, name, args);
 fail:
     free(fname);
     json_decref(obj);
