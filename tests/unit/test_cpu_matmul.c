@@ -7,11 +7,7 @@
 
 #include "backend/backend.h"
 #include "core/half.h"
-
-static float frand(unsigned *st) {
-    *st = *st * 1103515245u + 12345u;
-    return (float)((*st >> 8) & 0xffff) / 65536.0f - 0.5f;
-}
+#include "testutil.h"
 
 static void check_shape(sl_wfmt fmt, int rows, int cols, int n, int with_bias) {
     sl_backend *be;
@@ -24,14 +20,14 @@ static void check_shape(sl_wfmt fmt, int rows, int cols, int n, int with_bias) {
     float *x = malloc(sizeof *x * (size_t)n * (size_t)cols);
     float *y = malloc(sizeof *y * (size_t)n * (size_t)rows), *y1 = malloc(sizeof *y1 * (size_t)rows);
     for (size_t i = 0; i < (size_t)rows * (size_t)cols; i++) {
-        float v = frand(&st);
+        float v = tu_frand(&st);
         if (fmt == SL_WF_F32)
             ((float *)data)[i] = v;
         else
             ((uint16_t *)data)[i] = sl_f32_to_bf16(v);
     }
-    for (int i = 0; i < rows; i++) bias[i] = frand(&st);
-    for (size_t i = 0; i < (size_t)n * (size_t)cols; i++) x[i] = frand(&st);
+    for (int i = 0; i < rows; i++) bias[i] = tu_frand(&st);
+    for (size_t i = 0; i < (size_t)n * (size_t)cols; i++) x[i] = tu_frand(&st);
     sl_weight w = {.fmt = fmt,
                    .rows = rows,
                    .cols = cols,
@@ -105,11 +101,11 @@ Test(mxfp4, matmul) {
     enum { R = 19, C = 96, N = 5 };
     unsigned st = 7;
     uint8_t codes[R * C / 2], scales[R * C / 32];
-    for (size_t i = 0; i < sizeof codes; i++) codes[i] = (uint8_t)(frand(&st) * 65536.0f + 32768.0f);
+    for (size_t i = 0; i < sizeof codes; i++) codes[i] = (uint8_t)(tu_frand(&st) * 65536.0f + 32768.0f);
     for (size_t i = 0; i < sizeof scales; i++) scales[i] = (uint8_t)(120 + i % 10);
     float bias[R], x[N * C], y[N * R], y1[R], wf[C];
-    for (int i = 0; i < R; i++) bias[i] = frand(&st);
-    for (int i = 0; i < N * C; i++) x[i] = frand(&st);
+    for (int i = 0; i < R; i++) bias[i] = tu_frand(&st);
+    for (int i = 0; i < N * C; i++) x[i] = tu_frand(&st);
     sl_weight w = {.fmt = SL_WF_MXFP4,
                    .rows = R,
                    .cols = C,
@@ -150,7 +146,7 @@ static void check_transposed(sl_wfmt fmt, int rows, int cols, int n) {
     float *y = malloc(sizeof *y * (size_t)n * (size_t)rows), *yt = malloc(sizeof *yt * (size_t)n * (size_t)rows);
     for (int r = 0; r < rows; r++)
         for (int j = 0; j < cols; j++) {
-            float v = frand(&st);
+            float v = tu_frand(&st);
             size_t a = (size_t)r * (size_t)cols + (size_t)j, b = (size_t)j * (size_t)rows + (size_t)r;
             if (fmt == SL_WF_F32) {
                 ((float *)rm)[a] = ((float *)tr)[b] = v;
@@ -158,8 +154,8 @@ static void check_transposed(sl_wfmt fmt, int rows, int cols, int n) {
                 ((uint16_t *)rm)[a] = ((uint16_t *)tr)[b] = sl_f32_to_bf16(v);
             }
         }
-    for (int i = 0; i < rows; i++) bias[i] = frand(&st);
-    for (size_t i = 0; i < (size_t)n * (size_t)cols; i++) x[i] = frand(&st);
+    for (int i = 0; i < rows; i++) bias[i] = tu_frand(&st);
+    for (size_t i = 0; i < (size_t)n * (size_t)cols; i++) x[i] = tu_frand(&st);
     sl_weight w = {.fmt = fmt, .rows = rows, .cols = cols, .data = rm, .row_bytes = (size_t)cols * es, .bias = bias};
     sl_weight wt = w;
     wt.data = tr;

@@ -9,11 +9,7 @@
 #include "backend/backend.h"
 #include "core/half.h"
 #include "models/fused.h"
-
-static float frand(unsigned *st) {
-    *st = *st * 1103515245u + 12345u;
-    return (float)((*st >> 8) & 0xffff) / 65536.0f - 0.5f;
-}
+#include "testutil.h"
 
 static sl_backend *open_backend(void) {
     sl_backend *be;
@@ -28,7 +24,7 @@ static sl_backend *open_backend(void) {
 /* n random floats on the backend (and their host copy in *host) */
 static float *dev_rand(sl_backend *be, size_t n, unsigned *st, float **host) {
     float *h = malloc(n * sizeof *h);
-    for (size_t i = 0; i < n; i++) h[i] = frand(st);
+    for (size_t i = 0; i < n; i++) h[i] = tu_frand(st);
     float *d = be->ops->alloc(be, n * sizeof *d);
     cr_assert_not_null(d);
     be->ops->upload(be, d, h, n * sizeof *d);
@@ -56,7 +52,7 @@ static void make_weight(sl_backend *be, tweight *t, sl_wfmt fmt, int rows, int c
     t->data = malloc(len * es);
     t->vals = malloc(len * sizeof *t->vals);
     for (size_t i = 0; i < len; i++) {
-        float v = frand(st);
+        float v = tu_frand(st);
         if (fmt == SL_WF_F32) {
             ((float *)t->data)[i] = v;
         } else {
@@ -68,7 +64,7 @@ static void make_weight(sl_backend *be, tweight *t, sl_wfmt fmt, int rows, int c
     }
     if (with_bias) {
         t->bias = malloc((size_t)rows * sizeof *t->bias);
-        for (int i = 0; i < rows; i++) t->bias[i] = frand(st);
+        for (int i = 0; i < rows; i++) t->bias[i] = tu_frand(st);
     }
     t->w = (sl_weight){
         .fmt = fmt, .rows = rows, .cols = cols, .data = t->data, .row_bytes = (size_t)cols * es, .bias = t->bias};
@@ -85,10 +81,10 @@ static void make_mlx(sl_backend *be, tweight *t, int bits, int rows, int cols, u
     t->scales = malloc((size_t)rows * ng * sizeof *t->scales);
     t->biases = malloc((size_t)rows * ng * sizeof *t->biases);
     t->vals = malloc((size_t)rows * (size_t)cols * sizeof *t->vals);
-    for (size_t i = 0; i < (size_t)rows * rb; i++) d[i] = (uint8_t)(frand(st) * 255 + 128);
+    for (size_t i = 0; i < (size_t)rows * rb; i++) d[i] = (uint8_t)(tu_frand(st) * 255 + 128);
     for (size_t i = 0; i < (size_t)rows * ng; i++) {
-        t->scales[i] = sl_f32_to_bf16(0.01f + 0.02f * frand(st));
-        t->biases[i] = sl_f32_to_bf16(0.1f * frand(st));
+        t->scales[i] = sl_f32_to_bf16(0.01f + 0.02f * tu_frand(st));
+        t->biases[i] = sl_f32_to_bf16(0.1f * tu_frand(st));
     }
     for (int r = 0; r < rows; r++)
         for (int j = 0; j < cols; j++) { /* value j is bits [j * bits, (j + 1) * bits) of the row */
@@ -392,27 +388,13 @@ static void qk_rope_store_case(int n, int nh, int nkv, int hd, int rot_dim, int 
     sl_backend *run = fused ? be : unfused_of(be, &u);
     unsigned st = (unsigned)(n * 97 + nh * 13 + hd + pos0);
     size_t qlen = (size_t)n * (size_t)nh * (size_t)hd, klen = (size_t)n * (size_t)nkv * (size_t)hd;
-    /* pages of 4 positions in reverse order, so a row that ignores the page table lands elsewhere */
+    /* pages of 4 positions (tu_map_make lays them out in reverse order) */
     int P = 4, np = (pos0 + n + 2 + P - 1) / P;
     size_t clen = (size_t)np * (size_t)P * (size_t)nkv * (size_t)hd;
     int32_t *hpages = malloc((size_t)np * sizeof *hpages), *hpos = malloc((size_t)n * sizeof *hpos),
             *hseq = calloc((size_t)n, sizeof *hseq);
-    for (int j = 0; j < np; j++) hpages[j] = np - 1 - j;
-    for (int i = 0; i < n; i++) hpos[i] = pos0 + i;
-    int32_t *dpages = be->ops->alloc(be, (size_t)np * sizeof *dpages), *dpos = be->ops->alloc(be, (size_t)n * 4),
-            *dseq = be->ops->alloc(be, (size_t)n * 4);
-    be->ops->upload(be, dpages, hpages, (size_t)np * sizeof *hpages);
-    be->ops->upload(be, dpos, hpos, (size_t)n * 4);
-    be->ops->upload(be, dseq, hseq, (size_t)n * 4);
-    sl_batch_map bm = {.n = n,
-                       .pos = dpos,
-                       .seq = dseq,
-                       .pages = dpages,
-                       .page_size = P,
-                       .max_pages = np,
-                       .h_pos = hpos,
-                       .h_seq = hseq,
-                       .span = pos0 + n};
+    tu_map map;
+    tu_map_make(&map, be, n, pos0, hpos, hseq, hpages, np, P);
     float *hq, *hk, *hv, *hqn, *hkn, *hf;
     float *q = dev_rand(be, qlen, &st, &hq), *k = dev_rand(be, klen, &st, &hk), *v = dev_rand(be, klen, &st, &hv);
     float *qn = dev_rand(be, (size_t)hd, &st, &hqn), *kn = dev_rand(be, (size_t)hd, &st, &hkn);
@@ -424,8 +406,8 @@ static void qk_rope_store_case(int n, int nh, int nkv, int hd, int rot_dim, int 
         for (size_t r = 0; r < (size_t)n * (size_t)nh; r++)
             memcpy(hq + r * (size_t)hd, hqg + 2 * r * (size_t)hd, (size_t)hd * sizeof *hq);
     if (fused) cr_assert_not_null(be->ops->qk_rope_store, "the backend has no qk_rope_store");
-    sl_qk_rope_store(run, q, k, v, &bm, nh, nkv, hd, with_norm ? qn : NULL, with_norm ? kn : NULL, 1e-6f, rot_dim, freq,
-                     0.9f, kc, vc, kt, qg, gate);
+    sl_qk_rope_store(run, q, k, v, &map.bm, nh, nkv, hd, with_norm ? qn : NULL, with_norm ? kn : NULL, 1e-6f, rot_dim,
+                     freq, 0.9f, kc, vc, kt, qg, gate);
     float *gq = download(be, q, qlen), *gk = download(be, k, klen), *gkc = download_kv(be, kc, kt, clen),
           *gvc = download_kv(be, vc, kt, clen);
     check_ok(be);
@@ -451,7 +433,7 @@ static void qk_rope_store_case(int n, int nh, int nkv, int hd, int rot_dim, int 
     }
     size_t kw = (size_t)nkv * (size_t)hd;
     for (int i = 0; i < n; i++) {
-        size_t row = (size_t)sl_bm_row(&bm, hpages, 0, pos0 + i);
+        size_t row = (size_t)sl_bm_row(&map.bm, hpages, 0, pos0 + i);
         for (size_t j = 0; j < kw; j++) {
             wkc[row * kw + j] = kv_round(hk[(size_t)i * kw + j], kt);
             wvc[row * kw + j] = kv_round(hv[(size_t)i * kw + j], kt);
@@ -463,8 +445,9 @@ static void qk_rope_store_case(int n, int nh, int nkv, int hd, int rot_dim, int 
     expect_close(gk, hk, klen, 1e-4f, "qk_rope_store k");
     expect_close(gkc, wkc, clen, ktol, "qk_rope_store k cache");
     expect_close(gvc, wvc, clen, 0.0f, "qk_rope_store v cache");
-    void *dv[] = {q, k, v, qn, kn, freq, kc, vc, dpages, dpos, dseq};
-    for (int i = 0; i < 11; i++) be->ops->free(be, dv[i]);
+    tu_map_free(&map);
+    void *dv[] = {q, k, v, qn, kn, freq, kc, vc};
+    for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) be->ops->free(be, dv[i]);
     void *hp[] = {hq, hk, hv, hqn, hkn, hf, gq, gk, gkc, gvc, wkc, wvc, hpages, hpos, hseq};
     for (int i = 0; i < 15; i++) free(hp[i]);
     sl_backend_destroy(be);
@@ -652,7 +635,7 @@ Test(fused_ops, argmax) {
     int n = 300000;
     float *v = malloc((size_t)n * sizeof *v);
     unsigned st = 7;
-    for (int i = 0; i < n; i++) v[i] = frand(&st);
+    for (int i = 0; i < n; i++) v[i] = tu_frand(&st);
     v[123457] = 3.0f;
     argmax_case(be, v, n, 123457);
     v[200001] = 3.0f; /* equal values: the lower index */

@@ -491,6 +491,7 @@ Test(ggml_quants, moe_experts_of_mixed_types) {
 
 #ifdef SLUICE_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
+#include "testutil.h"
 
 /* The CUDA twin of the kernels above, run when a GPU is present (tools/gpu-check.sh runs it there). */
 
@@ -506,13 +507,6 @@ static sl_backend *cuda_or_skip(void) {
     return be;
 }
 
-static void *dev_copy(sl_backend *be, const void *src, size_t bytes) {
-    void *d = be->ops->alloc(be, bytes);
-    cr_assert(d);
-    be->ops->upload(be, d, src, bytes);
-    return d;
-}
-
 /* matmul of n tokens on the device (w placed there, host rows in hw) against a double-precision dot */
 static void check_cuda_matmul(sl_backend *be, const sl_weight *w, const sl_weight *hw, int n, unsigned seed, double tol,
                               int q16_input) {
@@ -520,7 +514,8 @@ static void check_cuda_matmul(sl_backend *be, const sl_weight *w, const sl_weigh
     float *x = malloc(sizeof *x * cols * (size_t)n), *y = malloc(sizeof *y * rows * (size_t)n);
     float *row = malloc(sizeof *row * cols);
     for (size_t i = 0; i < cols * (size_t)n; i++) x[i] = frand(&seed);
-    float *dx = dev_copy(be, x, sizeof *x * cols * (size_t)n), *dy = be->ops->alloc(be, sizeof *y * rows * (size_t)n);
+    float *dx = tu_dev_copy(be, x, sizeof *x * cols * (size_t)n),
+          *dy = be->ops->alloc(be, sizeof *y * rows * (size_t)n);
     be->ops->matmul(be, w, dx, n, dy);
     be->ops->download(be, y, dy, sizeof *y * rows * (size_t)n);
     sl_err e;
@@ -670,8 +665,8 @@ Test(ggml_quants, cuda_moe_experts) {
             ids[t * K] = t % E, ids[t * K + 1] = (t + 3) % E;
             wts[t * K] = 0.6f, wts[t * K + 1] = 0.4f;
         }
-        float *dxin = dev_copy(be, xin, sizeof *xin * (size_t)n * H), *dwts = dev_copy(be, wts, sizeof wts);
-        int32_t *dids = dev_copy(be, ids, sizeof ids);
+        float *dxin = tu_dev_copy(be, xin, sizeof *xin * (size_t)n * H), *dwts = tu_dev_copy(be, wts, sizeof wts);
+        int32_t *dids = tu_dev_copy(be, ids, sizeof ids);
         float *dout = be->ops->alloc(be, sizeof *out * (size_t)n * H);
         be->ops->moe(be, &tab, dxin, n, H, dids, dwts, K, dout);
         be->ops->download(be, out, dout, sizeof *out * (size_t)n * H);

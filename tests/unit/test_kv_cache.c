@@ -11,11 +11,6 @@
 #include "core/half.h"
 #include "testutil.h"
 
-static float frand(unsigned *st) {
-    *st = *st * 1103515245u + 12345u;
-    return (float)((*st >> 8) & 0xffff) / 65536.0f * 4.0f - 2.0f;
-}
-
 static float widen(const unsigned char *raw, sl_kv_type kt, size_t i) {
     uint16_t u;
     float f;
@@ -31,41 +26,6 @@ static float round_kv(float x, sl_kv_type kt) {
     if (kt == SL_KV_F16) return sl_f16_to_f32(sl_f32_to_f16(x));
     if (kt == SL_KV_BF16) return sl_bf16_to_f32(sl_f32_to_bf16(x));
     return x;
-}
-
-typedef struct {
-    sl_backend *be;
-    sl_batch_map bm;
-    int32_t *dpos, *dseq, *dpages;
-} tmap;
-
-/* A map of n tokens of sequence 0 at positions pos0.., over np pages of P positions in reverse order. */
-static void map_make(tmap *m, sl_backend *be, int n, int pos0, int32_t *hpos, int32_t *hseq, int32_t *hpages, int np,
-                     int P) {
-    for (int i = 0; i < n; i++) hpos[i] = pos0 + i, hseq[i] = 0;
-    for (int j = 0; j < np; j++) hpages[j] = np - 1 - j;
-    m->be = be;
-    m->dpos = be->ops->alloc(be, (size_t)n * 4);
-    m->dseq = be->ops->alloc(be, (size_t)n * 4);
-    m->dpages = be->ops->alloc(be, (size_t)np * 4);
-    be->ops->upload(be, m->dpos, hpos, (size_t)n * 4);
-    be->ops->upload(be, m->dseq, hseq, (size_t)n * 4);
-    be->ops->upload(be, m->dpages, hpages, (size_t)np * 4);
-    m->bm = (sl_batch_map){.n = n,
-                           .pos = m->dpos,
-                           .seq = m->dseq,
-                           .pages = m->dpages,
-                           .page_size = P,
-                           .max_pages = np,
-                           .h_pos = hpos,
-                           .h_seq = hseq,
-                           .span = pos0 + n};
-}
-
-static void map_free(tmap *m) {
-    m->be->ops->free(m->be, m->dpos);
-    m->be->ops->free(m->be, m->dseq);
-    m->be->ops->free(m->be, m->dpages);
 }
 
 /* Host attention of query q (one head of hd) at position p over widened cache rows kc/vc (row r of head kvh
@@ -105,8 +65,8 @@ static void round_trip(sl_kv_type kt, int hd, int n) {
     unsigned st = (unsigned)(hd * 7 + n + kt);
     float *hk = malloc((size_t)(n + 1) * kw * 4), *hv = malloc((size_t)(n + 1) * kw * 4),
           *hq = malloc((size_t)(n + 1) * qw * 4);
-    for (size_t i = 0; i < (size_t)(n + 1) * kw; i++) hk[i] = frand(&st), hv[i] = frand(&st);
-    for (size_t i = 0; i < (size_t)(n + 1) * qw; i++) hq[i] = frand(&st);
+    for (size_t i = 0; i < (size_t)(n + 1) * kw; i++) hk[i] = 4.0f * tu_frand(&st), hv[i] = 4.0f * tu_frand(&st);
+    for (size_t i = 0; i < (size_t)(n + 1) * qw; i++) hq[i] = 4.0f * tu_frand(&st);
     float *k = be->ops->alloc(be, (size_t)(n + 1) * kw * 4), *v = be->ops->alloc(be, (size_t)(n + 1) * kw * 4),
           *q = be->ops->alloc(be, (size_t)(n + 1) * qw * 4), *out = be->ops->alloc(be, (size_t)(n + 1) * qw * 4);
     void *kc = be->ops->alloc(be, clen * es), *vc = be->ops->alloc(be, clen * es);
@@ -117,21 +77,21 @@ static void round_trip(sl_kv_type kt, int hd, int n) {
     float scale = 1.0f / sqrtf((float)hd);
 
     /* the prompt run: stored, then attended */
-    tmap m;
-    map_make(&m, be, n, 0, hpos, hseq, hpages, np, P);
+    tu_map m;
+    tu_map_make(&m, be, n, 0, hpos, hseq, hpages, np, P);
     be->ops->kv_store(be, kc, kt, &m.bm, k, (int)kw);
     be->ops->kv_store(be, vc, kt, &m.bm, v, (int)kw);
     be->ops->attention(be, q, kc, vc, kt, &m.bm, nh, nkv, hd, 0, scale, NULL, out);
     float *got = malloc((size_t)(n + 1) * qw * 4);
     be->ops->download(be, got, out, (size_t)n * qw * 4);
-    map_free(&m);
+    tu_map_free(&m);
     /* the decode token at position n, alone in its sequence */
-    map_make(&m, be, 1, n, hpos, hseq, hpages, np, P);
+    tu_map_make(&m, be, 1, n, hpos, hseq, hpages, np, P);
     be->ops->kv_store(be, kc, kt, &m.bm, k + (size_t)n * kw, (int)kw);
     be->ops->kv_store(be, vc, kt, &m.bm, v + (size_t)n * kw, (int)kw);
     be->ops->attention(be, q + (size_t)n * qw, kc, vc, kt, &m.bm, nh, nkv, hd, 0, scale, NULL, out + (size_t)n * qw);
     be->ops->download(be, got + (size_t)n * qw, out + (size_t)n * qw, qw * 4);
-    map_free(&m);
+    tu_map_free(&m);
     unsigned char *rk = malloc(clen * es), *rv = malloc(clen * es);
     be->ops->download(be, rk, kc, clen * es);
     be->ops->download(be, rv, vc, clen * es);

@@ -9,11 +9,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
-
-static float frand(unsigned *st) {
-    *st = *st * 1103515245u + 12345u;
-    return (float)((*st >> 8) & 0xffff) / 65536.0f - 0.5f;
-}
+#include "testutil.h"
 
 static sl_backend *open_backend(void) {
     sl_backend *be;
@@ -21,13 +17,6 @@ static sl_backend *open_backend(void) {
     char note[256];
     cr_assert_eq(sl_backend_open(NULL, 2, &be, note, sizeof note, &e), 0, "%s", e.msg);
     return be;
-}
-
-static void *put(sl_backend *be, const void *h, size_t bytes) {
-    void *d = be->ops->alloc(be, bytes);
-    cr_assert_not_null(d);
-    be->ops->upload(be, d, h, bytes);
-    return d;
 }
 
 static void check_ok(sl_backend *be) {
@@ -84,9 +73,9 @@ static void ref_route(const float *l, const float *bias, int ne, int k, int ng, 
 static void route_case(int n, int ne, int k, int ng, int tg, int renorm, int with_bias, unsigned st) {
     sl_backend *be = open_backend();
     float *hl = malloc(sizeof *hl * (size_t)(n * ne)), hb[64];
-    for (int i = 0; i < n * ne; i++) hl[i] = 4 * frand(&st);
-    for (int x = 0; x < ne; x++) hb[x] = frand(&st);
-    float *l = put(be, hl, sizeof *hl * (size_t)(n * ne)), *b = put(be, hb, sizeof hb);
+    for (int i = 0; i < n * ne; i++) hl[i] = 4 * tu_frand(&st);
+    for (int x = 0; x < ne; x++) hb[x] = tu_frand(&st);
+    float *l = tu_dev_copy(be, hl, sizeof *hl * (size_t)(n * ne)), *b = tu_dev_copy(be, hb, sizeof hb);
     int32_t *ids = be->ops->alloc(be, sizeof(int32_t) * (size_t)(n * k));
     float *w = be->ops->alloc(be, sizeof(float) * (size_t)(n * k));
     be->ops->route_grouped(be, l, with_bias ? b : NULL, n, ne, k, ng, tg, renorm, 2.5f, ids, w);
@@ -128,7 +117,7 @@ Test(mla_route, route_grouped_bias_and_groups) {
     sl_backend *be = open_backend();
     /* 4 groups of 2; the bias lifts expert 7 over 0 and 1; group 1 (experts 2, 3) loses to groups 0, 3 */
     float hl[8] = {2.0f, 1.5f, 1.9f, -3.0f, -1.0f, -1.0f, -2.0f, 0.5f}, hb[8] = {0, 0, 0, 0, 0, 0, 0, 2.0f};
-    float *l = put(be, hl, sizeof hl), *b = put(be, hb, sizeof hb);
+    float *l = tu_dev_copy(be, hl, sizeof hl), *b = tu_dev_copy(be, hb, sizeof hb);
     int32_t *ids = be->ops->alloc(be, 3 * sizeof(int32_t));
     float *w = be->ops->alloc(be, 3 * sizeof(float));
     be->ops->route_grouped(be, l, b, 1, 8, 3, 4, 2, 0, 1.0f, ids, w);
@@ -175,10 +164,10 @@ static void mla_batch(sl_backend *be, const mla_case *mc, int n, const int32_t *
     int H = d->n_heads, qh = d->nope + d->rope, L = d->kv_lora, R = d->rope, W = L + R, hw = d->nope + d->v;
     size_t ql = (size_t)n * H * qh, kl = (size_t)n * W, ol = (size_t)n * H * d->v;
     float *hq = malloc(ql * 4), *hkv = malloc(kl * 4);
-    for (size_t i = 0; i < ql; i++) hq[i] = frand(st);
-    for (size_t i = 0; i < kl; i++) hkv[i] = 2 * frand(st);
-    float *q = put(be, hq, ql * 4), *kv = put(be, hkv, kl * 4), *out = be->ops->alloc(be, ol * 4);
-    int32_t *dpos = put(be, pos, (size_t)n * 4), *dseq = put(be, seq, (size_t)n * 4);
+    for (size_t i = 0; i < ql; i++) hq[i] = tu_frand(st);
+    for (size_t i = 0; i < kl; i++) hkv[i] = 2 * tu_frand(st);
+    float *q = tu_dev_copy(be, hq, ql * 4), *kv = tu_dev_copy(be, hkv, kl * 4), *out = be->ops->alloc(be, ol * 4);
+    int32_t *dpos = tu_dev_copy(be, pos, (size_t)n * 4), *dseq = tu_dev_copy(be, seq, (size_t)n * 4);
     int span = 0;
     for (int i = 0; i < n; i++) span = pos[i] + 1 > span ? pos[i] + 1 : span;
     sl_batch_map bm = {.n = n,
@@ -260,16 +249,16 @@ static void mla_run(int H, int nope, int rope, int kv_lora, int v, int interleav
     int W = kv_lora + rope, hw = nope + v;
     /* sequence 0 on pages 5, 3, 1, sequence 1 on 0, 6, 2: interleaved, out of order */
     int32_t pages[8] = {5, 3, 1, 7, 0, 6, 2, 4};
-    int32_t *dpages = put(be, pages, sizeof pages);
+    int32_t *dpages = tu_dev_copy(be, pages, sizeof pages);
     size_t clen = (size_t)8 * mc.P * W;
     float *cache = be->ops->alloc(be, clen * 4);
     size_t wl = (size_t)H * hw * kv_lora;
     float *wkv = malloc(wl * 4), norm[512], freq[64];
-    for (size_t i = 0; i < wl; i++) wkv[i] = frand(&st);
-    for (int c = 0; c < kv_lora; c++) norm[c] = 1 + frand(&st);
+    for (size_t i = 0; i < wl; i++) wkv[i] = tu_frand(&st);
+    for (int c = 0; c < kv_lora; c++) norm[c] = 1 + tu_frand(&st);
     for (int f = 0; f < rope / 2; f++) freq[f] = powf(10000.0f, -2.0f * f / rope);
-    float *dwkv = put(be, wkv, wl * 4), *dnorm = put(be, norm, (size_t)kv_lora * 4),
-          *dfreq = put(be, freq, sizeof freq);
+    float *dwkv = tu_dev_copy(be, wkv, wl * 4), *dnorm = tu_dev_copy(be, norm, (size_t)kv_lora * 4),
+          *dfreq = tu_dev_copy(be, freq, sizeof freq);
     float *hist[2] = {calloc((size_t)16 * W, 4), calloc((size_t)16 * W, 4)};
     /* a prefill of both sequences, then decode steps in mixed order */
     int32_t s1[10] = {0, 0, 0, 0, 0, 0, 1, 1, 1, 1}, p1[10] = {0, 1, 2, 3, 4, 5, 0, 1, 2, 3};

@@ -147,3 +147,40 @@ int tu_on_gpu(void) {
     const char *b = getenv("SLUICE_BACKEND");
     return b && !strcmp(b, "cuda");
 }
+
+float tu_frand(unsigned *st) {
+    *st = *st * 1103515245u + 12345u;
+    return (float)((*st >> 8) & 0xffff) / 65536.0f - 0.5f;
+}
+
+void *tu_dev_copy(sl_backend *be, const void *h, size_t bytes) {
+    void *d = be->ops->alloc(be, bytes);
+    cr_assert_not_null(d);
+    be->ops->upload(be, d, h, bytes);
+    return d;
+}
+
+void tu_map_make(tu_map *m, sl_backend *be, int n, int pos0, int32_t *hpos, int32_t *hseq, int32_t *hpages, int np,
+                 int P) {
+    for (int i = 0; i < n; i++) hpos[i] = pos0 + i, hseq[i] = 0;
+    for (int j = 0; j < np; j++) hpages[j] = np - 1 - j;
+    m->be = be;
+    m->dpos = tu_dev_copy(be, hpos, (size_t)n * sizeof *hpos);
+    m->dseq = tu_dev_copy(be, hseq, (size_t)n * sizeof *hseq);
+    m->dpages = tu_dev_copy(be, hpages, (size_t)np * sizeof *hpages);
+    m->bm = (sl_batch_map){.n = n,
+                           .pos = m->dpos,
+                           .seq = m->dseq,
+                           .pages = m->dpages,
+                           .page_size = P,
+                           .max_pages = np,
+                           .h_pos = hpos,
+                           .h_seq = hseq,
+                           .span = pos0 + n};
+}
+
+void tu_map_free(tu_map *m) {
+    m->be->ops->free(m->be, m->dpos);
+    m->be->ops->free(m->be, m->dseq);
+    m->be->ops->free(m->be, m->dpages);
+}

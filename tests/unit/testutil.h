@@ -3,14 +3,11 @@
 #define SLUICE_TESTUTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
 
 /* $SLUICE_FIXTURES/rel (falls back to tests/fixtures relative to the working directory). Heap string. */
-/* sqrt(sum (a - b)^2 / sum b^2) over n values, in double (the denominator 1 when b is all zero). */
-double tu_rel_l2(const float *a, const float *b, size_t n);
-/* The index of the largest of v[0, n) (the lowest among equals). */
-int tu_argmax(const float *v, int n);
-/* Whether the tests run on the CUDA backend (SLUICE_BACKEND=cuda). */
-int tu_on_gpu(void);
 char *tu_fixture(const char *rel);
 /* Whole file, NUL-terminated; aborts the test on failure. */
 char *tu_slurp(const char *path, size_t *len);
@@ -20,6 +17,29 @@ const char *tu_sluice_bin(void);
 int tu_valid_utf8(const char *s, size_t n);
 /* A fresh temporary directory (heap string). */
 char *tu_tmpdir(void);
+
+/* sqrt(sum (a - b)^2 / sum b^2) over n values, in double (the denominator 1 when b is all zero). */
+double tu_rel_l2(const float *a, const float *b, size_t n);
+/* The index of the largest of v[0, n) (the lowest among equals). */
+int tu_argmax(const float *v, int n);
+/* Whether the tests run on the CUDA backend (SLUICE_BACKEND=cuda). */
+int tu_on_gpu(void);
+/* A pseudo-random value in [-0.5, 0.5) from the state *st (a fixed LCG: same values on every machine). */
+float tu_frand(unsigned *st);
+/* bytes of host memory h copied into fresh backend memory (asserted). */
+void *tu_dev_copy(sl_backend *be, const void *h, size_t bytes);
+
+/* A batch map of n tokens of sequence 0 at positions pos0.., over np pages of P positions in reverse order
+ * (so a row that ignores the page table lands elsewhere). The host arrays hpos, hseq [n] and hpages [np]
+ * are the caller's and are filled here; the device copies belong to the map (tu_map_free). */
+typedef struct tu_map {
+    sl_backend *be;
+    sl_batch_map bm;
+    int32_t *dpos, *dseq, *dpages;
+} tu_map;
+void tu_map_make(tu_map *m, sl_backend *be, int n, int pos0, int32_t *hpos, int32_t *hseq, int32_t *hpages, int np,
+                 int P);
+void tu_map_free(tu_map *m);
 
 /* A fixture folder's name as a Criterion test parameter (in cr_malloc'ed memory, which the test processes
  * can read). */
