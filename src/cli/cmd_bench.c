@@ -121,14 +121,6 @@ static int parse_int(const char *s, int lo, int *out) {
     return 0;
 }
 
-/* splitmix64: fixed-seed ids so every run and every machine feeds the same prompt */
-static uint64_t next_rand(uint64_t *st) {
-    uint64_t z = (*st += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static int32_t argmax(const float *v, int n) {
     int32_t best = 0;
     for (int i = 1; i < n; i++)
@@ -526,7 +518,7 @@ int cmd_bench(int argc, char **argv) {
         goto done;
     }
     uint64_t st = 0x5eed;
-    for (int i = 0; i < r.prompt + r.depth; i++) prompt[i] = (int32_t)(next_rand(&st) % (uint64_t)V);
+    for (int i = 0; i < r.prompt + r.depth; i++) prompt[i] = (int32_t)(sl_splitmix64(&st) % (uint64_t)V);
     r.threads = !strcmp(m->be->ops->name, "cpu") ? cpu_of(m->be)->n_threads : threads;
     r.weight_bytes = (double)(m->bytes_experts + m->bytes_other);
     r.tok = per_token_traffic(m);

@@ -135,6 +135,13 @@ int sl_parse_size(const char *s, uint64_t *out) {
     return 0;
 }
 
+uint64_t sl_splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
 int sl_parse_ids(const char *s, int32_t **ids, int *n, sl_err *e) {
     int cap = 16, k = 0;
     int32_t *a = malloc(sizeof *a * (size_t)cap);

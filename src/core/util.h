@@ -26,6 +26,10 @@ const char *sl_human_count(double n, char *buf, size_t len);
 /* Parses "20G", "512M", "1.5GB", "4096" into bytes. */
 int sl_parse_size(const char *s, uint64_t *out);
 
+/* splitmix64: advances *state by the golden-ratio step and returns that state mixed, the same stream on
+ * every machine (seeding, synthetic weights, fixed prompts). */
+uint64_t sl_splitmix64(uint64_t *state);
+
 /* Parses "1,2,3" into a heap array of int32. */
 int sl_parse_ids(const char *s, int32_t **ids, int *n, sl_err *e);
 

@@ -711,13 +711,6 @@ typedef struct {
     double t0, last;
 } gen_ctx;
 
-static uint64_t splitmix(uint64_t *st) {
-    uint64_t z = (*st += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static uint64_t name_hash(const char *s) {
     uint64_t h = 1469598103934665603ull;
     for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
@@ -732,7 +725,7 @@ static int gen_init(gen_ctx *g) {
     if (!g->rand_bf16 || !g->rand_bytes || !g->rand_fp8 || !g->unit) return -1;
     uint64_t st = 0x5eed5eedull;
     for (size_t i = 0; i < BLOCK_BYTES; i += 8) {
-        uint64_t a = splitmix(&st), b = splitmix(&st);
+        uint64_t a = sl_splitmix64(&st), b = sl_splitmix64(&st);
         for (size_t k = 0; k < 8 && i + k < BLOCK_BYTES; k++) {
             g->rand_bytes[i + k] = (uint8_t)(a >> (8 * k));
             g->rand_bf16[i + k] = (uint8_t)(b >> (8 * k));
@@ -749,7 +742,8 @@ static int gen_init(gen_ctx *g) {
         uint8_t b = g->rand_bytes[i];
         g->rand_fp8[i] = (uint8_t)((b & 0x80) | ((11 + (b & 3)) << 3) | ((b >> 2) & 7));
     }
-    for (size_t i = 0; i < BLOCK_BYTES / 2; i++) g->unit[i] = 0.75f + 0.5f * (float)(splitmix(&st) >> 40) / 16777216.0f;
+    for (size_t i = 0; i < BLOCK_BYTES / 2; i++)
+        g->unit[i] = 0.75f + 0.5f * (float)(sl_splitmix64(&st) >> 40) / 16777216.0f;
     return 0;
 }
 

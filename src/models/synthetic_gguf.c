@@ -6,6 +6,7 @@
 
 #include "backend/ggml_types.h"
 #include "core/half.h"
+#include "core/util.h"
 #include "formats/gguf_write.h"
 
 /* random bytes reused with a per-tensor offset; odd-sized so rows never line up with it */
@@ -130,13 +131,6 @@ typedef struct {
     void *pctx;
 } gctx;
 
-static uint64_t splitmix(uint64_t *st) {
-    uint64_t z = (*st += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static uint64_t name_hash(const char *s) {
     uint64_t h = 1469598103934665603ull;
     for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
@@ -252,7 +246,7 @@ int sl_synth_gguf_write(const sl_synth_shape *s, int layers, const char *path,
     }
     uint64_t st = 0x6767756full;
     for (size_t i = 0; i < RAND_BYTES; i += 8) {
-        uint64_t r = splitmix(&st);
+        uint64_t r = sl_splitmix64(&st);
         for (size_t k = 0; k < 8 && i + k < RAND_BYTES; k++) g.rand[i + k] = (uint8_t)(r >> (8 * k));
     }
     rc = sl_gguf_write(path, kv, nk, L.t, L.n, fill, progress, &g, e);

@@ -1,4 +1,5 @@
 #include "runtime/sampler.h"
+#include "core/util.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -34,13 +35,6 @@ void sl_sampler_params_default(sl_sampler_params *p) {
         .frequency_penalty = 0.0f,
         .seed = 0,
     };
-}
-
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
 }
 
 static uint64_t rotl(uint64_t x, int k) {
@@ -100,7 +94,7 @@ void sl_sampler_reset(sl_sampler *s, uint64_t seed) {
     s->ring_len = s->ring_head = 0;
     s->p.seed = seed;
     uint64_t x = seed;
-    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
+    for (int i = 0; i < 4; i++) s->rng[i] = sl_splitmix64(&x);
 }
 
 static void count_add(sl_sampler *s, int32_t t) {

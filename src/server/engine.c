@@ -23,11 +23,9 @@ int sv_engine_init(sv_engine *g, int queue_cap, sl_err *e) {
 
 uint64_t sv_engine_seed(sv_engine *g) {
     pthread_mutex_lock(&g->mu);
-    uint64_t z = (g->seed_state += 0x9e3779b97f4a7c15ull);
+    uint64_t seed = sl_splitmix64(&g->seed_state);
     pthread_mutex_unlock(&g->mu);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return seed;
 }
 
 typedef struct run_ctx {

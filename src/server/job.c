@@ -1,4 +1,5 @@
 #include "server/job.h"
+#include "core/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,10 +58,8 @@ void sv_job_release(sv_job *j) {
  * splitmix64 mix of it and their index. */
 static uint64_t choice_seed(uint64_t seed, int i) {
     if (!i) return seed;
-    uint64_t z = seed + (uint64_t)i * 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    uint64_t st = seed + (uint64_t)(i - 1) * 0x9e3779b97f4a7c15ull; /* the mix of seed + i steps */
+    return sl_splitmix64(&st);
 }
 
 int sv_job_add_choices(sv_job *j, int n) {
