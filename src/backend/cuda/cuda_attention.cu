@@ -3,18 +3,19 @@
  * Prefill (a run of several tokens of one sequence): runs of 16 tokens or more go to the tensor-core kernel
  * (cuda_flash.cu) where it has the head size; otherwise a block is 4 consecutive queries of one head; key/
  * value tiles are staged in shared memory and each lane scores one key of the tile. Decode (tokens alone
- * in their sequence): split-K over each token's cache, each block a slice of positions for one head of one
- * token, then a pass that merges the slices. Positions and sequences are always read from device memory,
+ * in their sequence): split-K over each token's cache, each block a slice of positions for the query heads
+ * of one KV head of one token (every key and value row read once for the group, straight into registers),
+ * then a pass that merges the slices. Positions and sequences are always read from device memory,
  * so recorded steps replay at any position. Every kernel is instantiated for each cache element type T
  * (float, __half, __nv_bfloat16) and widens keys and values to fp32 as it reads them. */
 #include <math.h>
 
 #include "backend/cuda/cuda_int.cuh"
 
-#define ATT_Q 4        /* queries (warps) per prefill block */
-#define ATT_MAXD 8     /* head_dim / 32 held per lane: head_dim <= 256 */
-#define DEC_SPLITS 64  /* most decode slices per token (the cache length is unknown when recording) */
-#define DEC_WARPS 4
+#define ATT_Q 4       /* queries (warps) per prefill block */
+#define ATT_MAXD 8    /* head_dim / 32 held per lane: head_dim <= 256 */
+#define DEC_SPLITS 64 /* most decode slices per token (the cache length is unknown when recording) */
+#define DEC_WARPS 4   /* decode: warps per block (more where a group needs more head chunks), up to 8 */
 
 template <typename T> struct att_args {
     const float *q;
@@ -24,8 +25,8 @@ template <typename T> struct att_args {
     float scale;
     const float *sinks; /* per query head: a logit in the softmax's denominator with no value (NULL: none) */
     cu_bmap bm;
-    int t0, n;         /* prefill: the run's first token and its length */
-    const int *tok;    /* decode: the tokens of the launch's z index (NULL: z itself) */
+    int t0, n;      /* prefill: the run's first token and its length */
+    const int *tok; /* decode: the tokens of the launch's z index (NULL: z itself) */
 };
 
 /* Slices per decode token in a recorded step of n tokens: enough blocks to fill the GPU at any length. */
@@ -106,95 +107,192 @@ template <typename T> __global__ void __launch_bounds__(ATT_Q * 32) att_prefill_
     }
 }
 
-/* One slice of one token's cache for one query head: partial max, sum and weighted values. */
-template <typename T>
-__global__ void __launch_bounds__(DEC_WARPS * 32) att_decode_k(att_args<T> a, int splits, float *part) {
+/* Decode: VPL values of a head row per lane (head_dim <= 32 * VPL), HG query heads per warp, U keys per step;
+ * U * HG is 16 or 32, the scores a warp reduces in one pass. */
+template <int VPL> struct dec_shape {
+    static constexpr int HG = VPL <= 2 ? 8 : 4;
+    static constexpr int U = VPL == 4 ? 8 : 4;
+};
+
+/* VPL cache elements from p, widened (p is aligned: head_dim is a multiple of 8). */
+template <int VPL, typename T> __device__ __forceinline__ void dec_ld(const T *p, float *f) {
+    alignas(16) T v[VPL];
+    constexpr int B = VPL * (int)sizeof(T);
+    if constexpr (B % 16 == 0) {
+#pragma unroll
+        for (int i = 0; i < B / 16; i++) reinterpret_cast<uint4 *>(v)[i] = reinterpret_cast<const uint4 *>(p)[i];
+    } else if constexpr (B == 8) {
+        *reinterpret_cast<uint2 *>(v) = *reinterpret_cast<const uint2 *>(p);
+    } else if constexpr (B == 4) {
+        *reinterpret_cast<unsigned *>(v) = *reinterpret_cast<const unsigned *>(p);
+    } else {
+        v[0] = p[0];
+    }
+#pragma unroll
+    for (int e = 0; e < VPL; e++) f[e] = cu_kv_ld(&v[e]);
+}
+
+/* Reduce-scatter of 2 * OFF values across the warp: at each offset a lane keeps the half of its values picked
+ * by its bit OFF and adds the other lane's; at the end x[0] of lane i holds value (i mod 2 * OFF) summed over
+ * the lanes that differ from i in the bits below 2 * OFF. */
+template <int OFF> __device__ __forceinline__ void dec_scatter(float *x, int lane) {
+    bool up = lane & OFF;
+#pragma unroll
+    for (int i = 0; i < OFF; i++) {
+        float keep = up ? x[i + OFF] : x[i], give = up ? x[i] : x[i + OFF];
+        x[i] = keep + __shfl_xor_sync(0xffffffffu, give, OFF);
+    }
+    if constexpr (OFF > 1) dec_scatter<OFF / 2>(x, lane);
+}
+
+/* One slice of one token's cache for the query heads of one KV head (a GQA group): partial max, sum and
+ * weighted values per head. Nothing is staged: a warp reads whole key and value rows straight from the
+ * cache (each lane VPL values of a row), U rows of keys and values in flight at once, with its HG query
+ * heads held in registers. The U x HG partial scores are summed across the warp in one reduce-scatter
+ * (V - 1 shuffles for V values, instead of 5 per value), which leaves lane i the score of key i / HG for head
+ * i % HG, so the softmax runs one value per lane. Warps split the group's heads into chunks of HG and the
+ * slice's keys (interleaved U at a time); the key-splitting warps merge in shared memory at the end. */
+template <typename T, int VPL> __global__ void att_decode_k(att_args<T> a, int splits, int hc, float *part) {
     cu_pdl_enter();
-    __shared__ float red[DEC_WARPS][ATT_MAXD * 32 + 2];
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int h = blockIdx.y, sp = blockIdx.x, kvh = h / (a.n_heads / a.n_kv);
-    int z = blockIdx.z, ti = a.tok ? a.tok[z] : z;
+    constexpr int HG = dec_shape<VPL>::HG, U = dec_shape<VPL>::U, V = HG * U;
+    extern __shared__ float sm[];
+    int hd = a.hd, group = a.n_heads / a.n_kv, nw = blockDim.x >> 5, kwarps = nw / hc;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, hci = warp % hc, kwi = warp / hc;
+    int kvh = blockIdx.y, sp = blockIdx.x, z = blockIdx.z, ti = a.tok ? a.tok[z] : z;
     int p = a.bm.pos[ti], sq = a.bm.seq[ti];
     int lo = a.window > 0 ? max(0, p - a.window + 1) : 0;
     int len = p - lo + 1, per = (len + splits - 1) / splits;
     int b0 = lo + sp * per, b1 = min(b0 + per, p + 1);
-    int kw = a.n_kv * a.hd;
-    float q[ATT_MAXD], o[ATT_MAXD];
+    int kw = a.n_kv * hd, h0 = hci * HG, d0 = lane * VPL;
+    bool lane_on = d0 < hd;
+    float qr[HG][VPL], o[HG][VPL];
 #pragma unroll
-    for (int k = 0; k < ATT_MAXD; k++) {
-        int d = lane + 32 * k;
-        q[k] = d < a.hd ? a.q[(long long)ti * a.n_heads * a.hd + h * a.hd + d] * a.scale : 0;
-        o[k] = 0;
+    for (int h = 0; h < HG; h++) {
+        bool on = lane_on && h0 + h < group;
+        const float *qh = a.q + (long long)ti * a.n_heads * hd + (long long)(kvh * group + h0 + h) * hd + d0;
+#pragma unroll
+        for (int e = 0; e < VPL; e++) {
+            qr[h][e] = on ? qh[e] * a.scale : 0.0f;
+            o[h][e] = 0;
+        }
     }
+    /* running max and sum of head (lane % HG): the same in every lane of that head */
     float m = -INFINITY, l = 0;
-    for (int t = b0 + warp; t < b1; t += DEC_WARPS) {
-        long long row = cu_bm_row(a.bm, sq, t) * kw + kvh * a.hd;
-        const T *kr = a.kc + row;
-        float s = 0;
+    int mi = lane & (V - 1), mj = mi / HG, mh = mi % HG;
+    for (int c0 = b0 + kwi * U; c0 < b1; c0 += kwarps * U) {
+        float kf[U][VPL], vf[U][VPL];
 #pragma unroll
-        for (int k = 0; k < ATT_MAXD; k++) {
-            int d = lane + 32 * k;
-            if (d < a.hd) s += q[k] * cu_kv_ld(kr + d);
-        }
-        s = warp_sum(s);
-        float mn = fmaxf(m, s), corr = expf(m - mn), pj = expf(s - mn);
-        l = l * corr + pj;
-        const T *vr = a.vc + row;
+        for (int j = 0; j < U; j++) {
+            int t = c0 + j;
+            if (lane_on && t < b1) {
+                long long row = cu_bm_row(a.bm, sq, t) * kw + kvh * hd + d0;
+                dec_ld<VPL>(a.kc + row, kf[j]);
+                dec_ld<VPL>(a.vc + row, vf[j]);
+            } else {
 #pragma unroll
-        for (int k = 0; k < ATT_MAXD; k++) {
-            int d = lane + 32 * k;
-            o[k] = o[k] * corr + (d < a.hd ? pj * cu_kv_ld(vr + d) : 0);
+                for (int e = 0; e < VPL; e++) kf[j][e] = vf[j][e] = 0;
+            }
         }
+        float x[V];
+#pragma unroll
+        for (int j = 0; j < U; j++)
+#pragma unroll
+            for (int h = 0; h < HG; h++) {
+                float acc = 0;
+#pragma unroll
+                for (int e = 0; e < VPL; e++) acc += qr[h][e] * kf[j][e];
+                x[j * HG + h] = acc;
+            }
+        dec_scatter<V / 2>(x, lane);
+        float s = x[0];
+#pragma unroll
+        for (int off = V; off < 32; off <<= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+        if (c0 + mj >= b1 || h0 + mh >= group) s = -INFINITY;
+        float cm = s;
+#pragma unroll
+        for (int off = HG; off < V; off <<= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, off));
+        float mn = fmaxf(m, cm);
+        float corr = mn == -INFINITY ? 1.0f : expf(m - mn), pj = s == -INFINITY ? 0.0f : expf(s - mn), ps = pj;
+#pragma unroll
+        for (int off = HG; off < V; off <<= 1) ps += __shfl_xor_sync(0xffffffffu, ps, off);
+        l = l * corr + ps;
         m = mn;
-    }
-    /* merge the warps */
 #pragma unroll
-    for (int k = 0; k < ATT_MAXD; k++) red[warp][lane + 32 * k] = o[k];
-    if (lane == 0) {
-        red[warp][ATT_MAXD * 32] = m;
-        red[warp][ATT_MAXD * 32 + 1] = l;
-    }
-    __syncthreads();
-    if (warp) return;
-    float M = -INFINITY;
-    for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, red[w][ATT_MAXD * 32]);
-    float L = 0;
-    float *dst = part + (((long long)z * a.n_heads + h) * splits + sp) * (a.hd + 2);
-    for (int w = 0; w < DEC_WARPS; w++) {
-        float mw = red[w][ATT_MAXD * 32];
-        L += mw == -INFINITY ? 0 : red[w][ATT_MAXD * 32 + 1] * expf(mw - M);
-    }
-    for (int d = lane; d < a.hd; d += 32) {
-        float v = 0;
-        for (int w = 0; w < DEC_WARPS; w++) {
-            float mw = red[w][ATT_MAXD * 32];
-            if (mw != -INFINITY) v += red[w][d] * expf(mw - M);
+        for (int h = 0; h < HG; h++) {
+            float ch = __shfl_sync(0xffffffffu, corr, h);
+#pragma unroll
+            for (int e = 0; e < VPL; e++) o[h][e] *= ch;
         }
-        dst[d] = v;
+#pragma unroll
+        for (int j = 0; j < U; j++)
+#pragma unroll
+            for (int h = 0; h < HG; h++) {
+                float w = __shfl_sync(0xffffffffu, pj, j * HG + h);
+#pragma unroll
+                for (int e = 0; e < VPL; e++) o[h][e] += w * vf[j][e];
+            }
     }
-    if (lane == 0) {
-        dst[a.hd] = M;
-        dst[a.hd + 1] = L;
+    /* the key-splitting warps of a head chunk merge: max, sum and values per head in shared memory */
+    float *ms = sm, *ls = ms + nw * HG, *os = ls + nw * HG;
+    if (lane < HG) {
+        ms[warp * HG + lane] = m;
+        ls[warp * HG + lane] = l;
+    }
+#pragma unroll
+    for (int h = 0; h < HG; h++)
+#pragma unroll
+        for (int e = 0; e < VPL; e++)
+            if (lane_on) os[((long long)warp * HG + h) * hd + d0 + e] = o[h][e];
+    __syncthreads();
+    if (kwi) return;
+#pragma unroll
+    for (int h = 0; h < HG; h++) {
+        if (h0 + h >= group) break;
+        float M = -INFINITY;
+        for (int k = 0; k < kwarps; k++) M = fmaxf(M, ms[(hci + k * hc) * HG + h]);
+        float L = 0;
+        for (int k = 0; k < kwarps; k++) {
+            float mk = ms[(hci + k * hc) * HG + h];
+            if (mk != -INFINITY) L += ls[(hci + k * hc) * HG + h] * expf(mk - M);
+        }
+        float *dst = part + (((long long)z * a.n_heads + kvh * group + h0 + h) * splits + sp) * (hd + 2);
+        for (int d = lane; d < hd; d += 32) {
+            float v = 0;
+            for (int k = 0; k < kwarps; k++) {
+                float mk = ms[(hci + k * hc) * HG + h];
+                if (mk != -INFINITY) v += os[((long long)(hci + k * hc) * HG + h) * hd + d] * expf(mk - M);
+            }
+            dst[d] = v;
+        }
+        if (lane == 0) {
+            dst[hd] = M;
+            dst[hd + 1] = L;
+        }
     }
 }
 
+/* The slices of one head of one token: a thread per slice finds the weights, then a thread per output
+ * value sums the slices' values (independent loads, coalesced across the threads). */
 __global__ void att_merge_k(const float *part, int splits, int hd, const int *tok, const float *sinks, float *out) {
     cu_pdl_enter();
-    int h = blockIdx.x, z = blockIdx.y, ti = tok ? tok[z] : z;
-    const float *ph = part + ((long long)z * gridDim.x + h) * splits * (hd + 2);
-    float M = sinks ? sinks[h] : -INFINITY;
-    for (int s = 0; s < splits; s++) M = fmaxf(M, ph[s * (hd + 2) + hd]);
-    float L = sinks ? expf(sinks[h] - M) : 0.0f;
-    for (int s = 0; s < splits; s++) {
-        float ms = ph[s * (hd + 2) + hd];
-        if (ms != -INFINITY) L += ph[s * (hd + 2) + hd + 1] * expf(ms - M);
+    __shared__ float ws[DEC_SPLITS], red[32];
+    int h = blockIdx.x, z = blockIdx.y, ti = tok ? tok[z] : z, st = hd + 2;
+    const float *ph = part + ((long long)z * gridDim.x + h) * splits * st;
+    float mx = -INFINITY;
+    for (int s = threadIdx.x; s < splits; s += blockDim.x) mx = fmaxf(mx, ph[s * st + hd]);
+    float M = block_max(mx, red);
+    if (sinks) M = fmaxf(M, sinks[h]);
+    float lsum = 0;
+    for (int s = threadIdx.x; s < splits; s += blockDim.x) {
+        float ms = ph[s * st + hd], w = ms == -INFINITY ? 0.0f : expf(ms - M);
+        ws[s] = w;
+        lsum += ph[s * st + hd + 1] * w;
     }
+    float L = block_sum(lsum, red) + (sinks ? expf(sinks[h] - M) : 0.0f); /* its barriers publish ws */
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float v = 0;
-        for (int s = 0; s < splits; s++) {
-            float ms = ph[s * (hd + 2) + hd];
-            if (ms != -INFINITY) v += ph[s * (hd + 2) + d] * expf(ms - M);
-        }
+#pragma unroll 8
+        for (int s = 0; s < splits; s++) v += ph[s * st + d] * ws[s];
         out[((long long)ti * gridDim.x + h) * hd + d] = v / L;
     }
 }
@@ -204,6 +302,30 @@ int cu_attention_reserve(cu_impl *c, int n) {
     int heads = c->att_heads ? c->att_heads : 128, hd = c->att_hd ? c->att_hd : 256;
     size_t need = (size_t)n * (size_t)heads * (size_t)rec_splits(n) * (size_t)(hd + 2) * sizeof(float);
     return cu_grow(c, (void **)&c->att_part, &c->att_part_len, need, "attention partials");
+}
+
+/* The decode kernel for head_dim: warps split the group's heads in chunks of HG, the rest of DEC_WARPS
+ * split the keys. */
+template <typename T, int VPL>
+static int decode_launch_v(cu_impl *c, const att_args<T> &a, int n_dec, int splits, int group) {
+    constexpr int HG = dec_shape<VPL>::HG;
+    int hc = (group + HG - 1) / HG, kwarps = hc >= DEC_WARPS ? 1 : DEC_WARPS / hc, nw = hc * kwarps;
+    if (nw > 8) {
+        cu_fail(c, "attention: %d query heads per KV head is above the decode kernel's limit of %d", group, 8 * HG);
+        return -1;
+    }
+    size_t smem = (size_t)nw * HG * (2 + (size_t)a.hd) * sizeof(float);
+    cu_launch(c, att_decode_k<T, VPL>, dim3((unsigned)splits, (unsigned)a.n_kv, (unsigned)n_dec), nw * 32, smem, a,
+              splits, hc, c->att_part);
+    return 0;
+}
+
+template <typename T>
+static int decode_launch(cu_impl *c, const att_args<T> &a, int n_dec, int splits, int group, int head_dim) {
+    if (head_dim <= 32) return decode_launch_v<T, 1>(c, a, n_dec, splits, group);
+    if (head_dim <= 64) return decode_launch_v<T, 2>(c, a, n_dec, splits, group);
+    if (head_dim <= 128) return decode_launch_v<T, 4>(c, a, n_dec, splits, group);
+    return decode_launch_v<T, 8>(c, a, n_dec, splits, group);
 }
 
 template <typename T>
@@ -270,8 +392,7 @@ static void attention_t(cu_impl *c, const float *q, const T *kc, const T *vc, sl
             cudaMemcpyAsync(c->att_tok, dec, (size_t)n_dec * sizeof(int), cudaMemcpyHostToDevice, c->st);
             a.tok = c->att_tok;
         }
-        cu_launch(c, att_decode_k<T>, dim3((unsigned)splits, (unsigned)n_heads, (unsigned)n_dec), DEC_WARPS * 32, 0,
-                  a, splits, c->att_part);
+        if (decode_launch<T>(c, a, n_dec, splits, n_heads / n_kv, head_dim)) return;
         cu_launch(c, att_merge_k, dim3((unsigned)n_heads, (unsigned)n_dec), 128, 0, c->att_part, splits, head_dim,
                   a.tok, sinks, out);
     }
@@ -280,8 +401,9 @@ static void attention_t(cu_impl *c, const float *q, const T *kc, const T *vc, sl
 void cu_attention(sl_backend *b, const float *q, const void *kc, const void *vc, sl_kv_type kt, const sl_batch_map *bm,
                   int n_heads, int n_kv, int head_dim, int window, float scale, const float *sinks, float *out) {
     cu_impl *c = cu_of(b);
-    if (head_dim > ATT_MAXD * 32) {
-        cu_fail(c, "attention: head_dim %d is above the CUDA kernels' limit of %d", head_dim, ATT_MAXD * 32);
+    if (head_dim > ATT_MAXD * 32 || head_dim % 8) {
+        cu_fail(c, "attention: head_dim %d is not a multiple of 8 up to %d, which the CUDA kernels take", head_dim,
+                ATT_MAXD * 32);
         return;
     }
     if (n_heads > c->att_heads) c->att_heads = n_heads;

@@ -25,7 +25,7 @@ struct cu_w {
     int rows, cols, fmt, bits, group, sbf;
     int gtype; /* SL_WF_GGML: the sl_ggml_type */
     int trows; /* SL_WF_FP8: rows of a scale tile (group: its columns) */
-    int vec; /* 1: the vectorised path applies (see cu_w_of) */
+    int vec;   /* 1: the vectorised path applies (see cu_w_of) */
     int trans; /* stored inputs-first (sl_weight.transposed): only w_elem reads it */
 };
 
@@ -104,7 +104,7 @@ template <typename F> static inline void cu_kv_dispatch(sl_kv_type kt, F f) {
 
 struct cu_table {
     const sl_expert_table *key;
-    cu_expert *d, *h; /* device table and its pinned mirror */
+    cu_expert *d, *h;   /* device table and its pinned mirror */
     cudaEvent_t copied; /* after the latest copy from the mirror */
     int n;
 };
@@ -115,15 +115,15 @@ struct cu_impl {
     cudaStream_t st;
     cublasHandle_t blas;
     int sms;
-    int mmvq;        /* GGML decode GEMVs in integer arithmetic where they can (SLUICE_CUDA_MMVQ=0: never) */
-    void *q16buf;    /* their q16 input */
+    int mmvq;     /* GGML decode GEMVs in integer arithmetic where they can (SLUICE_CUDA_MMVQ=0: never) */
+    void *q16buf; /* their q16 input */
     size_t q16len;
-    int flash;       /* prompt runs take the tensor-core attention kernel (SLUICE_CUDA_FLASH=0: never) */
+    int flash;      /* prompt runs take the tensor-core attention kernel (SLUICE_CUDA_FLASH=0: never) */
     int gemm_exact; /* prefill GEMMs in split bf16 (near fp32): 1 all (SLUICE_CUDA_PREFILL=exact), -1 none
                      * (=bf16), 0 the weights marked exact */
-    int mmq_min;  /* GGML weights not marked exact: batches from this many tokens (default 2) to CU_MMQ_MAX
-                   * take the tensor-core kernel (SLUICE_CUDA_MMQ_MIN; SLUICE_CUDA_MMQ=0: never) */
-    int gemv_max; /* largest batch that runs through the GEMV kernels (SLUICE_CUDA_GEMV_MAX; 0: per format) */
+    int mmq_min;    /* GGML weights not marked exact: batches from this many tokens (default 2) to CU_MMQ_MAX
+                     * take the tensor-core kernel (SLUICE_CUDA_MMQ_MIN; SLUICE_CUDA_MMQ=0: never) */
+    int gemv_max;   /* largest batch that runs through the GEMV kernels (SLUICE_CUDA_GEMV_MAX; 0: per format) */
     sl_err failure;
     int failed;
     /* resident weights: bump-allocated from large blocks, freed together */
@@ -142,11 +142,11 @@ struct cu_impl {
     int *att_dec; /* the same list on the host, att_dec_cap entries */
     int att_dec_cap;
     int att_heads, att_hd; /* the largest seen, for sizing the partials of recorded steps */
-    float *moe_buf; /* gate/up/down outputs per routed slot */
+    float *moe_buf;        /* gate/up/down outputs per routed slot */
     size_t moe_len;
     int *moe_grp; /* grouped MoE: the group count, the groups and the pairs in expert order */
     size_t moe_grp_len;
-    int moe_group_min; /* prompts of at least this many tokens run the grouped MoE kernels (0: never) */
+    int moe_group_min;  /* prompts of at least this many tokens run the grouped MoE kernels (0: never) */
     const float *pairs; /* moe_pairs: where the latest call left its outputs (in moe_buf), for n*k pairs */
     int pairs_n;
     float *act; /* swiglu_matmul of a tensor-core batch: the SwiGLU input */
@@ -159,9 +159,9 @@ struct cu_impl {
     int capturing, steps_off;
     double bandwidth, flops; /* measured bounds, 0 until measured */
     int pdl;                 /* programmatic dependent launch (sm_90+, SLUICE_CUDA_PDL=0 turns it off) */
-    int rpw_balance; /* rows per warp from the rounds a launch takes (SLUICE_CUDA_RPW_BALANCE=0: the old rule) */
-    int dn_chunked;  /* prefill's delta rule in the chunked form (SLUICE_CUDA_DELTANET=recurrent: token by token) */
-    int smem_optin;  /* the most shared memory a block may ask for */
+    int rpw_balance;    /* rows per warp from the rounds a launch takes (SLUICE_CUDA_RPW_BALANCE=0: the old rule) */
+    int dn_chunked;     /* prefill's delta rule in the chunked form (SLUICE_CUDA_DELTANET=recurrent: token by token) */
+    int smem_optin;     /* the most shared memory a block may ask for */
     struct cu_gds *gds; /* GPUDirect Storage once asked for (cuda_gds.cu) */
 };
 
@@ -247,6 +247,17 @@ __device__ __forceinline__ float block_sum(float v, float *sh) {
     __syncthreads();
     float t = lane < (int)((blockDim.x + 31) >> 5) ? sh[lane] : 0.0f;
     return warp_sum(t);
+}
+
+/* Max over a block of up to 1024 threads; every thread gets the result. `sh` holds 32 floats. */
+__device__ __forceinline__ float block_max(float v, float *sh) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    float t = lane < (int)((blockDim.x + 31) >> 5) ? sh[lane] : -INFINITY;
+    return warp_max(t);
 }
 
 /* Routing of one token by one warp: softmax over the ne logits l, top-k by repeated max (ties to the lower
