@@ -488,10 +488,12 @@ struct cu_q16 {
     const int8_t *h;
     const uint8_t *l;
     const float *d;
+    const int *s; /* per 32 values: the sum of their 16-bit integers */
 };
 int cu_mmvq_takes(const cu_w *w);
 int cu_q16_quantize(cu_impl *c, const gg_call &g, int n, cu_q16 *x);
-void cu_mmvq(cu_impl *c, const gg_call &g, const cu_q16 &x, int n);
+/* nw weights of one GGML type and one input (the calls differ only in w and y; one when table is set) */
+void cu_mmvq(cu_impl *c, const gg_call *gs, int nw, const cu_q16 &x, int n);
 void cu_ggml_dequant_split(cu_impl *c, const cu_w *w, __nv_bfloat16 *hi, __nv_bfloat16 *lo);
 /* y[n][rows] = W x (+ bias) for a GGML weight and up to CU_MMQ_MAX tokens of input x [n][cols] on tensor
  * cores in one bf16 pass, the weight decoded tile by tile (cuda_ggml.cu). Returns -1 on failure (recorded). */

@@ -22,7 +22,7 @@ enum {
 /* Rows per warp (RPW), whose loads are issued together: 2, or 4 for 4- and 8-bit MLX rows of one token
  * when the launch has enough rows to keep every SM busy with 4 (see launch_nt). */
 
-#define GV_SMEM 40960 /* bytes of staged input per block */
+#define GV_SMEM 40960          /* bytes of staged input per block */
 #define GV_PREFETCH (24 << 20) /* bytes of weights a launch may prefetch into L2 before its inputs are ready */
 
 /* Shared-memory index of input j: 4 floats of padding every 32 keep the lanes' 128-bit reads of
@@ -99,8 +99,7 @@ __device__ __forceinline__ float u2f(unsigned v) {
 }
 
 template <int NT>
-__device__ __forceinline__ void dot_units(const float *f, int V, const float *sx, int padw, int pu, int n,
-                                          float *acc) {
+__device__ __forceinline__ void dot_units(const float *f, int V, const float *sx, int padw, int pu, int n, float *acc) {
 #pragma unroll
     for (int t = 0; t < NT; t++) {
         if (t >= n) break;
@@ -115,7 +114,6 @@ __device__ __forceinline__ void dot_units(const float *f, int V, const float *sx
         acc[t] += s;
     }
 }
-
 
 /* bf16 / f16 rows: units of 8 values (one 128-bit load) */
 template <int NT, bool BF>
@@ -334,8 +332,8 @@ template <int BITS> __device__ __forceinline__ void dot_word(unsigned v, const f
  * lane partials of row 2k + (lane >> 4) go to acc[2k] or acc[2k + 1]; the caller's warp sum collects
  * them either way. */
 template <int NT, int BITS, int RPW>
-__device__ __forceinline__ void rows_mlx_fast(const cu_w &w, int row0, int c0, int cl, const float *sx, int padw,
-                                              int n, int lane, float (*acc)[NT]) {
+__device__ __forceinline__ void rows_mlx_fast(const cu_w &w, int row0, int c0, int cl, const float *sx, int padw, int n,
+                                              int lane, float (*acc)[NT]) {
     constexpr int UB = BITS == 4 ? 8 / RPW : 4 / RPW; /* units per row per batch */
     constexpr float M = BITS == 4 ? 128.0f : 256.0f;
     const int nu = cl / 32;
@@ -570,7 +568,7 @@ __device__ __noinline__ void prestage(const float *x, int cols, float *sx) {
 /* The staged rows of the chunk as the delta-net's output norm leaves them: each group of gdim values
  * normed (times nw) and gated by silu(z), one warp per group. Chunks hold whole groups. */
 __device__ __noinline__ void stage_norm_gate(const float *z, const float *nw, int gdim, float eps, int cols, int c0,
-                                                int cl, int n, float *sx, int padw) {
+                                             int cl, int n, float *sx, int padw) {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, per = cl / gdim;
     for (int g = warp; g < n * per; g += blockDim.x >> 5) {
         int t = g / per, j0 = (g % per) * gdim;
@@ -667,18 +665,25 @@ __device__ __forceinline__ void conv_row(const float (&u)[NT], int n, int r, int
 template <int NT, int K, int RPW>
 __device__ __forceinline__ void rows_kind(const cu_w &w, int row0, int c0, int cl, const float *sx, int padw, int n,
                                           int lane, float (*acc)[NT]) {
-    if constexpr (K == KIND_BF16) rows_half<NT, true>(w, row0, c0, cl, sx, padw, n, lane, acc);
-    else if constexpr (K == KIND_F16) rows_half<NT, false>(w, row0, c0, cl, sx, padw, n, lane, acc);
-    else if constexpr (K == KIND_F32) rows_f32<NT>(w, row0, c0, cl, sx, padw, n, lane, acc);
-    else if constexpr (K == KIND_FP8) rows_fp8<NT>(w, row0, c0, cl, sx, padw, n, lane, acc);
-    else if constexpr (K == KIND_MXFP4) rows_mxfp4<NT, RPW>(w, row0, c0, cl, sx, padw, n, lane, acc);
+    if constexpr (K == KIND_BF16)
+        rows_half<NT, true>(w, row0, c0, cl, sx, padw, n, lane, acc);
+    else if constexpr (K == KIND_F16)
+        rows_half<NT, false>(w, row0, c0, cl, sx, padw, n, lane, acc);
+    else if constexpr (K == KIND_F32)
+        rows_f32<NT>(w, row0, c0, cl, sx, padw, n, lane, acc);
+    else if constexpr (K == KIND_FP8)
+        rows_fp8<NT>(w, row0, c0, cl, sx, padw, n, lane, acc);
+    else if constexpr (K == KIND_MXFP4)
+        rows_mxfp4<NT, RPW>(w, row0, c0, cl, sx, padw, n, lane, acc);
     else if constexpr (K == KIND_MLX + 4 || K == KIND_MLX + 8) {
         if (w.sbf == SL_WF_BF16 && (w.group & (w.group - 1)) == 0)
             rows_mlx_fast<NT, K - KIND_MLX, RPW>(w, row0, c0, cl, sx, padw, n, lane, acc);
         else
             rows_mlx<NT, K - KIND_MLX, RPW>(w, row0, c0, cl, sx, padw, n, lane, acc);
-    } else if constexpr (K > KIND_MLX) rows_mlx<NT, K - KIND_MLX, RPW>(w, row0, c0, cl, sx, padw, n, lane, acc);
-    else rows_elem<NT, RPW>(w, row0, c0, cl, sx, padw, n, lane, acc);
+    } else if constexpr (K > KIND_MLX)
+        rows_mlx<NT, K - KIND_MLX, RPW>(w, row0, c0, cl, sx, padw, n, lane, acc);
+    else
+        rows_elem<NT, RPW>(w, row0, c0, cl, sx, padw, n, lane, acc);
 }
 
 /* K2 != K: a launch whose weights come in two kinds (MLX routers kept at 8 bits beside 4-bit projections). */
@@ -690,11 +695,11 @@ __device__ __forceinline__ void rows_kind(const cu_w &w, int row0, int c0, int c
  * more extra makes them spill). */
 template <int NT, int K, int K2, int FX, int RPW>
 __global__ void __launch_bounds__(GV_WARPS * 32, (NT == 1 && K == K2) || FX == 4 ? 2 : 1)
-    gemv_k(const __grid_constant__ gv_set set, const cu_expert *table, const int32_t *ids, int which, int x_div, const float *x,
-           const float *xu, int xmode, long long xs, int n, long long ys, long long yz, int chunk, const float *gz,
-           const float *gw, int gdim, float geps, const float *ysc, const float *cd, const float *cw, int ck,
-           const float *conv_w, int conv_k, float *conv_st, const float *rl, int rne, int rrenorm, int32_t *rids,
-           float *rw, const int4 *gunits, const int *gpairs, const int *gcount) {
+    gemv_k(const __grid_constant__ gv_set set, const cu_expert *table, const int32_t *ids, int which, int x_div,
+           const float *x, const float *xu, int xmode, long long xs, int n, long long ys, long long yz, int chunk,
+           const float *gz, const float *gw, int gdim, float geps, const float *ysc, const float *cd, const float *cw,
+           int ck, const float *conv_w, int conv_k, float *conv_st, const float *rl, int rne, int rrenorm,
+           int32_t *rids, float *rw, const int4 *gunits, const int *gpairs, const int *gcount) {
     constexpr int ROWS = GV_WARPS * RPW;
     extern __shared__ float4 smem4[];
     float *sx = (float *)smem4;
@@ -847,7 +852,7 @@ struct gv_call {
     int which, slots, nz, x_div;
     const float *x, *xu; /* xu: combined with x as xmode says */
     int xmode;
-    const float *ysc; /* per-token sigmoid scale of an accumulated result, or NULL */
+    const float *ysc;     /* per-token sigmoid scale of an accumulated result, or NULL */
     const float *cd, *cw; /* with ysc: the routed experts' outputs and weights the result starts from */
     int ck;
     const float *conv_w; /* weight 0's outputs through a causal conv + SiLU with taps conv_w, state conv_st */
@@ -865,7 +870,8 @@ struct gv_call {
     const int *gpairs, *gcount;
 };
 
-template <int NT, int K, int K2, int FX, int RPW> static void launch_k(cu_impl *c, const gv_call &g, const gv_set &set, int t0, int n) {
+template <int NT, int K, int K2, int FX, int RPW>
+static void launch_k(cu_impl *c, const gv_call &g, const gv_set &set, int t0, int n) {
     int cols = set.w[0].cols;
     int chunk = chunk_for(NT);
     if (chunk > cols) chunk = (cols + 255) / 256 * 256;
@@ -873,7 +879,8 @@ template <int NT, int K, int K2, int FX, int RPW> static void launch_k(cu_impl *
     static int per_sm; /* resident blocks per SM of this variant, for the staging size last seen */
     static size_t per_sm_smem;
     if (!per_sm || per_sm_smem != smem) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_k<NT, K, K2, FX, RPW>, GV_WARPS * 32, smem) != cudaSuccess ||
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_k<NT, K, K2, FX, RPW>, GV_WARPS * 32, smem) !=
+                cudaSuccess ||
             per_sm < 1)
             per_sm = 1;
         per_sm_smem = smem;
@@ -885,11 +892,10 @@ template <int NT, int K, int K2, int FX, int RPW> static void launch_k(cu_impl *
     long long xo = (long long)t0 * cols;
     cu_launch(c, gemv_k<NT, K, K2, FX, RPW>, grid, GV_WARPS * 32, smem, set, g.table, g.ids, g.which, g.x_div, g.x + xo,
               g.xu ? g.xu + xo : (const float *)NULL, g.xmode, g.x_stride, n, g.y_stride, g.yz, chunk,
-              g.gz ? g.gz + xo : (const float *)NULL, g.gw, g.gdim, g.geps,
-              g.ysc ? g.ysc + t0 : (const float *)NULL,
+              g.gz ? g.gz + xo : (const float *)NULL, g.gw, g.gdim, g.geps, g.ysc ? g.ysc + t0 : (const float *)NULL,
               g.cd ? g.cd + (long long)t0 * g.ck * set.w[0].rows : (const float *)NULL,
-              g.cw ? g.cw + (long long)t0 * g.ck : (const float *)NULL, g.ck, g.conv_w, g.conv_k, g.conv_st, g.rl, g.rne,
-              g.rrenorm, g.rids, g.rw, g.gunits, g.gpairs, g.gcount);
+              g.cw ? g.cw + (long long)t0 * g.ck : (const float *)NULL, g.ck, g.conv_w, g.conv_k, g.conv_st, g.rl,
+              g.rne, g.rrenorm, g.rids, g.rw, g.gunits, g.gpairs, g.gcount);
 }
 
 /* One kind, with the extras FX (see gemv_k). */
@@ -938,7 +944,8 @@ template <int NT> static void launch_nt(cu_impl *c, const gv_call &g, const gv_s
             g2 += CU_BLOCKS(set.w[i].rows, GV_WARPS * 2);
         }
         long long c4 = (g4 + fit - 1) / fit * 4, c2 = (g2 + fit - 1) / fit * 2;
-        if (g.table || set.w[0].cols <= 512) rpw = 4;
+        if (g.table || set.w[0].cols <= 512)
+            rpw = 4;
         else if (c->rpw_balance)
             rpw = c2 * 10 < c4 * 9 ? 2 : 4;
         else if (g4 >= c->sms)
@@ -961,8 +968,10 @@ template <int NT> static void launch_nt(cu_impl *c, const gv_call &g, const gv_s
         return;
     }
     if (g.rl) { /* a routing launch is one token's */
-        if constexpr (NT == 1) launch_kind<1, 3>(c, g, set, t0, n, k1, rpw);
-        else cu_fail(c, "a routing GEMV launch takes one token");
+        if constexpr (NT == 1)
+            launch_kind<1, 3>(c, g, set, t0, n, k1, rpw);
+        else
+            cu_fail(c, "a routing GEMV launch takes one token");
     } else if (g.gz || g.conv_w)
         launch_kind<NT, 2>(c, g, set, t0, n, k1, rpw);
     else if (g.xu || g.ysc || g.cd)
@@ -982,17 +991,37 @@ static int gemv_ggml(cu_impl *c, const gv_call &g, int n) {
         cu_fail(c, "GGML weights have no fused GEMV kernel for this op");
         return 1;
     }
-    cu_q16 xq = {NULL, NULL, NULL}; /* the input in q16, made once for the weights that take it */
-    for (int i = 0; i < g.set.nw; i++) {
-        if (g.set.w[i].fmt != SL_WF_GGML) {
+    cu_q16 xq = {NULL, NULL, NULL, NULL}; /* the input in q16, made once for the weights that take it */
+    gg_call run[SL_MATMUL_MULTI];         /* consecutive weights of one type for one integer GEMV launch */
+    int nrun = 0;
+    for (int i = 0; i <= g.set.nw; i++) {
+        if (i < g.set.nw && g.set.w[i].fmt != SL_WF_GGML) {
             cu_fail(c, "one GEMV launch holds GGML and other weights");
             return 1;
         }
-        gg_call q = {&g.set.w[i], g.table, g.ids, g.which, g.slots, g.nz, g.x_div, g.xu != NULL, g.x, g.x_stride,
-                     g.xu ? (long long)(g.xu - g.x) : 0, g.set.y[i], g.y_stride, g.yz};
-        if (c->mmvq && cu_mmvq_takes(&g.set.w[i])) {
+        int mq = i < g.set.nw && c->mmvq && cu_mmvq_takes(&g.set.w[i]);
+        if (nrun && (!mq || g.set.w[i].gtype != run[0].w->gtype || nrun == 4 || g.table)) {
+            cu_mmvq(c, run, nrun, xq, n);
+            nrun = 0;
+        }
+        if (i == g.set.nw) break;
+        gg_call q = {&g.set.w[i],
+                     g.table,
+                     g.ids,
+                     g.which,
+                     g.slots,
+                     g.nz,
+                     g.x_div,
+                     g.xu != NULL,
+                     g.x,
+                     g.x_stride,
+                     g.xu ? (long long)(g.xu - g.x) : 0,
+                     g.set.y[i],
+                     g.y_stride,
+                     g.yz};
+        if (mq) {
             if (!xq.h && cu_q16_quantize(c, q, n, &xq)) return 1;
-            cu_mmvq(c, q, xq, n);
+            run[nrun++] = q;
         } else {
             cu_ggml_gemv(c, q, n);
         }
@@ -1256,9 +1285,9 @@ void cu_matmul(sl_backend *b, const sl_weight *sw, const float *x, int n, float 
     for (int k = 0; k < passes; k++) {
         const float one = 1.0f, beta = k ? 1.0f : 0.0f;
         /* column-major view: y^T[rows][n] = W[cols][rows]^T . x^T[cols][n] */
-        cublasStatus_t st = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, w.rows, n, w.cols, &one, pa[k],
-                                         CUDA_R_16BF, w.cols, pb[k], CUDA_R_16BF, w.cols, &beta, y, CUDA_R_32F,
-                                         w.rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        cublasStatus_t st =
+            cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, w.rows, n, w.cols, &one, pa[k], CUDA_R_16BF, w.cols, pb[k],
+                         CUDA_R_16BF, w.cols, &beta, y, CUDA_R_32F, w.rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
         if (st != CUBLAS_STATUS_SUCCESS) {
             cu_fail(c, "cuBLAS GEMM of %d x %d by %d tokens failed (status %d)", w.rows, w.cols, n, (int)st);
             return;
@@ -1301,6 +1330,19 @@ static void matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const
     int done[SL_MATMUL_MULTI] = {0};
     for (int i = 0; i < nw && i < SL_MATMUL_MULTI; i++) {
         if (done[i]) continue;
+        /* GGML weights of one width share the q16 input, and those of one type a launch (gemv_ggml) */
+        if (w[i]->fmt == SL_WF_GGML && cu_ggml_supported(w[i]->gtype) && n <= gemv_max(c, w[i]) && !conv_w) {
+            cu_w wi = cu_w_of(w[i]);
+            gv_call g = plain_call(&wi, y[i], x, NULL, XM_PLAIN);
+            for (int j = i + 1; j < nw && j < SL_MATMUL_MULTI; j++)
+                if (!done[j] && w[j]->fmt == SL_WF_GGML && cu_ggml_supported(w[j]->gtype) && w[j]->cols == w[i]->cols) {
+                    g.set.w[g.set.nw] = cu_w_of(w[j]);
+                    g.set.y[g.set.nw++] = y[j];
+                    done[j] = 1;
+                }
+            gemv_run(c, g, n);
+            continue;
+        }
         /* tensor-core batches and formats without a GEMV kernel go one by one (the latter fail there) */
         if (n > gemv_max(c, w[i]) || !has_kernel(w[i])) {
             cu_matmul(b, w[i], x, n, y[i]);

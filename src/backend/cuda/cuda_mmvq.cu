@@ -1,13 +1,14 @@
 /* Decode GEMV for the common GGML types (Q4_K, Q6_K, Q8_0) in integer arithmetic: the input is first
  * quantized to 16 bits per value with one float scale per 32 values, held as a signed high byte and an
  * unsigned low byte, then each weight row is dotted with both four bytes at a time by dp4a (exact integer
- * sums), and scales apply per 32 values in fp32. 16 bits, not the 8 other engines use: an 8-bit input
- * moved MoE routing in the fixtures (decode rel-L2 0.2 on qwen3_5_moe-Q4_K_M), 16 bits keeps the input
- * within 2^-16 of its block's largest value, as close as the fp32 kernels.
- * One warp per weight row; each lane takes whole units of a block (16 bytes of Q4_K nibbles, 64 Q6_K values
- * or one Q8_0 block) straight from global memory, so there is no shared-memory staging and every load is
- * in flight at once. Four times fewer instructions per weight than decoding to fp32, which is what held
- * the fp32 kernels (cuda_ggml.cu) at a third of the memory bandwidth. */
+ * sums), and scales apply per 32 values in fp32. The quantizer also keeps each 16 values' integer sum, which
+ * the types with an offset (Q4_K's minimum, Q6_K's 32) multiply once instead of summing the input again. 16 bits, not
+ * the 8 other engines use: an 8-bit input moved MoE routing in the fixtures (decode rel-L2 0.2 on qwen3_5_moe-Q4_K_M),
+ * 16 bits keeps the input within 2^-16 of its block's largest value, as close as the fp32 kernels. One warp per weight
+ * row; each lane takes whole units of a block (16 bytes of Q4_K nibbles, 64 Q6_K values or one Q8_0 block) straight
+ * from global memory, so there is no shared-memory staging and every load is in flight at once. Four times fewer
+ * instructions per weight than decoding to fp32, which is what held the fp32 kernels (cuda_ggml.cu) at a third of the
+ * memory bandwidth. */
 #include "backend/cuda/cuda_int.cuh"
 
 extern "C" {
@@ -16,12 +17,12 @@ extern "C" {
 
 #define MQ_WARPS 8 /* rows per block */
 
-/* ---- the input in q16: per row r of the input, h[r][cols] int8, l[r][cols] uint8 and d[r][cols / 32];
- * value = d (256 h + l) ---- */
+/* ---- the input in q16: per row r of the input, h[r][cols] int8, l[r][cols] uint8, d[r][cols / 32] and
+ * s[r][cols / 16]; value = d (256 h + l), s the sums of (256 h + l) over each 16 ---- */
 
 /* one warp per 32 values: d = max|x| / 32767, q = round(x / d); with act the value is silu(x) * x[act_off] */
 __global__ void q16_quant_k(const float *x, long long xs, int n, int cols, int act, long long act_off, int rows,
-                            int8_t *qh, uint8_t *ql, float *d) {
+                            int8_t *qh, uint8_t *ql, float *d, int *sum) {
     cu_pdl_enter();
     int lane = threadIdx.x & 31;
     long long u = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), upr = cols / 32;
@@ -38,7 +39,11 @@ __global__ void q16_quant_k(const float *x, long long xs, int n, int cols, int a
     long long i = (long long)r * cols + c;
     qh[i] = (int8_t)(q >> 8); /* arithmetic shift: q = 256 h + l with l in [0, 255] */
     ql[i] = (uint8_t)(q & 255);
+    int t = q;
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
     if (lane == 0) d[u] = s;
+    if ((lane & 15) == 0) sum[2 * u + (lane >> 4)] = t;
 }
 
 /* ---- per-type dot of one unit with the q16 input ---- */
@@ -60,12 +65,6 @@ struct x16 {
 };
 __device__ __forceinline__ x16 ldx(const int8_t *h, const uint8_t *l) {
     return {*(const int4 *)h, *(const int4 *)l};
-}
-/* sum of the 16 input values (in input units: 256 h + l) */
-__device__ __forceinline__ int sum16(const x16 &x) {
-    int sh = dp4(x.h.x, 0x01010101, dp4(x.h.y, 0x01010101, dp4(x.h.z, 0x01010101, dp4(x.h.w, 0x01010101, 0))));
-    int sl = dp4u(x.l.x, 0x01010101, dp4u(x.l.y, 0x01010101, dp4u(x.l.z, 0x01010101, dp4u(x.l.w, 0x01010101, 0))));
-    return sh * 256 + sl;
 }
 /* dot of 16 unsigned weight bytes (< 128) with the input */
 __device__ __forceinline__ int dot16u(int4 a, const x16 &x) {
@@ -105,7 +104,8 @@ template <int T> struct mq;
 
 /* Q4_K: 144-byte blocks of 256 (d, dmin, 12 bytes of 6-bit scales/mins, 128 bytes of nibbles; rows are
  * 16-byte aligned, so every field is). Unit u of a block: 16 bytes of the 32 that hold sub-blocks 2p (low
- * nibbles) and 2p + 1 (high): p = u / 2, half h = u % 2. Value = d sc q - dmin mn. */
+ * nibbles) and 2p + 1 (high): p = u / 2, half h = u % 2. Value = d sc q - dmin mn. (Units of 32 bytes, the
+ * head decoded once per 64 values, measured 20 % slower: twice the input loads per lane outstanding.) */
 template <> struct mq<SL_GGML_Q4_K> {
     static constexpr int BS = 256, BB = 144, UPB = 8;
     struct unit_t {
@@ -123,7 +123,7 @@ template <> struct mq<SL_GGML_Q4_K> {
         return r;
     }
     static __device__ __forceinline__ float dot(const unit_t &w, int u, const int8_t *xh, const uint8_t *xl,
-                                                const float *xd) {
+                                                const float *xd, const int *xs) {
         int p = u >> 1, h = u & 1, s0 = 2 * p, s1 = s0 + 1;
         float d = __half2float(__ushort_as_half((unsigned short)w.dm)),
               dmin = __half2float(__ushort_as_half((unsigned short)(w.dm >> 16)));
@@ -135,9 +135,10 @@ template <> struct mq<SL_GGML_Q4_K> {
             sc[k] = s < 4 ? b0 & 63 : (b2 & 15) | ((b0 >> 6) << 4);
             mn[k] = s < 4 ? b1 & 63 : (b2 >> 4) | ((b1 >> 6) << 4);
         }
-        x16 xa = ldx(xh + s0 * 32 + 16 * h, xl + s0 * 32 + 16 * h), xb = ldx(xh + s1 * 32 + 16 * h, xl + s1 * 32 + 16 * h);
+        x16 xa = ldx(xh + s0 * 32 + 16 * h, xl + s0 * 32 + 16 * h),
+            xb = ldx(xh + s1 * 32 + 16 * h, xl + s1 * 32 + 16 * h);
         int4 lo = mask4(w.q, 0, 0x0F0F0F0Fu), hi = mask4(w.q, 4, 0x0F0F0F0Fu);
-        int ia = dot16u(lo, xa), ib = dot16u(hi, xb), sa = sum16(xa), sb = sum16(xb);
+        int ia = dot16u(lo, xa), ib = dot16u(hi, xb), sa = xs[2 * s0 + h], sb = xs[2 * s1 + h];
         return xd[s0] * (d * sc[0] * ia - dmin * mn[0] * sa) + xd[s1] * (d * sc[1] * ib - dmin * mn[1] * sb);
     }
 };
@@ -165,7 +166,7 @@ template <> struct mq<SL_GGML_Q6_K> {
         return r;
     }
     static __device__ __forceinline__ float dot(const unit_t &w, int u, const int8_t *xh, const uint8_t *xl,
-                                                const float *xd) {
+                                                const float *xd, const int *xs) {
         int n = u >> 1, c = u & 1;
         int4 q[4] = {or4(mask4(w.la, 0, 0x0F0F0F0Fu), shl_mask4(w.hb, 4, 0x30303030u)),
                      or4(mask4(w.lb, 0, 0x0F0F0F0Fu), shl_mask4(w.hb, 2, 0x30303030u)),
@@ -176,7 +177,7 @@ template <> struct mq<SL_GGML_Q6_K> {
         for (int g = 0; g < 4; g++) {
             int blk = 4 * n + g; /* the input's 32-value block */
             x16 x = ldx(xh + 32 * blk + 16 * c, xl + 32 * blk + 16 * c);
-            int v = dot16u(q[g], x) - 32 * sum16(x);
+            int v = dot16u(q[g], x) - 32 * xs[2 * blk + c];
             acc += xd[blk] * (float)(int)(signed char)(w.sc >> (8 * g)) * (float)v;
         }
         return w.d * acc;
@@ -198,32 +199,57 @@ template <> struct mq<SL_GGML_Q8_0> {
         return r;
     }
     static __device__ __forceinline__ float dot(const unit_t &w, int, const int8_t *xh, const uint8_t *xl,
-                                                const float *xd) {
+                                                const float *xd, const int *) {
         return w.d * xd[0] * (float)(dot16s(w.a, ldx(xh, xl)) + dot16s(w.b, ldx(xh + 16, xl + 16)));
     }
 };
 
+/* Up to MQ_SET weights of one type and one input in one launch (a layer's q, k and v; gate and up), so
+ * that small matrices share the GPU: blocks [b0[i], b0[i + 1]) take weight i. */
+#define MQ_SET 4
+struct mq_set {
+    cu_w w[MQ_SET];
+    float *y[MQ_SET];
+    int b0[MQ_SET + 1];
+    int nw;
+};
+
 /* y[slot][t][rows] = W(slot) . x[slot / x_div][t], with the grid and arguments of ggml_gemv_k: table
- * entries give the weight per slot, grid z picks weight `which + z`. x holds the q16 input rows in the
- * order q16_quant_k writes them (slot group, then token), from row t0 on. */
+ * entries give the weight per slot (one weight in the set), grid z picks weight `which + z`. x holds the
+ * q16 input rows in the order q16_quant_k writes them (slot group, then token), from row t0 on. */
 template <int NT, int T>
-__global__ void __launch_bounds__(MQ_WARPS * 32) mmvq_k(cu_w w0, const cu_expert *table, const int32_t *ids,
-                                                        int which, int x_div, cu_q16 x, int t0, int n_x, int n,
-                                                        float *y, long long ys, long long yz) {
+__global__ void __launch_bounds__(MQ_WARPS * 32, NT == 1 ? 3 : 1)
+    mmvq_k(mq_set set, const cu_expert *table, const int32_t *ids, int which, int x_div, cu_q16 x, int t0, int n_x,
+           int n, long long ys, long long yz) {
     constexpr int BS = mq<T>::BS, BB = mq<T>::BB, UPB = mq<T>::UPB;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = blockIdx.y;
-    cu_w w = w0;
+    /* the weight of this block, by selects (no indexing into the parameters) */
+    cu_w w = set.w[0];
+    float *y = set.y[0];
+    int blk = blockIdx.x;
+#pragma unroll
+    for (int i = 1; i < MQ_SET; i++)
+        if (i < set.nw && (int)blockIdx.x >= set.b0[i]) {
+            w = set.w[i];
+            y = set.y[i];
+            blk = blockIdx.x - set.b0[i];
+        }
     if (table) {
         cu_pdl_enter();
         if (ids[slot] < 0) return; /* a pair another pass computes */
         w = table[ids[slot]].w[which + blockIdx.z];
     }
-    int row = blockIdx.x * MQ_WARPS + warp;
+    int row = blk * MQ_WARPS + warp;
     if (row >= w.rows) return;
     const uint8_t *wr = w.data + (long long)row * w.row_bytes;
     int units = w.cols / BS * UPB;
     if (!table) cu_pdl_enter(); /* the weights never depend on the previous kernel, the input does */
-    long long xrow = (long long)(slot / x_div) * n_x + t0; /* the first q16 row of this launch's input */
+    /* this launch's first q16 row of the input: its values, scales (per 32) and sums (per 16) */
+    long long xrow = (long long)(slot / x_div) * n_x + t0;
+    const int8_t *xh = x.h + xrow * w.cols;
+    const uint8_t *xl = x.l + xrow * w.cols;
+    const float *xd = x.d + xrow * (w.cols / 32);
+    const int *xs = x.s + xrow * (w.cols / 16);
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = 0;
@@ -231,13 +257,14 @@ __global__ void __launch_bounds__(MQ_WARPS * 32) mmvq_k(cu_w w0, const cu_expert
         int u1 = u0 + 32;
         typename mq<T>::unit_t a = mq<T>::load(wr + (long long)(u0 / UPB) * BB, u0 % UPB), b;
         if (u1 < units) b = mq<T>::load(wr + (long long)(u1 / UPB) * BB, u1 % UPB);
+        int c0 = u0 / UPB * BS, c1 = u1 / UPB * BS;
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             if (t >= n) break;
-            long long o = (xrow + t) * w.cols, od = (xrow + t) * (w.cols / 32);
-            long long c0 = (long long)(u0 / UPB) * BS, c1 = (long long)(u1 / UPB) * BS;
-            acc[t] += mq<T>::dot(a, u0 % UPB, x.h + o + c0, x.l + o + c0, x.d + od + c0 / 32);
-            if (u1 < units) acc[t] += mq<T>::dot(b, u1 % UPB, x.h + o + c1, x.l + o + c1, x.d + od + c1 / 32);
+            int o = t * w.cols;
+            acc[t] += mq<T>::dot(a, u0 % UPB, xh + o + c0, xl + o + c0, xd + (o + c0) / 32, xs + (o + c0) / 16);
+            if (u1 < units)
+                acc[t] += mq<T>::dot(b, u1 % UPB, xh + o + c1, xl + o + c1, xd + (o + c1) / 32, xs + (o + c1) / 16);
         }
     }
     y += (long long)slot * ys + (long long)blockIdx.z * yz;
@@ -261,46 +288,70 @@ int cu_mmvq_takes(const cu_w *w) {
 int cu_q16_quantize(cu_impl *c, const gg_call &g, int n, cu_q16 *x) {
     int cols = g.w->cols, groups = (g.slots + g.x_div - 1) / g.x_div, rows = groups * n;
     size_t plane = ((size_t)rows * (size_t)cols + 255) / 256 * 256,
-           db = (size_t)rows * (size_t)(cols / 32) * sizeof(float);
+           db = ((size_t)rows * (size_t)(cols / 32) * sizeof(float) + 255) / 256 * 256,
+           sb = (size_t)rows * (size_t)(cols / 16) * sizeof(int);
     /* at least 4 MB, so that recorded steps of other shapes rarely find it too small */
-    size_t need = 2 * plane + db < ((size_t)4 << 20) ? (size_t)4 << 20 : 2 * plane + db;
+    size_t need = 2 * plane + db + sb < ((size_t)4 << 20) ? (size_t)4 << 20 : 2 * plane + db + sb;
     if (cu_grow(c, &c->q16buf, &c->q16len, need, "q16 input")) return -1;
     int8_t *h = (int8_t *)c->q16buf;
     uint8_t *l = (uint8_t *)c->q16buf + plane;
     float *d = (float *)((uint8_t *)c->q16buf + 2 * plane);
+    int *sum = (int *)((uint8_t *)c->q16buf + 2 * plane + db);
     long long units = (long long)rows * (cols / 32);
-    cu_launch(c, q16_quant_k, CU_BLOCKS(units, 8), 256, 0, g.x, g.x_stride, n, cols, g.act, g.act_off, rows, h, l,
-              d);
-    *x = {h, l, d};
+    cu_launch(c, q16_quant_k, CU_BLOCKS(units, 8), 256, 0, g.x, g.x_stride, n, cols, g.act, g.act_off, rows, h, l, d,
+              sum);
+    *x = {h, l, d, sum};
     return 0;
 }
 
-template <int NT, int T> static void mmvq_go(cu_impl *c, const gg_call &g, const cu_q16 &x, int t0, int n_x, int n) {
-    dim3 grid(CU_BLOCKS(g.w->rows, MQ_WARPS), (unsigned)g.slots, (unsigned)g.nz);
-    cu_launch(c, mmvq_k<NT, T>, grid, MQ_WARPS * 32, 0, *g.w, g.table, g.ids, g.which, g.x_div, x, t0, n_x, n,
-              g.y + (long long)t0 * g.w->rows, g.y_stride, g.yz);
+template <int NT, int T>
+static void mmvq_go(cu_impl *c, const gg_call *gs, int nw, const cu_q16 &x, int t0, int n_x, int n) {
+    mq_set set;
+    memset(&set, 0, sizeof set);
+    int blocks = 0;
+    for (int i = 0; i < nw; i++) {
+        set.w[i] = *gs[i].w;
+        set.y[i] = gs[i].y + (long long)t0 * gs[i].w->rows;
+        set.b0[i] = blocks;
+        blocks += (int)CU_BLOCKS(gs[i].w->rows, MQ_WARPS);
+    }
+    set.b0[nw] = blocks;
+    set.nw = nw;
+    const gg_call &g = gs[0];
+    dim3 grid((unsigned)blocks, (unsigned)g.slots, (unsigned)g.nz);
+    cu_launch(c, mmvq_k<NT, T>, grid, MQ_WARPS * 32, 0, set, g.table, g.ids, g.which, g.x_div, x, t0, n_x, n,
+              g.y_stride, g.yz);
 }
 
-template <int T> static void mmvq_type(cu_impl *c, const gg_call &g, const cu_q16 &x, int n) {
+template <int T> static void mmvq_type(cu_impl *c, const gg_call *gs, int nw, const cu_q16 &x, int n) {
     for (int t0 = 0; t0 < n; t0 += 8) {
         int m = n - t0 < 8 ? n - t0 : 8;
         if (m == 1)
-            mmvq_go<1, T>(c, g, x, t0, n, m);
+            mmvq_go<1, T>(c, gs, nw, x, t0, n, m);
         else if (m == 2)
-            mmvq_go<2, T>(c, g, x, t0, n, m);
+            mmvq_go<2, T>(c, gs, nw, x, t0, n, m);
         else if (m <= 4)
-            mmvq_go<4, T>(c, g, x, t0, n, m);
+            mmvq_go<4, T>(c, gs, nw, x, t0, n, m);
         else
-            mmvq_go<8, T>(c, g, x, t0, n, m);
+            mmvq_go<8, T>(c, gs, nw, x, t0, n, m);
     }
 }
 
-void cu_mmvq(cu_impl *c, const gg_call &g, const cu_q16 &x, int n) {
-    switch (g.w->gtype) {
-    case SL_GGML_Q4_K: mmvq_type<SL_GGML_Q4_K>(c, g, x, n); break;
-    case SL_GGML_Q6_K: mmvq_type<SL_GGML_Q6_K>(c, g, x, n); break;
-    case SL_GGML_Q8_0: mmvq_type<SL_GGML_Q8_0>(c, g, x, n); break;
-    default: cu_fail(c, "GGML type %s has no integer GEMV kernel", sl_ggml_type_name(g.w->gtype)); return;
+void cu_mmvq(cu_impl *c, const gg_call *gs, int nw, const cu_q16 &x, int n) {
+    if (nw < 1 || nw > MQ_SET || (nw > 1 && gs[0].table)) {
+        cu_fail(c, "integer GEMV: %d weights in one launch (1 with a table, at most %d)", nw, MQ_SET);
+        return;
+    }
+    for (int i = 1; i < nw; i++)
+        if (gs[i].w->gtype != gs[0].w->gtype || gs[i].w->cols != gs[0].w->cols) {
+            cu_fail(c, "integer GEMV: the weights of one launch differ in type or columns");
+            return;
+        }
+    switch (gs[0].w->gtype) {
+    case SL_GGML_Q4_K: mmvq_type<SL_GGML_Q4_K>(c, gs, nw, x, n); break;
+    case SL_GGML_Q6_K: mmvq_type<SL_GGML_Q6_K>(c, gs, nw, x, n); break;
+    case SL_GGML_Q8_0: mmvq_type<SL_GGML_Q8_0>(c, gs, nw, x, n); break;
+    default: cu_fail(c, "GGML type %s has no integer GEMV kernel", sl_ggml_type_name(gs[0].w->gtype)); return;
     }
     cu_check_launch(c, "GGML integer GEMV");
 }
