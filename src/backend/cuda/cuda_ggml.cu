@@ -194,8 +194,7 @@ template <> struct gq<SL_GGML_Q3_K> {
             int hi = (sc[8 + j % 4] >> (2 * (j / 4))) & 3;
             float dl = d * i2f((lo | (hi << 4)) - 32);
 #pragma unroll
-            for (int l = 16 * h; l < 16 * h + 16; l++)
-                y[l] = dl * i2f(((q[l] >> shift) & 3) - ((b[l] & m) ? 0 : 4));
+            for (int l = 16 * h; l < 16 * h + 16; l++) y[l] = dl * i2f(((q[l] >> shift) & 3) - ((b[l] & m) ? 0 : 4));
         }
     }
 };
@@ -454,8 +453,8 @@ __device__ __forceinline__ int gpad(int j) {
  * input is the SwiGLU silu(x) * x[act_off + ...]. */
 template <int NT, int T>
 __global__ void __launch_bounds__(GG_WARPS * 32, NT == 1 ? 6 : 1) /* one token: at most 80 registers */
-    ggml_gemv_k(cu_w w0, const cu_expert *table, const int32_t *ids, int which, int x_div, const float *x,
-                long long xs, int n, float *y, long long ys, long long yz, int act, long long act_off, int chunk) {
+    ggml_gemv_k(cu_w w0, const cu_expert *table, const int32_t *ids, int which, int x_div, const float *x, long long xs,
+                int n, float *y, long long ys, long long yz, int act, long long act_off, int chunk) {
     constexpr int BS = gq<T>::BS, BB = gq<T>::BB, SPAN = gg_span<T>();
     constexpr int NL = (SPAN / 16 + 31) / 32; /* 128-bit loads per lane and row for one step */
     extern __shared__ float4 smem4[];
@@ -482,7 +481,7 @@ __global__ void __launch_bounds__(GG_WARPS * 32, NT == 1 ? 6 : 1) /* one token: 
         }
     };
     cu_w w = w0;
-    int live = row0 < w0.rows; /* warps past the last row still join the block's barriers */
+    int live = row0 < w0.rows;       /* warps past the last row still join the block's barriers */
     if (!table && live) issue(w, 0); /* weights do not depend on the previous kernel */
     cu_pdl_enter();
     if (table) {
@@ -620,8 +619,7 @@ struct gemv_f {
 
 void cu_ggml_gemv(cu_impl *c, const gg_call &g, int n) {
     for (int t0 = 0; t0 < n; t0 += 8) { /* up to 8 tokens per weight pass */
-        gemv_f f = {c, &g, g.x + (long long)t0 * g.w->cols, n - t0 < 8 ? n - t0 : 8,
-                    g.y + (long long)t0 * g.w->rows};
+        gemv_f f = {c, &g, g.x + (long long)t0 * g.w->cols, n - t0 < 8 ? n - t0 : 8, g.y + (long long)t0 * g.w->rows};
         if (!with_type(g.w->gtype, f)) {
             cu_fail(c, "GGML type %s has no CUDA kernel", sl_ggml_type_name(g.w->gtype));
             return;
@@ -718,9 +716,9 @@ void cu_ggml_embed(cu_impl *c, const cu_w *w, const int32_t *ids, const int32_t 
 
 #define MQ_WARPS 8
 #define MQ_ROWS (MQ_WARPS * 16)
-#define MQ_KC 256          /* columns per step: 8 units of 32 */
-#define MQ_LD (MQ_KC + 8)  /* input tile pitch in bf16: 528 bytes, an odd number of 16-byte chunks, so */
-                           /* the eight rows ldmatrix reads at once fall in different banks */
+#define MQ_KC 256         /* columns per step: 8 units of 32 */
+#define MQ_LD (MQ_KC + 8) /* input tile pitch in bf16: 528 bytes, an odd number of 16-byte chunks, so */
+                          /* the eight rows ldmatrix reads at once fall in different banks */
 
 /* the column within its step where physical column p (0..255) of a step is multiplied */
 __host__ __device__ __forceinline__ int mq_logical(int p) {
@@ -758,54 +756,114 @@ __device__ __forceinline__ uint32_t mq_pack(float a, float b) {
     return *(uint32_t *)&h;
 }
 
+/* the bf16 halves of a and b (hi) and of what they leave (lo): hi + lo carries 16 bits of each */
+__device__ __forceinline__ void mq_split(float a, float b, uint32_t &hi, uint32_t &lo) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    hi = *(uint32_t *)&h;
+    lo = mq_pack(a - __low2float(h), b - __high2float(h));
+}
+
 /* xp[t][c] = bf16(x[t][c']) with the columns of every step of 256 in mq_logical order, zero past cols;
- * one thread per 4 columns */
-__global__ void ggml_mmq_input_k(const float *x, int n, int cols, int colsp, __nv_bfloat16 *xp) {
+ * with u, of silu(x) u (an expert's SwiGLU); with xpl, xpl gets what bf16 leaves of each value. One thread
+ * per 4 columns. */
+__global__ void ggml_mmq_input_k(const float *x, const float *u, int n, int cols, int colsp, __nv_bfloat16 *xp,
+                                 __nv_bfloat16 *xpl) {
     cu_pdl_enter();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long long)n * (colsp / 4)) return;
     int t = (int)(i / (colsp / 4)), c = (int)(i % (colsp / 4)) * 4;
-    float4 v = c < cols ? *(const float4 *)(x + (long long)t * cols + c) : make_float4(0, 0, 0, 0);
-    __nv_bfloat16 *row = xp + (long long)t * colsp + (c & ~(MQ_KC - 1));
+    float4 v = make_float4(0, 0, 0, 0);
+    if (c < cols) {
+        v = *(const float4 *)(x + (long long)t * cols + c);
+        if (u) {
+            float4 w = *(const float4 *)(u + (long long)t * cols + c);
+            v = make_float4(v.x * cu_sigmoid(v.x) * w.x, v.y * cu_sigmoid(v.y) * w.y, v.z * cu_sigmoid(v.z) * w.z,
+                            v.w * cu_sigmoid(v.w) * w.w);
+        }
+    }
+    long long base = (long long)t * colsp + (c & ~(MQ_KC - 1));
     int l = mq_logical(c & (MQ_KC - 1));
-    *(uint32_t *)(row + l) = mq_pack(v.x, v.y);
-    *(uint32_t *)(row + l + 8) = mq_pack(v.z, v.w);
+    uint32_t h0, l0, h1, l1;
+    mq_split(v.x, v.y, h0, l0);
+    mq_split(v.z, v.w, h1, l1);
+    *(uint32_t *)(xp + base + l) = h0;
+    *(uint32_t *)(xp + base + l + 8) = h1;
+    if (xpl) {
+        *(uint32_t *)(xpl + base + l) = l0;
+        *(uint32_t *)(xpl + base + l + 8) = l1;
+    }
 }
 
-/* y[t][r] (or the split's partial sums) = sum over this block's columns of W[r][k] x[t][k], for tokens
- * t < n <= NT8 * 8, from the permuted bf16 input xp [n][colsp] */
-template <int T, int NT8>
-__global__ void __launch_bounds__(MQ_WARPS * 32, 2) ggml_mmq_k(cu_w w, const __nv_bfloat16 *xp, int colsp, int n,
-                                                            int kper, float *y, float *part) {
+/* What a launch multiplies. Plain: weight w by tokens 0..n-1 of xp into rows 0..n-1 of y (or, with column
+ * splits, of the split's partial sums). Grouped (units set): block row y takes unit y of the routed pairs
+ * grouped by expert (expert, first index into pairs, count <= NT8 * 8; units past *count do nothing); its
+ * pairs p read row p / x_div of xp and write row p of y + z * yz, with weight which + z of the expert. */
+struct mmq_args {
+    cu_w w;
+    const cu_expert *table;
+    const int4 *units;
+    const int *pairs, *count;
+    int which, x_div;
+    const __nv_bfloat16 *xp, *xpl; /* the input, and with EX what bf16 leaves of it */
+    int colsp, n, kper;
+    float *y, *part;
+    long long yz;
+};
+
+/* EX: operands in bf16 halves, hi.hi + hi.lo + lo.hi summed in fp32 (near-fp32 products, for the weights
+ * marked exact, as the split GEMM); else one bf16 pass */
+template <int T, int NT8, int EX> __global__ void __launch_bounds__(MQ_WARPS * 32, 2) ggml_mmq_k(mmq_args a) {
     constexpr int BS = gq<T>::BS, BB = gq<T>::BB, RB = mq_rb<T>(), SPAN = mq_span<T>(), NC = SPAN / 16;
-    constexpr int STAGE = mq_stage<T, NT8>();
+    constexpr int STAGE = mq_stage<T, NT8 *(EX ? 2 : 1)>(), XT = NT8 * 8 * MQ_LD; /* one input tile */
     extern __shared__ float4 smem4[];
+    __shared__ int rin[NT8 * 8], rout[NT8 * 8];
     uint8_t *sm = (uint8_t *)smem4;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    cu_w w = a.w;
+    int n = a.n, k0, k1;
+    cu_pdl_enter();
+    if (a.units) {
+        int u = blockIdx.y;
+        if (u >= *a.count) return;
+        int4 un = a.units[u];
+        w = a.table[un.x].w[a.which + blockIdx.z];
+        n = un.z;
+        for (int i = threadIdx.x; i < NT8 * 8; i += blockDim.x) {
+            int p = a.pairs[un.y + min(i, n - 1)];
+            rin[i] = p / a.x_div;
+            rout[i] = p;
+        }
+        k0 = 0;
+        k1 = w.cols;
+    } else {
+        for (int i = threadIdx.x; i < NT8 * 8; i += blockDim.x) rin[i] = rout[i] = min(i, n - 1);
+        k0 = blockIdx.y * a.kper;
+        k1 = min(k0 + a.kper, w.cols);
+    }
+    __syncthreads();
     int row0 = blockIdx.x * MQ_ROWS, wrow0 = row0 + warp * 16;
-    int k0 = blockIdx.y * kper, k1 = min(k0 + kper, w.cols);
-    /* step kc into buffer b: the warp's 16 rows' bytes, and the block's input tile */
+    /* step kc into buffer b: the warp's 16 rows' bytes, and the block's input tile(s) */
     auto issue = [&](int kc, int b) {
         uint8_t *raw = sm + b * STAGE + warp * 16 * SPAN;
         int rb = min(RB, (k1 - kc) / BS * BB);
         for (int i = lane; i < 16 * NC; i += 32) {
             int r = i / NC, ch = i % NC, row = min(wrow0 + r, w.rows - 1);
             const uint8_t *src = w.data + (long long)row * w.row_bytes + (long long)(kc / BS) * BB;
-            const uint8_t *a = (const uint8_t *)((uintptr_t)src & ~(uintptr_t)15);
-            if (16 * ch < (int)(src - a) + rb) mq_cp16(raw + r * SPAN + 16 * ch, a + 16 * ch, 16);
+            const uint8_t *p = (const uint8_t *)((uintptr_t)src & ~(uintptr_t)15);
+            if (16 * ch < (int)(src - p) + rb) mq_cp16(raw + r * SPAN + 16 * ch, p + 16 * ch, 16);
         }
         __nv_bfloat16 *xs = (__nv_bfloat16 *)(sm + b * STAGE + MQ_ROWS * SPAN);
-        for (int i = threadIdx.x; i < NT8 * 8 * (MQ_KC / 8); i += MQ_WARPS * 32) {
-            int tok = i / (MQ_KC / 8), ch = i % (MQ_KC / 8);
-            const __nv_bfloat16 *src = xp + (long long)min(tok, n - 1) * colsp + kc + 8 * ch;
-            mq_cp16(xs + tok * MQ_LD + 8 * ch, src, tok < n ? 16 : 0);
+        for (int i = threadIdx.x; i < NT8 * 8 * (MQ_KC / 8) * (EX ? 2 : 1); i += MQ_WARPS * 32) {
+            int half = i / (NT8 * 8 * (MQ_KC / 8)), j = i % (NT8 * 8 * (MQ_KC / 8));
+            int tok = j / (MQ_KC / 8), ch = j % (MQ_KC / 8);
+            const __nv_bfloat16 *src = (half ? a.xpl : a.xp) + (long long)rin[tok] * a.colsp + kc + 8 * ch;
+            mq_cp16(xs + half * XT + tok * MQ_LD + 8 * ch, src, tok < n ? 16 : 0);
         }
         mq_commit();
     };
     float acc[NT8][4];
 #pragma unroll
     for (int j = 0; j < NT8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0;
-    cu_pdl_enter();
     if (k0 < k1) issue(k0, 0);
     for (int kc = k0, b = 0; kc < k1; kc += MQ_KC, b ^= 1) {
         if (kc + MQ_KC < k1) {
@@ -838,27 +896,45 @@ __global__ void __launch_bounds__(MQ_WARPS * 32, 2) ggml_mmq_k(cu_w w, const __n
 #pragma unroll
             for (int q = 0; q < 8; q++) {
                 int ks = 8 * i + q;
-                uint32_t a[4] = {mq_pack(vg[4 * q], vg[4 * q + 1]), mq_pack(vh[4 * q], vh[4 * q + 1]),
-                                 mq_pack(vg[4 * q + 2], vg[4 * q + 3]), mq_pack(vh[4 * q + 2], vh[4 * q + 3])};
+                uint32_t ah[4], al[4];
+                if (EX) {
+                    mq_split(vg[4 * q], vg[4 * q + 1], ah[0], al[0]);
+                    mq_split(vh[4 * q], vh[4 * q + 1], ah[1], al[1]);
+                    mq_split(vg[4 * q + 2], vg[4 * q + 3], ah[2], al[2]);
+                    mq_split(vh[4 * q + 2], vh[4 * q + 3], ah[3], al[3]);
+                } else {
+                    ah[0] = mq_pack(vg[4 * q], vg[4 * q + 1]);
+                    ah[1] = mq_pack(vh[4 * q], vh[4 * q + 1]);
+                    ah[2] = mq_pack(vg[4 * q + 2], vg[4 * q + 3]);
+                    ah[3] = mq_pack(vh[4 * q + 2], vh[4 * q + 3]);
+                }
 #pragma unroll
                 for (int j = 0; j < NT8; j++) {
                     uint32_t bb[2];
-                    mq_ldsm2(bb, xs + (j * 8 + (lane & 7)) * MQ_LD + ks * 16 + ((lane >> 3) & 1) * 8);
-                    cu_mma_bf16(acc[j], a, bb);
+                    const __nv_bfloat16 *xr = xs + (j * 8 + (lane & 7)) * MQ_LD + ks * 16 + ((lane >> 3) & 1) * 8;
+                    mq_ldsm2(bb, xr);
+                    cu_mma_bf16(acc[j], ah, bb);
+                    if (EX) {
+                        uint32_t bl[2];
+                        mq_ldsm2(bl, xr + XT);
+                        cu_mma_bf16(acc[j], ah, bl);
+                        cu_mma_bf16(acc[j], al, bb);
+                    }
                 }
             }
         }
         __syncthreads(); /* buffer b is refilled by the next step's issue */
     }
     /* acc[j]: rows g and g + 8 of the warp's 16, tokens 2 t4 and the next of tile j */
-    float *out = gridDim.y == 1 ? y : part + (long long)blockIdx.y * n * w.rows;
+    bool whole = a.units || gridDim.y == 1; /* no partial sums: the bias goes in here */
+    float *out = a.units ? a.y + blockIdx.z * a.yz : gridDim.y == 1 ? a.y : a.part + (long long)blockIdx.y * n * w.rows;
 #pragma unroll
     for (int j = 0; j < NT8; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             int r = wrow0 + g + (e >> 1) * 8, tok = j * 8 + 2 * t4 + (e & 1);
             if (r < w.rows && tok < n)
-                out[(long long)tok * w.rows + r] = acc[j][e] + (gridDim.y == 1 && w.bias ? w.bias[r] : 0.0f);
+                out[(long long)rout[tok] * w.rows + r] = acc[j][e] + (whole && w.bias ? w.bias[r] : 0.0f);
         }
 }
 
@@ -874,33 +950,52 @@ __global__ void ggml_mmq_sum_k(const float *part, int splits, long long len, int
 
 struct mmq_f {
     cu_impl *c;
-    const cu_w *w;
-    const __nv_bfloat16 *xp;
-    int colsp, n, kper;
-    float *y, *part;
-    template <int NT8, int T> void go() {
-        size_t smem = 2 * (size_t)mq_stage<T, NT8>();
+    mmq_args a;
+    dim3 grid;
+    int ex;
+    template <int NT8, int EX, int T> void go() {
+        size_t smem = 2 * (size_t)mq_stage<T, NT8 *(EX ? 2 : 1)>();
         if ((int)smem > c->smem_optin) {
             cu_fail(c, "GGML tensor-core kernel: %zu bytes of shared memory for %s, the GPU allows %d", smem,
                     sl_ggml_type_name(T), c->smem_optin);
             return;
         }
         if (smem > 48 * 1024 &&
-            cudaFuncSetAttribute(ggml_mmq_k<T, NT8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
+            cudaFuncSetAttribute(ggml_mmq_k<T, NT8, EX>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
                 cudaSuccess) {
             cu_fail(c, "GGML tensor-core kernel: %zu bytes of shared memory refused", smem);
             return;
         }
-        dim3 grid(CU_BLOCKS(w->rows, MQ_ROWS), (unsigned)((w->cols + kper - 1) / kper));
-        cu_launch(c, ggml_mmq_k<T, NT8>, grid, MQ_WARPS * 32, smem, *w, xp, colsp, n, kper, y, part);
+        cu_launch(c, ggml_mmq_k<T, NT8, EX>, grid, MQ_WARPS * 32, smem, a);
     }
     template <int T> void run() {
-        if (n <= 8) go<1, T>();
-        else if (n <= 16) go<2, T>();
-        else if (n <= 32) go<4, T>();
-        else go<8, T>();
+        if (a.units) { /* groups of up to CU_MMQ_GROUP pairs */
+            if (ex)
+                go<CU_MMQ_GROUP / 8, 1, T>();
+            else
+                go<CU_MMQ_GROUP / 8, 0, T>();
+        } else if (a.n <= 8)
+            go<1, 0, T>();
+        else if (a.n <= 16)
+            go<2, 0, T>();
+        else if (a.n <= 32)
+            go<4, 0, T>();
+        else
+            go<8, 0, T>();
     }
 };
+
+/* The permuted bf16 input (and its low halves with exact) of n rows of x in c->xtmp. */
+static int mmq_input(cu_impl *c, const float *x, const float *u, int n, int cols, int exact, __nv_bfloat16 **xp,
+                     __nv_bfloat16 **xpl) {
+    int colsp = (cols + MQ_KC - 1) / MQ_KC * MQ_KC;
+    size_t len = (size_t)n * (size_t)colsp;
+    if (cu_grow(c, &c->xtmp, &c->xtmp_len, len * sizeof(__nv_bfloat16) * (exact ? 2 : 1), "matmul input")) return -1;
+    *xp = (__nv_bfloat16 *)c->xtmp;
+    *xpl = exact ? *xp + len : NULL;
+    cu_launch(c, ggml_mmq_input_k, CU_BLOCKS((long long)n * colsp / 4, 256), 256, 0, x, u, n, cols, colsp, *xp, *xpl);
+    return 0;
+}
 
 int cu_ggml_mmq(cu_impl *c, const cu_w *w, const float *x, int n, float *y) {
     if (n < 1 || n > CU_MMQ_MAX || w->cols % 32) return cu_fail(c, "GGML tensor-core kernel: %d tokens", n);
@@ -913,18 +1008,30 @@ int cu_ggml_mmq(cu_impl *c, const cu_w *w, const float *x, int n, float *y) {
     int kper = (steps + splits - 1) / splits * MQ_KC;
     splits = (w->cols + kper - 1) / kper;
     long long len = (long long)n * w->rows;
-    size_t xbytes = (size_t)n * (size_t)colsp * sizeof(__nv_bfloat16);
-    if (cu_grow(c, &c->xtmp, &c->xtmp_len, xbytes, "matmul input")) return -1;
+    __nv_bfloat16 *xp, *xpl;
+    if (mmq_input(c, x, NULL, n, w->cols, 0, &xp, &xpl)) return -1;
     if (splits > 1 &&
         cu_grow(c, &c->wtmp, &c->wtmp_len, (size_t)splits * (size_t)len * sizeof(float), "matmul partial sums"))
         return -1;
-    __nv_bfloat16 *xp = (__nv_bfloat16 *)c->xtmp;
     float *part = splits > 1 ? (float *)c->wtmp : NULL;
-    cu_launch(c, ggml_mmq_input_k, CU_BLOCKS((long long)n * colsp / 4, 256), 256, 0, x, n, w->cols, colsp, xp);
-    mmq_f f = {c, w, xp, colsp, n, kper, y, part};
+    mmq_args a = {*w, NULL, NULL, NULL, NULL, 0, 1, xp, NULL, colsp, n, kper, y, part, 0};
+    mmq_f f = {c, a, dim3((unsigned)tiles, (unsigned)splits), 0};
     if (!with_type(w->gtype, f)) return cu_fail(c, "GGML type %s has no CUDA kernel", sl_ggml_type_name(w->gtype));
     if (splits > 1)
         cu_launch(c, ggml_mmq_sum_k, CU_BLOCKS(len, 256), 256, 0, (const float *)part, splits, len, w->rows, w->bias,
                   y);
     return cu_check_launch(c, "GGML tensor-core kernel");
+}
+
+int cu_ggml_mmq_grouped(cu_impl *c, const cu_w *w0, const cu_expert *table, int which, int nz, const int4 *units,
+                        const int *pairs, const int *count, int max_units, int x_div, const float *x, const float *u,
+                        int n_x, int exact, float *y, long long yz) {
+    if (w0->cols % 32) return cu_fail(c, "GGML tensor-core kernel: %d columns", w0->cols);
+    int colsp = (w0->cols + MQ_KC - 1) / MQ_KC * MQ_KC;
+    __nv_bfloat16 *xp, *xpl;
+    if (mmq_input(c, x, u, n_x, w0->cols, exact, &xp, &xpl)) return -1;
+    mmq_args a = {*w0, table, units, pairs, count, which, x_div, xp, xpl, colsp, 0, w0->cols, y, NULL, yz};
+    mmq_f f = {c, a, dim3(CU_BLOCKS(w0->rows, MQ_ROWS), (unsigned)max_units, (unsigned)nz), exact};
+    if (!with_type(w0->gtype, f)) return cu_fail(c, "GGML type %s has no CUDA kernel", sl_ggml_type_name(w0->gtype));
+    return cu_check_launch(c, "GGML grouped tensor-core kernel");
 }

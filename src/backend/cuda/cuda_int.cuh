@@ -499,6 +499,14 @@ void cu_ggml_dequant_split(cu_impl *c, const cu_w *w, __nv_bfloat16 *hi, __nv_bf
  * cores in one bf16 pass, the weight decoded tile by tile (cuda_ggml.cu). Returns -1 on failure (recorded). */
 #define CU_MMQ_MAX 64
 int cu_ggml_mmq(cu_impl *c, const cu_w *w, const float *x, int n, float *y);
+/* Routed pairs of a prompt grouped by expert (units of up to CU_MMQ_GROUP pairs, see moe_group_k) times the
+ * table's GGML experts on tensor cores: weight which + z (z < nz) of unit u's expert by rows p / x_div of
+ * x [n_x][w0->cols] (of silu(x) u with u) into rows p of y + z * yz. exact: operands in bf16 halves (near
+ * fp32), else one bf16 pass. w0 (one expert's weight) gives the type and shape every expert shares. */
+#define CU_MMQ_GROUP 32
+int cu_ggml_mmq_grouped(cu_impl *c, const cu_w *w0, const cu_expert *table, int which, int nz, const int4 *units,
+                        const int *pairs, const int *count, int max_units, int x_div, const float *x, const float *u,
+                        int n_x, int exact, float *y, long long yz);
 void cu_ggml_embed(cu_impl *c, const cu_w *w, const int32_t *ids, const int32_t *step_tok, int n, float *out);
 
 /* Attention of the prompt run of tokens t0..t0+n-1 (one sequence, consecutive positions) on tensor cores

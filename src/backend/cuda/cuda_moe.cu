@@ -3,7 +3,8 @@
  * the layer's experts (indexed by those ids), so no step waits for the host. For a few tokens each routed
  * (token, slot) pair is one grid row of the GEMV kernel: gate and up, SwiGLU, down, then the weighted
  * combine. Prompts group the pairs by expert first (on the device), and a grid row takes a group of up
- * to 8 of one expert's pairs, reading its weights once for all of them. */
+ * to 8 of one expert's pairs, reading its weights once for all of them; GGML experts take groups of up to
+ * CU_MMQ_GROUP pairs on tensor cores instead (cuda_ggml.cu). */
 #include <math.h>
 
 #include "backend/cuda/cuda_int.cuh"
@@ -117,8 +118,8 @@ void cu_route_grouped(sl_backend *b, const float *logits, const float *bias, int
                 n_experts, n_group);
         return;
     }
-    cu_launch(c, route_grouped_k, n, 32, (size_t)(2 * n_experts + n_group) * sizeof(float), logits, bias, n_experts,
-              k, n_group, topk_group, renorm, scale, ids, weights);
+    cu_launch(c, route_grouped_k, n, 32, (size_t)(2 * n_experts + n_group) * sizeof(float), logits, bias, n_experts, k,
+              n_group, topk_group, renorm, scale, ids, weights);
     cu_check_launch(c, "grouped routing");
 }
 
@@ -188,8 +189,8 @@ struct moe_groups {
     int max_units, gsize;
 };
 
-static int group_pairs(cu_impl *c, int E, const int32_t *ids, int slots, int hidden, moe_groups *gr) {
-    gr->gsize = cu_moe_group_size(hidden);
+static int group_pairs(cu_impl *c, int E, const int32_t *ids, int slots, int gsize, moe_groups *gr) {
+    gr->gsize = gsize;
     gr->max_units = slots / gr->gsize + (E < slots ? E : slots) + 1;
     size_t gbytes = ((size_t)4 + (size_t)gr->max_units * 4 + (size_t)slots) * sizeof(int);
     if (cu_grow(c, (void **)&c->moe_grp, &c->moe_grp_len, gbytes, "MoE groups")) return -1;
@@ -199,6 +200,13 @@ static int group_pairs(cu_impl *c, int E, const int32_t *ids, int slots, int hid
     cu_launch(c, moe_group_k, 1, 1024, (size_t)E * 3 * sizeof(int), ids, slots, E, gr->gsize, gr->count, gr->units,
               gr->pairs);
     return 0;
+}
+
+/* Whether grouped GGML expert products split their operands into bf16 halves: the experts are what the
+ * next layer's router reads, so as for the dense weights of a MoE model (see place_tensor), unless
+ * SLUICE_CUDA_PREFILL=bf16 asks for one pass */
+static int experts_exact(const cu_impl *c) {
+    return c->gemm_exact >= 0;
 }
 
 /* 1 when a batch of n tokens takes the grouped expert kernels (a prompt) */
@@ -251,19 +259,34 @@ static const float *experts_act(cu_impl *c, const cu_table *tab, const sl_expert
     cu_w gs = cu_w_of(&e0->gate), us = cu_w_of(&e0->up), ds = cu_w_of(&e0->down);
     int ggml = gs.fmt == SL_WF_GGML || us.fmt == SL_WF_GGML || ds.fmt == SL_WF_GGML;
     moe_groups gr = {};
-    int grp = !ggml && grouped(c, n, t->n_experts);
-    if (grp) {
-        if (group_pairs(c, t->n_experts, ids, slots, hidden, &gr)) return NULL;
+    int grp = !ggml && grouped(c, n, t->n_experts), mmq = ggml && grouped(c, n, t->n_experts) && c->mmq_min > 0;
+    int ex = experts_exact(c);
+    if (mmq) { /* GGML experts of a prompt: grouped tensor-core products (see experts) */
+        if (group_pairs(c, t->n_experts, ids, slots, CU_MMQ_GROUP, &gr)) return NULL;
+        if (fused || gs.gtype == us.gtype) {
+            cu_ggml_mmq_grouped(c, &gs, tab->d, 0, fused ? 1 : 2, gr.units, gr.pairs, gr.count, gr.max_units, k, x,
+                                NULL, n, ex, g, (long long)slots * inter);
+        } else {
+            cu_ggml_mmq_grouped(c, &gs, tab->d, 0, 1, gr.units, gr.pairs, gr.count, gr.max_units, k, x, NULL, n, ex, g,
+                                0);
+            cu_ggml_mmq_grouped(c, &us, tab->d, 1, 1, gr.units, gr.pairs, gr.count, gr.max_units, k, x, NULL, n, ex, u,
+                                0);
+        }
+    } else if (grp) {
+        if (group_pairs(c, t->n_experts, ids, slots, cu_moe_group_size(hidden), &gr)) return NULL;
         /* gate and up (grid z) land where the GEMV form puts them */
-        cu_grouped_launch(c, &gs, tab->d, 0, fused ? 1 : 2, gr.units, gr.pairs, gr.count, gr.max_units, gr.gsize, x,
-                          k, hidden, g, e0->gate.rows, (long long)slots * inter);
+        cu_grouped_launch(c, &gs, tab->d, 0, fused ? 1 : 2, gr.units, gr.pairs, gr.count, gr.max_units, gr.gsize, x, k,
+                          hidden, g, e0->gate.rows, (long long)slots * inter);
     } else {
         cu_gemv_launch(c, &gs, tab->d, ids, 0, slots, k, x, hidden, 1, g, e0->gate.rows);
         if (!fused) cu_gemv_launch(c, &us, tab->d, ids, 1, slots, k, x, hidden, 1, u, inter);
     }
     cu_launch(c, expert_act_k, dim3(CU_BLOCKS(inter, 256), (unsigned)slots), 256, 0, (const float *)g, (const float *)u,
               inter, t->swiglu_alpha, t->swiglu_limit, a);
-    if (grp)
+    if (mmq)
+        cu_ggml_mmq_grouped(c, &ds, tab->d, 2, 1, gr.units, gr.pairs, gr.count, gr.max_units, 1, a, NULL, slots, ex, d,
+                            0);
+    else if (grp)
         cu_grouped_launch(c, &ds, tab->d, 2, 1, gr.units, gr.pairs, gr.count, gr.max_units, gr.gsize, a, 1, inter, d,
                           hidden, 0);
     else
@@ -291,12 +314,32 @@ static const float *experts(cu_impl *c, const sl_expert_table *t, const float *x
     /* shapes and formats are per expert (read from the table); e0 only sizes the grids */
     cu_w gs = cu_w_of(&e0->gate), us = cu_w_of(&e0->up), ds = cu_w_of(&e0->down);
     int ggml = gs.fmt == SL_WF_GGML || us.fmt == SL_WF_GGML || ds.fmt == SL_WF_GGML;
+    if (ggml && grouped(c, n, t->n_experts) && c->mmq_min > 0) {
+        /* a prompt of GGML experts: pairs grouped by expert, each group's tokens multiplied on tensor cores
+         * with the blocks decoded once per group: gate and up, then down from their SwiGLU */
+        if (logits) cu_launch(c, route_k, n, 32, (size_t)ne * sizeof(float), logits, n, ne, k, renorm, ids, weights);
+        moe_groups gr;
+        if (group_pairs(c, t->n_experts, ids, slots, CU_MMQ_GROUP, &gr)) return NULL;
+        int ex = experts_exact(c);
+        long long yz = (long long)slots * inter;
+        if (gs.gtype == us.gtype) {
+            cu_ggml_mmq_grouped(c, &gs, tab->d, 0, 2, gr.units, gr.pairs, gr.count, gr.max_units, k, x, NULL, n, ex, g,
+                                yz);
+        } else { /* a launch is compiled for one type */
+            cu_ggml_mmq_grouped(c, &gs, tab->d, 0, 1, gr.units, gr.pairs, gr.count, gr.max_units, k, x, NULL, n, ex, g,
+                                0);
+            cu_ggml_mmq_grouped(c, &us, tab->d, 1, 1, gr.units, gr.pairs, gr.count, gr.max_units, k, x, NULL, n, ex,
+                                g + yz, 0);
+        }
+        cu_ggml_mmq_grouped(c, &ds, tab->d, 2, 1, gr.units, gr.pairs, gr.count, gr.max_units, 1, g, g + yz, slots, ex,
+                            d, 0);
+        return d;
+    }
     if (!ggml && grouped(c, n, t->n_experts)) {
         /* a prompt: group the pairs by expert, so each expert's weights are read once per group of tokens */
-        if (logits)
-            cu_launch(c, route_k, n, 32, (size_t)ne * sizeof(float), logits, n, ne, k, renorm, ids, weights);
+        if (logits) cu_launch(c, route_k, n, 32, (size_t)ne * sizeof(float), logits, n, ne, k, renorm, ids, weights);
         moe_groups gr;
-        if (group_pairs(c, t->n_experts, ids, slots, hidden, &gr)) return NULL;
+        if (group_pairs(c, t->n_experts, ids, slots, cu_moe_group_size(hidden), &gr)) return NULL;
         cu_moe_grouped(c, &gs, &ds, tab->d, gr.units, gr.pairs, gr.count, gr.max_units, gr.gsize, slots, k, x, hidden,
                        g, d);
         return d;
