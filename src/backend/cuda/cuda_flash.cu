@@ -1,12 +1,14 @@
 /* Causal GQA attention of a prompt run on tensor cores (FlashAttention-2 style): a block takes 64
  * consecutive queries of one head, four warps of 16; key/value tiles of the sequence's paged cache are
- * staged in shared memory as fp16 (V transposed so that both products read 32-bit fragment pairs), scores
- * and the weighted values are fp16 MMA with fp32 accumulation, and the softmax is online in fp32 (base 2:
- * the query carries log2(e)). fp16 rather than bf16: scores and probabilities keep three more mantissa
- * bits, and attention inputs stay far inside its range. The cache's elements (T: float, __half or
- * __nv_bfloat16) are widened as they are read and rounded to fp16 on the way into shared memory, exact for
- * an f16 cache. */
+ * staged in shared memory as fp16 rows, two buffers so that the next tile's copy overlaps this tile's
+ * products (an f16 cache is copied as it is, by cp.async; f32 and bf16 caches are rounded to fp16 on the
+ * way); ldmatrix reads both products' fragments, transposing the value tile's. Scores and the weighted
+ * values are fp16 MMA with fp32 accumulation, and the softmax is online in fp32 (base 2: the query carries
+ * log2(e)). fp16 rather than bf16: scores and probabilities keep three more mantissa bits, and attention
+ * inputs stay far inside its range. */
 #include <math.h>
+
+#include <type_traits>
 
 #include "backend/cuda/cuda_int.cuh"
 
@@ -43,11 +45,28 @@ template <int HD> __device__ __forceinline__ void fa_rescale(float (&o)[HD / 8][
     }
 }
 
+__device__ __forceinline__ void fa_cp16(void *dst, const void *src, int bytes) {
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void fa_ldsm4(uint32_t *r, const __half *p) {
+    unsigned d = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(d));
+}
+__device__ __forceinline__ void fa_ldsm4t(uint32_t *r, const __half *p) {
+    unsigned d = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(d));
+}
+
 template <int HD, int BK, typename T> __global__ void __launch_bounds__(128) flash_prefill_k(fa_args<T> a) {
     cu_pdl_enter();
-    constexpr int LQ = HD + 8, LK = HD + 8, LV = BK + 8; /* padded rows: fragment loads hit distinct banks */
+    constexpr int LQ = HD + 8, LK = HD + 8; /* padded rows (16-byte multiples): fragment reads hit distinct banks */
     extern __shared__ __align__(16) unsigned char fa_sm[];
-    __half *sQ = reinterpret_cast<__half *>(fa_sm), *sK = sQ + FA_BQ * LQ, *sV = sK + BK * LK; /* sV: [HD][BK] */
+    __half *sQ = reinterpret_cast<__half *>(fa_sm), *sKV = sQ + FA_BQ * LQ; /* 2 x (K [BK][LK], V [BK][LK]) */
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
     int h = blockIdx.y, kvh = h / (a.n_heads / a.n_kv);
     int pos0 = a.bm.pos[a.t0], sq = a.bm.seq[a.t0];
@@ -60,32 +79,51 @@ template <int HD, int BK, typename T> __global__ void __launch_bounds__(128) fla
         *reinterpret_cast<__half2 *>(sQ + r * LQ + d) = __floats2half2_rn(v.x * a.scale, v.y * a.scale);
         *reinterpret_cast<__half2 *>(sQ + r * LQ + d + 2) = __floats2half2_rn(v.z * a.scale, v.w * a.scale);
     }
-    int r0 = warp * 16 + g; /* this lane's rows: r0 and r0 + 8 */
+    int r0 = warp * 16 + g;                                                       /* this lane's rows: r0 and r0 + 8 */
     int p0 = pos0 + min(i0 + r0, a.n - 1), p1 = pos0 + min(i0 + r0 + 8, a.n - 1); /* rows past the run: clamped */
     int last = pos0 + min(i0 + FA_BQ, a.n) - 1;
     int first = a.window > 0 ? max(0, pos0 + i0 - a.window + 1) : 0;
+    /* keys kt .. kt + BK - 1 into buffer b (zero rows past last) */
+    auto load = [&](int kt, int b) {
+        __half *sK = sKV + b * 2 * BK * LK, *sV = sK + BK * LK;
+        if constexpr (std::is_same<T, __half>::value) {
+            for (int e = threadIdx.x; e < BK * HD / 8; e += blockDim.x) {
+                int j = e / (HD / 8), d = e % (HD / 8) * 8, t = kt + j;
+                long long row = t <= last ? cu_bm_row(a.bm, sq, t) * kw + kvh * HD + d : 0;
+                fa_cp16(sK + j * LK + d, a.kc + row, t <= last ? 16 : 0);
+                fa_cp16(sV + j * LK + d, a.vc + row, t <= last ? 16 : 0);
+            }
+            asm volatile("cp.async.commit_group;");
+        } else {
+            for (int e = threadIdx.x; e < BK * HD / 4; e += blockDim.x) {
+                int j = e / (HD / 4), d = e % (HD / 4) * 4, t = kt + j;
+                float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
+                if (t <= last) {
+                    long long row = cu_bm_row(a.bm, sq, t) * kw + kvh * HD + d;
+                    kv = cu_kv_ld4(a.kc + row);
+                    vv = cu_kv_ld4(a.vc + row);
+                }
+                *reinterpret_cast<__half2 *>(sK + j * LK + d) = __floats2half2_rn(kv.x, kv.y);
+                *reinterpret_cast<__half2 *>(sK + j * LK + d + 2) = __floats2half2_rn(kv.z, kv.w);
+                *reinterpret_cast<__half2 *>(sV + j * LK + d) = __floats2half2_rn(vv.x, vv.y);
+                *reinterpret_cast<__half2 *>(sV + j * LK + d + 2) = __floats2half2_rn(vv.z, vv.w);
+            }
+        }
+    };
     float o[HD / 8][4];
 #pragma unroll
     for (int d = 0; d < HD / 8; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
-    for (int kt = first; kt <= last; kt += BK) {
-        __syncthreads();
-        for (int e = threadIdx.x; e < BK * HD / 4; e += blockDim.x) {
-            int j = e / (HD / 4), d = e % (HD / 4) * 4, t = kt + j;
-            float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
-            if (t <= last) {
-                long long row = cu_bm_row(a.bm, sq, t) * kw + kvh * HD + d;
-                kv = cu_kv_ld4(a.kc + row);
-                vv = cu_kv_ld4(a.vc + row);
-            }
-            *reinterpret_cast<__half2 *>(sK + j * LK + d) = __floats2half2_rn(kv.x, kv.y);
-            *reinterpret_cast<__half2 *>(sK + j * LK + d + 2) = __floats2half2_rn(kv.z, kv.w);
-            sV[(d + 0) * LV + j] = __float2half_rn(vv.x);
-            sV[(d + 1) * LV + j] = __float2half_rn(vv.y);
-            sV[(d + 2) * LV + j] = __float2half_rn(vv.z);
-            sV[(d + 3) * LV + j] = __float2half_rn(vv.w);
+    if (first <= last) load(first, 0);
+    for (int kt = first, b = 0; kt <= last; kt += BK, b ^= 1) {
+        if (kt + BK <= last) { /* the next tile's copy runs under this tile's products */
+            load(kt + BK, b ^ 1);
+            if constexpr (std::is_same<T, __half>::value) asm volatile("cp.async.wait_group 1;");
+        } else if constexpr (std::is_same<T, __half>::value) {
+            asm volatile("cp.async.wait_group 0;");
         }
         __syncthreads();
+        const __half *sK = sKV + b * 2 * BK * LK, *sV = sK + BK * LK;
         float s[BK / 8][4];
 #pragma unroll
         for (int nt = 0; nt < BK / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
@@ -94,10 +132,11 @@ template <int HD, int BK, typename T> __global__ void __launch_bounds__(128) fla
             const __half *qa = sQ + r0 * LQ + kk * 16 + 2 * tq;
             uint32_t A[4] = {fa_ld32(qa), fa_ld32(qa + 8 * LQ), fa_ld32(qa + 8), fa_ld32(qa + 8 * LQ + 8)};
 #pragma unroll
-            for (int nt = 0; nt < BK / 8; nt++) {
-                const __half *kb = sK + (nt * 8 + g) * LK + kk * 16 + 2 * tq;
-                uint32_t B[2] = {fa_ld32(kb), fa_ld32(kb + 8)};
+            for (int nt = 0; nt < BK / 8; nt += 2) { /* key tiles nt and nt + 1 in one ldmatrix */
+                uint32_t B[4];
+                fa_ldsm4(B, sK + (nt * 8 + (lane & 7) + ((lane >> 4) << 3)) * LK + kk * 16 + ((lane >> 3) & 1) * 8);
                 cu_mma_f16(s[nt], A, B);
+                cu_mma_f16(s[nt + 1], A, B + 2);
             }
         }
         /* causal and window masks; keys past the block's last query are zero rows, masked too */
@@ -145,12 +184,14 @@ template <int HD, int BK, typename T> __global__ void __launch_bounds__(128) fla
             uint32_t A[4] = {fa_pack(s[2 * kk][0], s[2 * kk][1]), fa_pack(s[2 * kk][2], s[2 * kk][3]),
                              fa_pack(s[2 * kk + 1][0], s[2 * kk + 1][1]), fa_pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
-            for (int d = 0; d < HD / 8; d++) {
-                const __half *vb = sV + (d * 8 + g) * LV + kk * 16 + 2 * tq;
-                uint32_t B[2] = {fa_ld32(vb), fa_ld32(vb + 8)};
+            for (int d = 0; d < HD / 8; d += 2) { /* value columns d and d + 1, transposed by ldmatrix */
+                uint32_t B[4];
+                fa_ldsm4t(B, sV + (kk * 16 + (lane & 15)) * LK + (d + (lane >> 4)) * 8);
                 cu_mma_f16(o[d], A, B);
+                cu_mma_f16(o[d + 1], A, B + 2);
             }
         }
+        __syncthreads(); /* buffer b is refilled by the next tile's copy */
     }
     if (a.sinks) { /* a sink is one more score in the denominator, with no value */
         float sk = a.sinks[h] * 1.4426950408889634f;
@@ -173,7 +214,7 @@ template <int HD, int BK, typename T> __global__ void __launch_bounds__(128) fla
 }
 
 template <int HD, int BK, typename T> static int fa_launch(cu_impl *c, const fa_args<T> &a) {
-    size_t smem = ((size_t)FA_BQ * (HD + 8) + (size_t)BK * (HD + 8) + (size_t)HD * (BK + 8)) * sizeof(__half);
+    size_t smem = ((size_t)FA_BQ * (HD + 8) + (size_t)4 * BK * (HD + 8)) * sizeof(__half);
     if (smem > (size_t)c->smem_optin ||
         cudaFuncSetAttribute(flash_prefill_k<HD, BK, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
             cudaSuccess)
