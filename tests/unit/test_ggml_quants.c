@@ -552,10 +552,10 @@ static void check_cuda_matmul(sl_backend *be, const sl_weight *w, const sl_weigh
     free(row);
 }
 
-/* every type, twice: with the tile-decoding tensor-core kernel (from 2 to 64 tokens, the default) and
- * without it (SLUICE_CUDA_MMQ=0: the decode GEMV to 16 tokens in one pass or two, then the bf16 tensor-core
- * GEMM on the dequantised matrix); rows that do not fill a block of rows, rows over several input chunks
- * and column splits, and embedding rows; errors for a type without kernels */
+/* every type, three times: with the tile-decoding tensor-core kernel (from 2 to 64 tokens, the default),
+ * in one bf16 pass and (exact weights) in bf16 halves, and without it (SLUICE_CUDA_MMQ=0: the decode GEMV to 16 tokens
+ * in one pass or two, then the bf16 tensor-core GEMM on the dequantised matrix); rows that do not fill a block of rows,
+ * rows over several input chunks and column splits, and embedding rows; errors for a type without kernels */
 static sl_backend *cuda_with_mmq(int on) {
     setenv("SLUICE_CUDA_MMQ", on ? "1" : "0", 1);
     sl_backend *be = cuda_or_skip();
@@ -563,7 +563,7 @@ static sl_backend *cuda_with_mmq(int on) {
     return be;
 }
 
-static void check_every_type(sl_backend *be, int mmq) {
+static void check_every_type(sl_backend *be, int mmq, int exact) {
     sl_err e;
     unsigned s = 991;
     const int ns[] = {1, 3, 8, 12, 20, 40, 64, 80};
@@ -580,14 +580,15 @@ static void check_every_type(sl_backend *be, int mmq) {
         cr_assert_eq(sl_ggml_weight(&hw, "blk.0.ffn_up.weight", t, rows, cols, p, &e), 0, "%s", e.msg);
         hw.bias = bias;
         w = hw;
+        w.exact = exact; /* a mixture of experts' weight: tensor-core products in bf16 halves */
         cr_assert(be->ops->supports(be, &w), "CUDA lacks %s", sl_ggml_type_name(t));
         cr_assert_eq(be->ops->place_weight(be, &w, &e), 0, "%s", e.msg);
         /* the GEMV kernels in fp32 or (Q4_K, Q6_K, Q8_0) on a q16 input; the tensor-core kernels in one bf16
-         * pass, each product within 2^-8 of its value */
+         * pass, each product within 2^-8 of its value, or in halves within about 2^-16 */
         int q16 = t == SL_GGML_Q4_K || t == SL_GGML_Q6_K || t == SL_GGML_Q8_0;
         for (int m = 0; m < nn; m++) {
             int gemv = mmq ? ns[m] < 2 : ns[m] <= 16;
-            check_cuda_matmul(be, &w, &hw, ns[m], s + (unsigned)m, gemv ? 1e-5 : 4e-3, gemv && q16);
+            check_cuda_matmul(be, &w, &hw, ns[m], s + (unsigned)m, gemv ? 1e-5 : exact ? 3e-5 : 4e-3, gemv && q16);
         }
         int32_t ids[3] = {5, 36, 0};
         float *out = malloc(sizeof *out * 3 * (size_t)cols), *ref = malloc(sizeof *ref * (size_t)cols);
@@ -612,10 +613,11 @@ static void check_every_type(sl_backend *be, int mmq) {
 Test(ggml_quants, cuda_matmul_and_embed_every_type) {
     sl_backend *be = cuda_with_mmq(0);
     if (!be) return;
-    check_every_type(be, 0);
+    check_every_type(be, 0, 0);
     sl_backend_destroy(be);
     be = cuda_with_mmq(1);
-    check_every_type(be, 1);
+    check_every_type(be, 1, 0);
+    check_every_type(be, 1, 1);
     sl_err e;
     /* a known type without kernels is refused by name */
     uint8_t blk[36] = {0};

@@ -856,8 +856,9 @@ template <int T, int NT8, int EX> __global__ void __launch_bounds__(MQ_WARPS * 3
         for (int i = threadIdx.x; i < NT8 * 8 * (MQ_KC / 8) * (EX ? 2 : 1); i += MQ_WARPS * 32) {
             int half = i / (NT8 * 8 * (MQ_KC / 8)), j = i % (NT8 * 8 * (MQ_KC / 8));
             int tok = j / (MQ_KC / 8), ch = j % (MQ_KC / 8);
+            if (tok >= n) continue; /* its products land in output columns that are not written */
             const __nv_bfloat16 *src = (half ? a.xpl : a.xp) + (long long)rin[tok] * a.colsp + kc + 8 * ch;
-            mq_cp16(xs + half * XT + tok * MQ_LD + 8 * ch, src, tok < n ? 16 : 0);
+            mq_cp16(xs + half * XT + tok * MQ_LD + 8 * ch, src, 16);
         }
         mq_commit();
     };
@@ -910,6 +911,7 @@ template <int T, int NT8, int EX> __global__ void __launch_bounds__(MQ_WARPS * 3
                 }
 #pragma unroll
                 for (int j = 0; j < NT8; j++) {
+                    if (j * 8 >= n) break; /* a group of few pairs: only its token tiles */
                     uint32_t bb[2];
                     const __nv_bfloat16 *xr = xs + (j * 8 + (lane & 7)) * MQ_LD + ks * 16 + ((lane >> 3) & 1) * 8;
                     mq_ldsm2(bb, xr);
@@ -974,14 +976,21 @@ struct mmq_f {
                 go<CU_MMQ_GROUP / 8, 1, T>();
             else
                 go<CU_MMQ_GROUP / 8, 0, T>();
-        } else if (a.n <= 8)
-            go<1, 0, T>();
+        } else if (ex) {
+            plain<1, T>();
+        } else {
+            plain<0, T>();
+        }
+    }
+    template <int EX, int T> void plain() {
+        if (a.n <= 8)
+            go<1, EX, T>();
         else if (a.n <= 16)
-            go<2, 0, T>();
+            go<2, EX, T>();
         else if (a.n <= 32)
-            go<4, 0, T>();
+            go<4, EX, T>();
         else
-            go<8, 0, T>();
+            go<8, EX, T>();
     }
 };
 
@@ -997,7 +1006,7 @@ static int mmq_input(cu_impl *c, const float *x, const float *u, int n, int cols
     return 0;
 }
 
-int cu_ggml_mmq(cu_impl *c, const cu_w *w, const float *x, int n, float *y) {
+int cu_ggml_mmq(cu_impl *c, const cu_w *w, const float *x, int n, int exact, float *y) {
     if (n < 1 || n > CU_MMQ_MAX || w->cols % 32) return cu_fail(c, "GGML tensor-core kernel: %d tokens", n);
     int colsp = (w->cols + MQ_KC - 1) / MQ_KC * MQ_KC;
     /* enough blocks for two per SM: columns split in whole steps when the row tiles are fewer */
@@ -1009,13 +1018,13 @@ int cu_ggml_mmq(cu_impl *c, const cu_w *w, const float *x, int n, float *y) {
     splits = (w->cols + kper - 1) / kper;
     long long len = (long long)n * w->rows;
     __nv_bfloat16 *xp, *xpl;
-    if (mmq_input(c, x, NULL, n, w->cols, 0, &xp, &xpl)) return -1;
+    if (mmq_input(c, x, NULL, n, w->cols, exact, &xp, &xpl)) return -1;
     if (splits > 1 &&
         cu_grow(c, &c->wtmp, &c->wtmp_len, (size_t)splits * (size_t)len * sizeof(float), "matmul partial sums"))
         return -1;
     float *part = splits > 1 ? (float *)c->wtmp : NULL;
-    mmq_args a = {*w, NULL, NULL, NULL, NULL, 0, 1, xp, NULL, colsp, n, kper, y, part, 0};
-    mmq_f f = {c, a, dim3((unsigned)tiles, (unsigned)splits), 0};
+    mmq_args a = {*w, NULL, NULL, NULL, NULL, 0, 1, xp, xpl, colsp, n, kper, y, part, 0};
+    mmq_f f = {c, a, dim3((unsigned)tiles, (unsigned)splits), exact};
     if (!with_type(w->gtype, f)) return cu_fail(c, "GGML type %s has no CUDA kernel", sl_ggml_type_name(w->gtype));
     if (splits > 1)
         cu_launch(c, ggml_mmq_sum_k, CU_BLOCKS(len, 256), 256, 0, (const float *)part, splits, len, w->rows, w->bias,

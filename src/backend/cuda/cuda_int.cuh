@@ -496,9 +496,10 @@ int cu_q16_quantize(cu_impl *c, const gg_call &g, int n, cu_q16 *x);
 void cu_mmvq(cu_impl *c, const gg_call *gs, int nw, const cu_q16 &x, int n);
 void cu_ggml_dequant_split(cu_impl *c, const cu_w *w, __nv_bfloat16 *hi, __nv_bfloat16 *lo);
 /* y[n][rows] = W x (+ bias) for a GGML weight and up to CU_MMQ_MAX tokens of input x [n][cols] on tensor
- * cores in one bf16 pass, the weight decoded tile by tile (cuda_ggml.cu). Returns -1 on failure (recorded). */
+ * cores, the weight decoded tile by tile (cuda_ggml.cu): exact, operands in bf16 halves (near fp32), else
+ * one bf16 pass. Returns -1 on failure (recorded). */
 #define CU_MMQ_MAX 64
-int cu_ggml_mmq(cu_impl *c, const cu_w *w, const float *x, int n, float *y);
+int cu_ggml_mmq(cu_impl *c, const cu_w *w, const float *x, int n, int exact, float *y);
 /* Routed pairs of a prompt grouped by expert (units of up to CU_MMQ_GROUP pairs, see moe_group_k) times the
  * table's GGML experts on tensor cores: weight which + z (z < nz) of unit u's expert by rows p / x_div of
  * x [n_x][w0->cols] (of silu(x) u with u) into rows p of y + z * yz. exact: operands in bf16 halves (near

@@ -1225,21 +1225,21 @@ static int gemm_exact(const cu_impl *c, const sl_weight *sw) {
     return c->gemm_exact > 0 || (c->gemm_exact == 0 && sw->exact);
 }
 
-/* GGML weights in one bf16 pass take the tile-decoding tensor-core kernel for small batches. */
+/* GGML weights take the tile-decoding tensor-core kernel for small batches (in bf16 halves where exact). */
 static int mmq_takes(const cu_impl *c, const sl_weight *sw) {
-    return c->mmq_min > 0 && sw->fmt == SL_WF_GGML && !gemm_exact(c, sw);
+    return c->mmq_min > 0 && sw->fmt == SL_WF_GGML;
 }
 
 /* The largest batch a weight's GEMV kernels take before the tensor-core GEMM does. Float weights go to the
  * GEMM from 3 tokens, which beats the GEMV kernels' time growing with every token (llama3-8b bf16 on H100,
  * sequences decoding at once: 4 at 515 against 297 tok/s, 16 at 1046 against 302 when it split in two
- * passes). GGML weights in one
- * bf16 pass go to the tile-decoding tensor-core kernel from SLUICE_CUDA_MMQ_MIN tokens; other quantized
+ * passes). GGML weights go to the tile-decoding tensor-core kernel from SLUICE_CUDA_MMQ_MIN tokens; other quantized
  * weights keep the GEMV kernels to 16 tokens, since their GEMM first dequantizes the whole matrix.
  * SLUICE_CUDA_GEMV_MAX sets one limit for all. */
 static int gemv_max(const cu_impl *c, const sl_weight *w) {
     if (c->gemv_max > 0) return c->gemv_max;
-    if (w->fmt == SL_WF_GGML && mmq_takes(c, w)) return c->mmq_min - 1;
+    /* exact weights: the GEMV's one pass of up to 8 tokens beats three products per tile there */
+    if (w->fmt == SL_WF_GGML && mmq_takes(c, w)) return gemm_exact(c, w) && c->mmq_min <= 8 ? 8 : c->mmq_min - 1;
     return w->fmt == SL_WF_F32 || w->fmt == SL_WF_F16 || w->fmt == SL_WF_BF16 ? 2 : 16;
 }
 
@@ -1261,7 +1261,7 @@ void cu_matmul(sl_backend *b, const sl_weight *sw, const float *x, int n, float 
      * (hi.hi + hi.lo, + lo.hi for weights that are not bf16 already), close to fp32 accuracy at 2-3 GEMMs.
      * SLUICE_CUDA_PREFILL=exact splits every weight, =bf16 none. */
     if (n <= CU_MMQ_MAX && mmq_takes(c, sw)) { /* bias included */
-        cu_ggml_mmq(c, &w, x, n, y);
+        cu_ggml_mmq(c, &w, x, n, gemm_exact(c, sw), y);
         return;
     }
     int exact = gemm_exact(c, sw);
