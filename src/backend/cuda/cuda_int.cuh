@@ -238,26 +238,22 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
-/* Sum over a block of up to 1024 threads; every thread gets the result. `sh` holds 32 floats. */
-__device__ __forceinline__ float block_sum(float v, float *sh) {
+/* Sum (MAX 0) or max (MAX 1) over a block of up to 1024 threads; every thread gets the result. `sh` holds
+ * 32 floats. */
+template <int MAX> __device__ __forceinline__ float block_reduce(float v, float *sh) {
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    v = warp_sum(v);
+    v = MAX ? warp_max(v) : warp_sum(v);
     __syncthreads();
     if (lane == 0) sh[w] = v;
     __syncthreads();
-    float t = lane < (int)((blockDim.x + 31) >> 5) ? sh[lane] : 0.0f;
-    return warp_sum(t);
+    float t = lane < (int)((blockDim.x + 31) >> 5) ? sh[lane] : MAX ? -INFINITY : 0.0f;
+    return MAX ? warp_max(t) : warp_sum(t);
 }
-
-/* Max over a block of up to 1024 threads; every thread gets the result. `sh` holds 32 floats. */
+__device__ __forceinline__ float block_sum(float v, float *sh) {
+    return block_reduce<0>(v, sh);
+}
 __device__ __forceinline__ float block_max(float v, float *sh) {
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    v = warp_max(v);
-    __syncthreads();
-    if (lane == 0) sh[w] = v;
-    __syncthreads();
-    float t = lane < (int)((blockDim.x + 31) >> 5) ? sh[lane] : -INFINITY;
-    return warp_max(t);
+    return block_reduce<1>(v, sh);
 }
 
 /* Routing of one token by one warp: softmax over the ne logits l, top-k by repeated max (ties to the lower
