@@ -171,6 +171,14 @@ typedef struct sl_backend_ops {
      * state [nv][kd][vd] advanced in place; out[n][nv*vd]. */
     void (*deltanet)(sl_backend *b, const sl_deltanet_dims *d, const float *qkv, const float *a, const float *bb,
                      const float *A_log, const float *dt_bias, float *state, int n, float *out);
+    /* conv1d_silu and deltanet over a decode batch: the n tokens of bm, each alone in its sequence, token
+     * i's state at state + bm->seq[i] * stride floats (one launch for all sequences). Optional: without
+     * them the models call conv1d_silu and deltanet once per sequence. */
+    void (*conv1d_silu_seqs)(sl_backend *b, const float *x, int channels, const float *w, int kernel, float *state,
+                             size_t stride, const sl_batch_map *bm, float *out);
+    void (*deltanet_seqs)(sl_backend *b, const sl_deltanet_dims *d, const float *qkv, const float *a, const float *bb,
+                          const float *A_log, const float *dt_bias, float *state, size_t stride, const sl_batch_map *bm,
+                          float *out);
     /* y = rmsnorm(x) * w * silu(z) over rows of dim (in place on x) */
     void (*gated_rmsnorm)(sl_backend *b, float *x, const float *z, const float *w, int rows, int dim, float eps);
     /* the cache row of token i (see sl_batch_map) = x[i][0:width] rounded to the cache's type kt: the

@@ -10,11 +10,17 @@
 #define DN_ROWS 16 /* key rows per warp, in registers */
 #define DN_MAXW 32 /* warps per block: key dims up to 512 */
 
-__global__ void conv1d_silu_k(const float *x, int n, int channels, const float *w, int kernel, float *state,
-                              float *out) {
+/* With seq set, a decode batch: grid row y is token y, alone in sequence seq[y] (state + seq[y] * sstride). */
+__global__ void conv1d_silu_k(const float *x, int n, int channels, const float *w, int kernel, float *state, float *out,
+                              const int *seq, long long sstride) {
     cu_pdl_enter();
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= channels) return;
+    if (seq) {
+        x += (long long)blockIdx.y * channels;
+        out += (long long)blockIdx.y * channels;
+        state += seq[blockIdx.y] * sstride;
+    }
     int hist = kernel - 1;
     const float *wc = w + (long long)c * kernel;
     for (int t = 0; t < n; t++) {
@@ -37,7 +43,17 @@ void cu_conv1d_silu(sl_backend *b, const float *x, int n, int channels, const fl
                     float *out) {
     cu_impl *c = cu_of(b);
     if (channels <= 0) return;
-    cu_launch(c, conv1d_silu_k, CU_BLOCKS(channels, 128), 128, 0, x, n, channels, w, kernel, state, out);
+    cu_launch(c, conv1d_silu_k, CU_BLOCKS(channels, 128), 128, 0, x, n, channels, w, kernel, state, out,
+              (const int *)NULL, 0LL);
+    cu_check_launch(c, "conv1d");
+}
+
+void cu_conv1d_silu_seqs(sl_backend *b, const float *x, int channels, const float *w, int kernel, float *state,
+                         size_t stride, const sl_batch_map *bm, float *out) {
+    cu_impl *c = cu_of(b);
+    if (channels <= 0 || bm->n <= 0) return;
+    cu_launch(c, conv1d_silu_k, dim3(CU_BLOCKS(channels, 128), (unsigned)bm->n), 128, 0, x, 1, channels, w, kernel,
+              state, out, (const int *)bm->seq, (long long)stride);
     cu_check_launch(c, "conv1d");
 }
 
@@ -60,21 +76,32 @@ __device__ __forceinline__ void tile_store(float *Sg, int kd, int vd, int r0, in
 /* The delta rule with the state in registers: a block owns one value head and DN_COLS state columns
  * (one per lane), its warps split the key dimension DN_ROWS rows each, and partial dot products meet in
  * shared memory. The n tokens run in one launch without writing the state back in between. The state is
- * read before waiting on the previous kernel: only an earlier step of this layer wrote it. */
-__global__ void __launch_bounds__(DN_COLS *DN_MAXW) deltanet_k(sl_deltanet_dims d, const float *qkv, const float *a,
-                                                               const float *bb, const float *A_log,
-                                                               const float *dt_bias, float *state, int n, float *out) {
+ * read before waiting on the previous kernel: only an earlier step of this layer wrote it. With seq set, a
+ * decode batch: grid z is token z, alone in sequence seq[z] (its state at state + seq[z] * sstride; the
+ * sequence list is read after the wait). */
+__global__ void __launch_bounds__(DN_COLS *DN_MAXW)
+    deltanet_k(sl_deltanet_dims d, const float *qkv, const float *a, const float *bb, const float *A_log,
+               const float *dt_bias, float *state, int n, float *out, const int *seq, long long sstride) {
     __shared__ float qk[2 * DN_ROWS * DN_MAXW], part[DN_MAXW][DN_COLS], red[2][DN_MAXW];
     int kd = d.k_dim, vd = d.v_dim, nk = d.n_k_heads, nv = d.n_v_heads;
     int h = blockIdx.x, lane = threadIdx.x & 31, wp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     int c = blockIdx.y * DN_COLS + lane, r0 = wp * DN_ROWS;
     bool col = c < vd;
+    int width = 2 * nk * kd + nv * vd;
+    if (seq) {
+        cu_pdl_enter();
+        long long z = blockIdx.z;
+        qkv += z * width;
+        a += z * nv;
+        bb += z * nv;
+        out += z * nv * vd;
+        state += seq[z] * sstride;
+    }
     float *Sg = state + (long long)h * kd * vd;
     float S[DN_ROWS];
     tile_load(Sg, kd, vd, r0, c, S);
-    cu_pdl_enter();
+    if (!seq) cu_pdl_enter();
     int kh = d.tiled ? h % nk : h / (nv / nk); /* which key head this value head reads */
-    int width = 2 * nk * kd + nv * vd;
     float A = -expf(A_log[h]), qscale = rsqrtf((float)kd);
     for (int t = 0; t < n; t++) {
         const float *row = qkv + (long long)t * width;
@@ -133,7 +160,7 @@ __global__ void __launch_bounds__(DN_COLS *DN_MAXW) deltanet_k(sl_deltanet_dims 
     tile_store(Sg, kd, vd, r0, c, S);
 }
 
-#define DN_CHUNK 32    /* tokens per chunk of the chunked form */
+#define DN_CHUNK 32      /* tokens per chunk of the chunked form */
 #define DN_CHUNK_MAXW 16 /* its warps per block: key dims up to 256 (its shared buffers grow with them) */
 
 /* Shared memory of deltanet_chunk_k, in floats, for key dim kd and nw warps. */
@@ -152,10 +179,9 @@ static size_t chunk_floats(int kd, int nw) {
  * S = exp(G_L) S0 + sum_i exp(G_L - G_i) k_i u_i^T. The products with S0 and the Gram matrices are
  * parallel over the chunk's tokens; only the triangular solve (one lane per state column) is sequential,
  * where deltanet_k waits on a block barrier several times per token. q and k are normalised as there. */
-__global__ void __launch_bounds__(DN_COLS *DN_CHUNK_MAXW, 1) deltanet_chunk_k(sl_deltanet_dims d, const float *qkv,
-                                                                     const float *a, const float *bb,
-                                                                     const float *A_log, const float *dt_bias,
-                                                                     float *state, int n, float *out) {
+__global__ void __launch_bounds__(DN_COLS *DN_CHUNK_MAXW, 1)
+    deltanet_chunk_k(sl_deltanet_dims d, const float *qkv, const float *a, const float *bb, const float *A_log,
+                     const float *dt_bias, float *state, int n, float *out) {
     constexpr int C = DN_CHUNK, C1 = DN_CHUNK + 1;
     extern __shared__ float4 smem4[];
     int kd = d.k_dim, vd = d.v_dim, nk = d.n_k_heads, nv = d.n_v_heads, K1 = kd + 1;
@@ -299,6 +325,23 @@ void cu_deltanet(sl_backend *b, const sl_deltanet_dims *d, const float *qkv, con
         cudaFuncSetAttribute(deltanet_chunk_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) == cudaSuccess)
         cu_launch(c, deltanet_chunk_k, grid, 32 * warps, smem, *d, qkv, a, bb, A_log, dt_bias, state, n, out);
     else
-        cu_launch(c, deltanet_k, grid, 32 * warps, 0, *d, qkv, a, bb, A_log, dt_bias, state, n, out);
+        cu_launch(c, deltanet_k, grid, 32 * warps, 0, *d, qkv, a, bb, A_log, dt_bias, state, n, out, (const int *)NULL,
+                  0LL);
+    cu_check_launch(c, "deltanet");
+}
+
+void cu_deltanet_seqs(sl_backend *b, const sl_deltanet_dims *d, const float *qkv, const float *a, const float *bb,
+                      const float *A_log, const float *dt_bias, float *state, size_t stride, const sl_batch_map *bm,
+                      float *out) {
+    cu_impl *c = cu_of(b);
+    int warps = (d->k_dim + DN_ROWS - 1) / DN_ROWS;
+    if (warps > DN_MAXW) {
+        cu_fail(c, "deltanet: key head dim %d is above the CUDA kernel's limit of %d", d->k_dim, DN_ROWS * DN_MAXW);
+        return;
+    }
+    if (bm->n <= 0) return;
+    dim3 grid((unsigned)d->n_v_heads, CU_BLOCKS(d->v_dim, DN_COLS), (unsigned)bm->n);
+    cu_launch(c, deltanet_k, grid, 32 * warps, 0, *d, qkv, a, bb, A_log, dt_bias, state, 1, out, (const int *)bm->seq,
+              (long long)stride);
     cu_check_launch(c, "deltanet");
 }

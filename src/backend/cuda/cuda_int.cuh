@@ -400,6 +400,11 @@ void cu_conv1d_silu(sl_backend *b, const float *x, int n, int channels, const fl
                     float *out);
 void cu_deltanet(sl_backend *b, const sl_deltanet_dims *d, const float *qkv, const float *a, const float *bb,
                  const float *A_log, const float *dt_bias, float *state, int n, float *out);
+void cu_conv1d_silu_seqs(sl_backend *b, const float *x, int channels, const float *w, int kernel, float *state,
+                         size_t stride, const sl_batch_map *bm, float *out);
+void cu_deltanet_seqs(sl_backend *b, const sl_deltanet_dims *d, const float *qkv, const float *a, const float *bb,
+                      const float *A_log, const float *dt_bias, float *state, size_t stride, const sl_batch_map *bm,
+                      float *out);
 void cu_gated_rmsnorm(sl_backend *b, float *x, const float *z, const float *w, int rows, int dim, float eps);
 void cu_add_rmsnorm(sl_backend *b, float *x, const float *d, const float *w, int rows, int dim, float eps, float *y);
 void cu_matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n, float *const *y);

@@ -108,6 +108,14 @@ static void deltanet_forward(sl_model *m, sl_session *s, int l, const float *xn,
         float *y[4] = {x->conv, x->z, x->a, x->b};
         sl_matmul_multi_conv(be, 4, w, xn, n, y, D->conv_w, d.conv_kernel, sl_session_fixed(s, l, 0, q), x->qkv);
         op->deltanet(be, &d, x->conv, x->a, x->b, D->A_log, D->dt_bias, sl_session_fixed(s, l, 1, q), n, x->out);
+    } else if (s->n_runs == n && op->deltanet_seqs && op->conv1d_silu_seqs) {
+        /* a decode batch, every sequence one token: each kernel once for all of them */
+        float *y[4] = {x->qkv, x->z, x->a, x->b};
+        sl_matmul_multi(be, 4, w, xn, n, y);
+        op->conv1d_silu_seqs(be, x->qkv, (int)cd, D->conv_w, d.conv_kernel, s->state[l].fixed[0],
+                             s->state[l].lay.fixed[0], &s->bm, x->conv);
+        op->deltanet_seqs(be, &d, x->conv, x->a, x->b, D->A_log, D->dt_bias, s->state[l].fixed[1],
+                          s->state[l].lay.fixed[1], &s->bm, x->out);
     } else { /* each sequence's tokens through its own conv and recurrent state */
         float *y[4] = {x->qkv, x->z, x->a, x->b};
         sl_matmul_multi(be, 4, w, xn, n, y);
