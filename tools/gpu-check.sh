@@ -106,11 +106,13 @@ grep -E 'in a batch vs alone' "$OUT/test_batch.log" | sed 's/.*\] //' | tee -a "
 echo "fixtures inside batches on cuda: $([ $batch -eq 0 ] && echo passed || echo FAILED)" | tee -a "$OUT/fixtures.txt"
 [ $batch -eq 0 ] || suite=1
 # latent attention and grouped routing, block-FP8 weights, and 16-bit KV caches, on the GPU against host
-# arithmetic
-for t in test_mla_route test_fp8 test_kv_cache; do
+# arithmetic; streamed experts against the resident model, experts of the host cache computed on the CPU
+# among them (their log lines say how many and the costs the planner measured)
+for t in test_mla_route test_fp8 test_kv_cache test_streaming; do
     [ -x "$BIN/$t" ] || continue
-    SLUICE_BACKEND=cuda "$BIN/$t" --jobs 1 >"$OUT/$t.log" 2>&1
+    SLUICE_BACKEND=cuda "$BIN/$t" --jobs 1 --verbose >"$OUT/$t.log" 2>&1
     r=$?
+    grep -E 'cpu experts (auto|on|off):' "$OUT/$t.log" | sed 's/.*\] //' | tee -a "$OUT/fixtures.txt"
     echo "$t on cuda: $([ $r -eq 0 ] && echo passed || echo FAILED)" | tee -a "$OUT/fixtures.txt"
     [ $r -eq 0 ] || suite=1
 done

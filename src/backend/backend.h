@@ -163,6 +163,14 @@ typedef struct sl_backend_ops {
     void (*moe_pairs)(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
                       int k);
     void (*moe_combine)(sl_backend *b, const float *weights, int n, int k, int hidden, float *out);
+    /* Pair outputs computed elsewhere (an expert store's CPU experts): P[idx[r]] = rows[r] for r < cnt in the
+     * pair buffer of n*k pairs that moe_combine reads next. rows and idx are host memory, from host_alloc on
+     * backends that have it, left unchanged until sync returns. Issued after the layer's moe_pairs calls, so
+     * every pair is written once, by one or the other. */
+    void (*moe_pairs_put)(sl_backend *b, const float *rows, const int32_t *idx, int cnt, int n, int k, int hidden);
+    /* The reverse, for a backend computing experts for another: rows[r] = P[idx[r]] into host memory after
+     * moe_pairs (NULL where the pair buffer is not host memory). */
+    void (*moe_pairs_get)(sl_backend *b, float *rows, const int32_t *idx, int cnt, int hidden);
     /* depthwise causal conv over time + SiLU: x[n][channels] -> out; state holds the previous
      * conv_kernel-1 inputs [conv_kernel-1][channels] and is advanced. w is [channels][conv_kernel]. */
     void (*conv1d_silu)(sl_backend *b, const float *x, int n, int channels, const float *w, int kernel, float *state,

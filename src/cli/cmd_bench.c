@@ -77,7 +77,9 @@ static void usage(FILE *f) {
 /* Bytes and parameters one decoded token touches (see usage()). */
 typedef struct {
     double bytes, params;
-    double head_params; /* the output head's share of params: prefill runs it for the last token only */
+    double head_params;  /* the output head's share of params: prefill runs it for the last token only */
+    double expert_bytes; /* the routed experts' share of bytes */
+    double moe_experts;  /* routed experts of every MoE layer, summed */
 } traffic;
 
 static void tally(traffic *t, const sl_weight *w, double frac) {
@@ -95,8 +97,12 @@ typedef struct {
 
 static int tally_tensor(void *ctx, int l, const sl_tensor *x) {
     tally_walk *w = ctx;
-    if (x->w)
-        tally(w->t, x->w, x->expert ? (double)w->m->cfg.top_k / (double)w->m->layers[l].moe->experts.n_experts : 1.0);
+    if (x->w && x->expert) {
+        double b = w->t->bytes;
+        tally(w->t, x->w, (double)w->m->cfg.top_k / (double)w->m->layers[l].moe->experts.n_experts);
+        w->t->expert_bytes += w->t->bytes - b;
+    } else if (x->w)
+        tally(w->t, x->w, 1.0);
     else if (x->v && *x->v) { /* float tensors every token reads whole: norms, and latent attention's kv_b_proj */
         w->t->bytes += 4.0 * (double)x->len;
         w->t->params += (double)x->len;
@@ -105,11 +111,13 @@ static int tally_tensor(void *ctx, int l, const sl_tensor *x) {
 }
 
 static traffic per_token_traffic(sl_model *m) {
-    traffic t = {0, 0, 0};
+    traffic t = {0};
     tally(&t, &m->lm_head, 1.0);
     t.head_params = t.params;
     if (m->embed.data != m->lm_head.data) t.bytes += (double)m->embed.row_bytes;
     sl_model_tensors(m, tally_tensor, &(tally_walk){m, &t});
+    for (int l = 0; l < m->cfg.n_layers; l++)
+        if (m->layers[l].moe) t.moe_experts += m->layers[l].moe->experts.n_experts;
     return t;
 }
 
@@ -143,6 +151,27 @@ typedef struct {
     sl_kv_type kv_type;                         /* the session's attention cache type */
     double kv_bytes;                            /* its KV cache bytes per position */
 } bench_result;
+
+/* Decode tok/s with streamed experts as the tiers' sizes and measured speeds predict it, before the runs'
+ * own counters are looked at: the dense bytes at the memory bandwidth, and each routed expert found in a
+ * slot, the host cache or on disk as often as the tiers' shares of all experts say (routing taken as
+ * uniform), each at its cost: read from backend memory; copied, or computed on the CPU where that was
+ * measured faster; read from the tier below, then copied. 0 when a speed is unknown. */
+static double predict_decode(const bench_result *r) {
+    const sl_store_stats *d = &r->st_dec;
+    if (r->bandwidth <= 0 || r->tier_bw <= 0 || r->tok.moe_experts <= 0) return 0;
+    double all = r->tok.moe_experts, ps = d->n_slots / all, pr = d->n_ram / all;
+    ps = ps > 1 ? 1 : ps;
+    pr = pr > 1 ? 1 : pr;
+    pr = pr > ps ? pr - ps : 0;
+    double pd = 1 - ps - pr, xb = (double)d->slot_bytes, compute = xb / r->bandwidth;
+    double copy = d->copy_s > 0 ? d->copy_s : compute, ram = copy + compute;
+    if (d->cpu_t1_s > 0 && d->cpu_t1_s < ram) ram = d->cpu_t1_s;
+    double per_expert = ps * compute + pr * ram + pd * (xb / r->tier_bw + copy + compute);
+    double routed = xb > 0 ? r->tok.expert_bytes / xb : 0; /* experts a token runs, over all layers */
+    double t = (r->tok.bytes - r->tok.expert_bytes) / r->bandwidth + routed * per_expert;
+    return t > 0 ? 1.0 / t : 0;
+}
 
 static double prefill_gflop(const bench_result *r) {
     return 2.0 * ((r->tok.params - r->tok.head_params) * r->prompt + r->tok.head_params) / 1e9;
@@ -190,10 +219,18 @@ static void print_table(const sl_model *m, const bench_result *r) {
                m->be->ops->place_weight ? m->be->ops->name : "host",
                d->n_ram ? sl_human_count(d->n_ram, b2, sizeof b2) : "off", sl_io_mode_name(d->io), d->engine,
                d->packed ? ", from the expert pack" : "");
+        if (d->cpu_t1_s > 0)
+            printf("  %-22san expert copied into a slot %.3f ms; on the CPU %.3f ms + %.3f ms a token more\n",
+                   "CPU experts", d->copy_s * 1e3, d->cpu_t1_s * 1e3, d->cpu_tm_s * 1e3);
         printf("  %-22s%s\n", "prefill experts", sl_store_stats_line(&r->st_pre, line, sizeof line));
         if (r->gen > 0) {
             printf("  %-22s%s\n", "decode experts", sl_store_stats_line(d, line, sizeof line));
             double miss = d->tokens ? (double)d->bytes_read / (double)d->tokens : 0;
+            double pred = predict_decode(r);
+            if (pred > 0)
+                printf("  %-22s%.1f tok/s from the tiers' sizes and speeds, routing taken as uniform (measured "
+                       "%.1f)\n",
+                       "decode predicted", pred, r->gen / r->decode_s);
             printf("  %-22s%.2f GB/s measured; %s missed per token", "expert tier read", r->tier_bw / 1e9,
                    sl_human_bytes(miss, b3, sizeof b3));
             if (miss > 0)
@@ -263,6 +300,11 @@ static int print_json(const sl_model *m, const bench_result *r) {
         json_object_set_new(x, "engine", json_string(r->st_dec.engine));
         json_object_set_new(x, "packed", json_boolean(r->st_dec.packed));
         json_object_set_new(x, "tier_read_gb_s", json_real(r->tier_bw / 1e9));
+        json_object_set_new(x, "expert_copy_s", json_real(r->st_dec.copy_s));
+        if (r->gen > 0 && predict_decode(r) > 0)
+            json_object_set_new(x, "decode_predicted_tok_s", json_real(predict_decode(r)));
+        json_object_set_new(x, "cpu_expert_s", json_real(r->st_dec.cpu_t1_s));
+        json_object_set_new(x, "cpu_expert_token_s", json_real(r->st_dec.cpu_tm_s));
         for (int i = 0; i < 2; i++) {
             const sl_store_stats *p = ph[i];
             json_t *y = json_object();
@@ -279,6 +321,9 @@ static int print_json(const sl_model *m, const bench_result *r) {
             json_object_set_new(y, "host_s", json_real(p->host_s));
             json_object_set_new(y, "predicted", json_integer((json_int_t)p->predicted));
             json_object_set_new(y, "predicted_used", json_integer((json_int_t)p->predicted_used));
+            json_object_set_new(y, "cpu_experts", json_integer((json_int_t)p->cpu_experts));
+            json_object_set_new(y, "cpu_pairs", json_integer((json_int_t)p->cpu_pairs));
+            json_object_set_new(y, "cpu_s", json_real(p->cpu_s));
             json_object_set_new(x, names[i], y);
         }
         json_object_set_new(o, "streaming", x);

@@ -46,6 +46,16 @@ int cli_stream_flag(const char *cmd, const char *flag, const char *val, sl_model
         }
         return 2;
     }
+    if (!strcmp(flag, "--cpu-experts")) {
+        static const char *const modes[] = {"auto", "on", "off"};
+        for (int i = 0; val && i < 3; i++)
+            if (!strcmp(val, modes[i])) {
+                o->cpu_experts = i; /* in sl_cpu_experts order */
+                return 2;
+            }
+        fprintf(stderr, "%s: --cpu-experts is auto, on or off, got '%s'\n", cmd, val ? val : "");
+        return -1;
+    }
     if (!strcmp(flag, "--no-prefetch")) {
         o->no_prefetch = 1;
         return 1;

@@ -1,5 +1,6 @@
-/* The flags of every command that loads a model which say where its experts live and how they are
- * read (--vram, --ram, --io, --no-prefetch), and how its sessions keep keys and values (--kv-type). */
+/* The flags of every command that loads a model which say where its experts live, how they are read
+ * and where they are computed (--vram, --ram, --io, --cpu-experts, --no-prefetch), and how its sessions keep keys and
+ * values (--kv-type). */
 #ifndef SLUICE_CLI_STREAM_FLAGS_H
 #define SLUICE_CLI_STREAM_FLAGS_H
 
@@ -12,9 +13,13 @@ int cli_stream_flag(const char *cmd, const char *flag, const char *val, sl_model
 #define CLI_STREAM_HELP                                                                                                \
     "  --vram SIZE            GPU memory the model may use (weights, expert slots, sessions), e.g. 20G;\n"             \
     "                         experts beyond it stream from disk (default: the free memory)\n"                         \
-    "  --ram SIZE             pinned host cache of experts on the GPU (default: none; the page cache\n"                \
-    "                         serves with buffered reads); on the CPU backend, the expert cache itself\n"              \
-    "                         (streaming on, default: compute on the mapped checkpoint)\n"                             \
+    "  --ram SIZE             pinned host cache of experts on the GPU (default: half the free RAM, at\n"               \
+    "                         most the experts' size; 0: none, the page cache serves); on the CPU\n"                   \
+    "                         backend, the expert cache itself (streaming on; default: compute on the\n"               \
+    "                         mapped checkpoint)\n"                                                                    \
+    "  --cpu-experts MODE     experts found in the host cache but in no GPU slot: auto (computed on the\n"             \
+    "                         CPU where that beats copying them, from measured copy and CPU speed), on\n"              \
+    "                         (always on the CPU, up to 256 routed pairs a layer) or off (copied)\n"                   \
     "  --io MODE              how experts are read: buffered (page cache), direct (O_DIRECT) or gds\n"                 \
     "                         (GPUDirect Storage through libcufile); default: gds where the nvidia-fs\n"               \
     "                         driver is loaded and no --ram cache is asked for, else buffered while\n"                 \

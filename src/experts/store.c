@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -37,6 +38,7 @@ typedef struct hentry { /* a pinned host image: the host cache's entry or a stag
     int layer, expert;  /* cached identity, -1: none */
     unsigned ref;
     int reading, copying; /* target of reads in flight; source of queued copies (until the next sync) */
+    uint64_t cpu_visit;   /* the layer visit whose CPU experts read it */
     uint8_t *img;
 } hentry;
 
@@ -57,6 +59,7 @@ struct sl_expert_store {
     uint8_t *stale;   /* [layer]: its expert table changed since the backend last copied it */
     /* host tier / staging */
     hentry *host;
+    uint8_t *host_arena; /* the images, one pinned block */
     int n_host, host_hand, ram_cache;
     /* files */
     int n_files;     /* the checkpoint's, and the pack last when there is one */
@@ -86,6 +89,19 @@ struct sl_expert_store {
     uint64_t *pmark;  /* [n_experts]: the pass an expert belongs to */
     float *miss_rate; /* [layer]: how often a visit missed lately (decaying) */
     int *inflight;
+    /* CPU experts (see sl_cpu_experts): a CPU backend of their own, the experts of one visit as views of
+     * their host images, the pairs they compute and where those go */
+    sl_backend *cpu;
+    sl_expert *cx;
+    const sl_expert **cxp; /* [n_experts]: the visit's CPU experts, NULL for the others */
+    int *cpu_list, *xcnt;  /* the visit's CPU experts; pairs routed to each expert */
+    int *cpu_src;          /* [n_experts]: where a CPU expert is read, host cache entry or -1: the mapping */
+    int32_t *cpu_ids;      /* [max_nk]: the routed ids of the CPU's pairs, -1 for the others */
+    int32_t *cpu_idx;      /* pinned: the pairs the CPU computed */
+    float *cpu_rows;       /* pinned: their outputs [SL_CPU_PAIRS_MAX][hidden] */
+    float *hx;             /* host copy of the layer's input */
+    size_t hx_len;
+    double cpu_adj; /* measured over predicted CPU time, tracked */
     sl_store_stats st;
     sl_err failure;
     int failed;
@@ -184,7 +200,7 @@ static int host_victim(sl_expert_store *st) {
         int i = st->host_hand;
         st->host_hand = (st->host_hand + 1) % n;
         hentry *h = &st->host[i];
-        if (h->reading || h->copying) continue;
+        if (h->reading || h->copying || (h->cpu_visit && h->cpu_visit == st->visit)) continue;
         if (h->layer < 0) return i;
         if (h->ref) {
             h->ref--;
@@ -501,13 +517,91 @@ static int choose_gds(sl_expert_store *st, const sl_store_config *cfg, sl_err *e
     return 0;
 }
 
+/* The CPU experts' time for m tokens of one expert, as the planner predicts it. */
+static double cpu_cost(const sl_expert_store *st, int m) {
+    return (st->st.cpu_t1_s + (double)(m - 1) * st->st.cpu_tm_s) * st->cpu_adj;
+}
+
+/* The host copy of n tokens of the layer's input (grown as needed). */
+static float *host_input(sl_expert_store *st, size_t floats) {
+    if (floats > st->hx_len) {
+        float *p = realloc(st->hx, floats * sizeof *p);
+        if (!p) return NULL;
+        st->hx = p;
+        st->hx_len = floats;
+    }
+    return st->hx;
+}
+
+/* The best of three runs of the CPU computing expert 0 of the first MoE layer (from the checkpoint's
+ * mapping) for n tokens. */
+static double time_cpu_expert(sl_expert_store *st, int n, const int32_t *ids, sl_err *e) {
+    const sl_config *c = &st->m->cfg;
+    sl_moe *L = st->m->layers[st->first_moe].moe;
+    sl_expert_table t = L->experts;
+    t.experts = st->cxp;
+    st->cxp[0] = template_of(st->m, st->first_moe, 0);
+    double best = -1;
+    for (int r = 0; r < 3; r++) {
+        double t0 = sl_now();
+        st->cpu->ops->moe_pairs(st->cpu, &t, st->hx, n, c->hidden, ids, c->top_k);
+        double dt = sl_now() - t0;
+        if (best < 0 || dt < best) best = dt;
+    }
+    st->cxp[0] = NULL;
+    return st->cpu->ops->check(st->cpu, e) ? -1 : best;
+}
+
+/* CPU experts: their backend and buffers, and the planner's costs measured once: copying one expert into
+ * a slot, and computing one on the CPU for one token and for eight. */
+static int cpu_setup(sl_expert_store *st, sl_err *e) {
+    sl_backend *be = st->be;
+    const sl_config *c = &st->m->cfg;
+    int H = c->hidden, k = c->top_k, E = st->n_experts;
+    if (sl_cpu_backend_create(st->cfg.cpu_threads, &st->cpu, e)) return -1;
+    st->cx = calloc((size_t)E, sizeof *st->cx);
+    st->cxp = calloc((size_t)E, sizeof *st->cxp);
+    st->cpu_list = malloc((size_t)E * sizeof *st->cpu_list);
+    st->xcnt = calloc((size_t)E, sizeof *st->xcnt);
+    st->cpu_src = calloc((size_t)E, sizeof *st->cpu_src);
+    st->cpu_idx = be->ops->host_alloc(be, SL_CPU_PAIRS_MAX * sizeof *st->cpu_idx);
+    st->cpu_rows = be->ops->host_alloc(be, (size_t)SL_CPU_PAIRS_MAX * (size_t)H * sizeof *st->cpu_rows);
+    int32_t *ids = malloc((size_t)8 * (size_t)k * sizeof *ids);
+    if (!st->cx || !st->cxp || !st->cpu_list || !st->xcnt || !st->cpu_src || !st->cpu_idx || !st->cpu_rows || !ids ||
+        !host_input(st, (size_t)8 * (size_t)H)) {
+        free(ids);
+        return sl_fail(e, "out of memory for the CPU experts");
+    }
+    /* copies: a host image into the first slot, as a host cache hit does */
+    size_t bytes = st->dev_bytes < st->img_bytes ? st->dev_bytes : st->img_bytes;
+    int reps = 4;
+    double t0 = sl_now();
+    for (int i = 0; i < reps; i++) be->ops->upload_async(be, st->slots[0].base, st->host[0].img, bytes);
+    if (be->ops->sync(be, e)) {
+        free(ids);
+        return sl_wrap(e, "measuring expert copies");
+    }
+    st->st.copy_s = (sl_now() - t0) / reps;
+    /* the CPU: one token, then eight, each routed to expert 0 once */
+    for (int i = 0; i < 8 * H; i++) st->hx[i] = 0.01f * (float)(i % 13) - 0.06f;
+    for (int i = 0; i < 8 * k; i++) ids[i] = i % k ? -1 : 0;
+    st->cpu_adj = 1.0;
+    double w = time_cpu_expert(st, 1, ids, e); /* the first run also brings the weights in */
+    double t1 = w < 0 ? -1 : time_cpu_expert(st, 1, ids, e), t8 = t1 < 0 ? -1 : time_cpu_expert(st, 8, ids, e);
+    free(ids);
+    if (t8 < 0) return sl_wrap(e, "measuring the CPU experts");
+    st->st.cpu_t1_s = t1;
+    st->st.cpu_tm_s = t8 > t1 ? (t8 - t1) / 7 : 0;
+    return 0;
+}
+
 int sl_store_create(sl_model *m, const sl_store_config *cfg, sl_expert_store **out, sl_err *e) {
     sl_expert_store *st = calloc(1, sizeof *st);
     if (!st) return sl_fail(e, "out of memory");
     st->m = m;
     st->be = m->be;
     st->cfg = *cfg;
-    st->own_memory = m->be->ops->place_weight != NULL;
+    st->own_memory = m->be->ops->place_weight != NULL || cfg->staged;
     if (st->own_memory && (!m->be->ops->host_alloc || !m->be->ops->upload_async || !m->be->ops->sync)) {
         sl_store_free(st);
         return sl_fail(e, "the %s backend cannot stream experts (it has no asynchronous copies)", m->be->ops->name);
@@ -636,27 +730,36 @@ int sl_store_create(sl_model *m, const sl_store_config *cfg, sl_expert_store **o
         /* the host cache, or without one enough staging images for the reads of a few layers */
         int64_t n_ram = cfg->ram_bytes > 0 ? cfg->ram_bytes / (int64_t)st->img_bytes : 0;
         if (n_ram > total) n_ram = total;
-        st->ram_cache = n_ram > 0;
         int stage = 4 * st->k_max > 32 ? 4 * st->k_max : 32;
-        st->n_host = (int)(n_ram > stage ? n_ram : stage);
+        /* one pinned block; a default-sized cache halves until the system grants it */
+        for (;;) {
+            st->n_host = (int)(n_ram > stage ? n_ram : stage);
+            st->host_arena = m->be->ops->host_alloc(m->be, st->img_bytes * (size_t)st->n_host);
+            if (st->host_arena || !cfg->ram_auto || n_ram == 0) break;
+            n_ram = n_ram / 2 > stage ? n_ram / 2 : 0;
+        }
+        st->ram_cache = n_ram > 0;
         st->host = calloc((size_t)st->n_host, sizeof *st->host);
-        if (!st->host) {
+        if (!st->host_arena || !st->host) {
+            sl_fail(e, "out of %s for %d expert images of %s", st->host ? "pinned host memory" : "memory", st->n_host,
+                    sl_human_bytes((double)st->img_bytes, b1, sizeof b1));
             sl_store_free(st);
-            return sl_fail(e, "out of memory");
+            return -1;
         }
         for (int i = 0; i < st->n_host; i++) {
             st->host[i].layer = st->host[i].expert = -1;
-            if (!(st->host[i].img = m->be->ops->host_alloc(m->be, st->img_bytes))) {
-                st->n_host = i;
-                sl_store_free(st);
-                return sl_fail(e, "out of pinned host memory for %d expert images of %s", i + 1,
-                               sl_human_bytes((double)st->img_bytes, b1, sizeof b1));
-            }
+            st->host[i].img = st->host_arena + st->img_bytes * (size_t)i;
         }
     }
     st->first_moe = st->next_moe = -1;
     for (int l = st->n_layers - 1; l >= 0; l--)
         if (m->layers[l].moe) st->first_moe = l;
+    /* CPU experts read the host cache, or the page cache through the mapping where reads are buffered */
+    if (st->own_memory && st->host && (st->ram_cache || st->cfg.io == SL_IO_BUFFERED) &&
+        cfg->cpu_experts != SL_CPU_EXPERTS_OFF && m->be->ops->moe_pairs_put && cpu_setup(st, e)) {
+        sl_store_free(st);
+        return -1;
+    }
     if (st->cfg.prefetch) {
         st->plogits = m->be->ops->alloc(m->be, (size_t)st->n_experts * sizeof(float));
         st->pweights = m->be->ops->alloc(m->be, (size_t)st->k_max * sizeof(float));
@@ -679,6 +782,7 @@ int sl_store_create(sl_model *m, const sl_store_config *cfg, sl_expert_store **o
     }
     st->st.n_slots = st->n_slots;
     st->st.n_ram = st->ram_cache ? st->n_host : 0;
+    st->st.ram_bytes = st->ram_cache ? (double)st->img_bytes * st->n_host : 0;
     st->st.slot_bytes = slot_bytes;
     st->st.engine = !st->gds         ? sl_io_engine(st->io)
                     : st->gds_direct ? "cuFile (GPUDirect)"
@@ -692,8 +796,17 @@ void sl_store_free(sl_expert_store *st) {
     if (!st) return;
     sl_io_close(st->io); /* finishes reads still landing in the buffers below */
     sl_backend *be = st->be;
-    if (st->host)
-        for (int i = 0; i < st->n_host; i++) be->ops->host_free(be, st->host[i].img);
+    if (st->cpu_idx) be->ops->host_free(be, st->cpu_idx);
+    if (st->cpu_rows) be->ops->host_free(be, st->cpu_rows);
+    sl_backend_destroy(st->cpu);
+    free(st->cx);
+    free(st->cxp);
+    free(st->cpu_list);
+    free(st->xcnt);
+    free(st->cpu_src);
+    free(st->cpu_ids);
+    free(st->hx);
+    if (st->host_arena) be->ops->host_free(be, st->host_arena);
     free(st->host);
     if (st->own_memory) {
         if (st->arena) be->ops->free(be, st->arena);
@@ -734,6 +847,10 @@ void sl_store_free(sl_expert_store *st) {
 
 int sl_store_check(sl_expert_store *st, sl_err *e) {
     if (!st->failed) return 0;
+    /* reads still in flight (ahead of need, or for the failed pass) land now, so that none of them reports
+     * a failure of this request in the next one */
+    while (sl_io_pending(st->io))
+        if (reap(st)) break;
     st->failed = 0;
     return sl_fail(e, "%s", st->failure.msg);
 }
@@ -761,6 +878,10 @@ sl_store_stats sl_store_stats_since(const sl_store_stats *a, const sl_store_stat
     SUB(predicted);
     SUB(predicted_used);
     SUB(prefetched);
+    SUB(cpu_experts);
+    SUB(hits_mapped);
+    SUB(cpu_pairs);
+    SUB(cpu_s);
 #undef SUB
     return d;
 }
@@ -770,20 +891,26 @@ void sl_store_stats_reset(sl_expert_store *st) {
     memset(&st->st, 0, sizeof st->st);
     st->st.n_slots = keep.n_slots;
     st->st.n_ram = keep.n_ram;
+    st->st.ram_bytes = keep.ram_bytes;
     st->st.slot_bytes = keep.slot_bytes;
     st->st.engine = keep.engine;
     st->st.io = keep.io;
     st->st.packed = keep.packed;
+    st->st.copy_s = keep.copy_s;
+    st->st.cpu_t1_s = keep.cpu_t1_s;
+    st->st.cpu_tm_s = keep.cpu_tm_s;
 }
 
 /* Per-visit buffers for n*k routed pairs. */
 static int ensure(sl_expert_store *st, int nk) {
     if (nk <= st->max_nk) return 0;
     int32_t *h = realloc(st->hids, (size_t)nk * sizeof *h),
-            *p = h ? realloc(st->pass_ids, (size_t)nk * sizeof *p) : NULL;
+            *p = h ? realloc(st->pass_ids, (size_t)nk * sizeof *p) : NULL,
+            *ci = p && st->cpu ? realloc(st->cpu_ids, (size_t)nk * sizeof *ci) : NULL;
     if (h) st->hids = h;
     if (p) st->pass_ids = p;
-    if (!h || !p) return fail(st, "out of memory");
+    if (ci) st->cpu_ids = ci;
+    if (!h || !p || (st->cpu && !ci)) return fail(st, "out of memory");
     if (st->own_memory) {
         if (backend_sync(st)) return -1; /* the old buffers may still be read */
         sl_backend *be = st->be;
@@ -854,6 +981,141 @@ static int next_moe_layer(const sl_expert_store *st, int l) {
     return -1;
 }
 
+/* 1 when every page of w's bytes is in memory, so the CPU can read them without waiting for the disk
+ * (the page cache, through the checkpoint's mapping). */
+static int resident(const sl_weight *w) {
+    const uint8_t *part[3] = {w->data, w->scales, w->biases};
+    size_t len[3] = {(size_t)w->rows * w->row_bytes, sl_weight_scale_bytes(w), sl_weight_scale_bytes(w)};
+    long pg = sysconf(_SC_PAGESIZE);
+    unsigned char vec[1024];
+    for (int i = 0; i < 3; i++) {
+        if (!part[i] || !len[i] || (i == 2 && w->fmt != SL_WF_MLX)) continue;
+        uintptr_t a = (uintptr_t)part[i] / (uintptr_t)pg * (uintptr_t)pg, end = (uintptr_t)part[i] + len[i];
+        while (a < end) {
+            size_t pages = (end - a + (size_t)pg - 1) / (size_t)pg;
+            if (pages > sizeof vec) pages = sizeof vec;
+            if (mincore((void *)a, pages * (size_t)pg, vec)) return 0;
+            for (size_t j = 0; j < pages; j++)
+                if (!(vec[j] & 1)) return 0;
+            a += pages * (size_t)pg;
+        }
+    }
+    return 1;
+}
+
+/* The expert's weights as the checkpoint's mapping holds them, all in the page cache. */
+static int mapped_resident(const sl_expert *x) {
+    return resident(&x->gate) && resident(&x->up) && resident(&x->down);
+}
+
+/* Which of the nt experts in todo (no slot holds them) the CPU computes this visit where they are: from
+ * their host cache images, or (buffered reads) from the checkpoint's mapping where the page cache holds
+ * them; moved from todo into cpu_list, cpu_src saying which. Fewest tokens first, each while it shortens
+ * the longer of the two sides: reads and copies into slots (the backend's queue) against the CPU experts
+ * beside them (auto), or all of them (on), up to SL_CPU_PAIRS_MAX pairs. Returns how many. */
+static int plan_cpu(sl_expert_store *st, int l, int nk, int *nt) {
+    int nc = 0, E = st->n_experts, mapped = st->cfg.io == SL_IO_BUFFERED;
+    double cs = st->st.copy_s, rs = cs; /* a read from the page cache: as measured so far, else as a copy */
+    if (st->st.read_busy_s > 0.01 && st->st.bytes_read > 0)
+        rs = (double)st->img_bytes * st->st.read_busy_s / (double)st->st.bytes_read;
+    double G = 0, C = 0;
+    for (int i = 0; i < *nt; i++) {
+        int x = st->todo[i], r = st->ram_where[(size_t)l * (size_t)E + (size_t)x];
+        G += r >= 0 ? cs : rs + cs;
+        if (r >= 0 && !st->host[r].reading) {
+            st->cpu_src[x] = r;
+            st->cpu_list[nc++] = x;
+        } else if (r < 0 && mapped && mapped_resident(template_of(st->m, l, x))) {
+            st->cpu_src[x] = -1;
+            st->cpu_list[nc++] = x;
+        }
+    }
+    if (!nc) return 0;
+    for (int i = 0; i < nk; i++) st->xcnt[st->hids[i]] = 0;
+    for (int i = 0; i < nk; i++) st->xcnt[st->hids[i]]++;
+    for (int i = 1; i < nc; i++) /* by tokens, stable */
+        for (int j = i; j > 0 && st->xcnt[st->cpu_list[j - 1]] > st->xcnt[st->cpu_list[j]]; j--) {
+            int t = st->cpu_list[j];
+            st->cpu_list[j] = st->cpu_list[j - 1];
+            st->cpu_list[j - 1] = t;
+        }
+    int ns = 0, pairs = 0;
+    for (; ns < nc; ns++) {
+        int x = st->cpu_list[ns], m = st->xcnt[x];
+        if (pairs + m > SL_CPU_PAIRS_MAX) break;
+        if (st->cfg.cpu_experts == SL_CPU_EXPERTS_AUTO) {
+            double tg = st->cpu_src[x] >= 0 ? cs : rs + cs, tc = cpu_cost(st, m);
+            if ((G - tg > C + tc ? G - tg : C + tc) >= (G > C ? G : C)) break;
+            G -= tg;
+            C += tc;
+        }
+        pairs += m;
+    }
+    if (!ns) return 0;
+    st->pass_stamp++;
+    for (int i = 0; i < ns; i++) {
+        int x = st->cpu_list[i];
+        if (st->cpu_src[x] >= 0) {
+            hentry *h = &st->host[st->cpu_src[x]];
+            h->cpu_visit = st->visit;
+            if (h->ref < REF_MAX) h->ref++;
+            st->st.hits_ram++;
+        } else {
+            st->st.hits_mapped++;
+        }
+        st->pmark[x] = st->pass_stamp;
+    }
+    int kept = 0;
+    for (int i = 0; i < *nt; i++)
+        if (st->pmark[st->todo[i]] != st->pass_stamp) st->todo[kept++] = st->todo[i];
+    *nt = kept;
+    st->st.cpu_experts += (uint64_t)ns;
+    st->st.cpu_pairs += (uint64_t)pairs;
+    return ns;
+}
+
+/* The planned experts on the CPU, from their host images or the mapping and the host copy of the input,
+ * into cpu_rows for the pairs listed in cpu_idx; *cnt gets how many. */
+static int cpu_pass(sl_expert_store *st, int l, const sl_store_moe_args *a, int nk, int ns, int *cnt) {
+    double t0 = sl_now(), predicted = 0;
+    const sl_config *c = &st->m->cfg;
+    size_t E = (size_t)st->n_experts;
+    sl_expert_table t = st->m->layers[l].moe->experts;
+    for (int i = 0; i < ns; i++) {
+        int x = st->cpu_list[i], r = st->cpu_src[x];
+        if (r >= 0)
+            build_expert(template_of(st->m, l, x), &st->x[(size_t)l * E + (size_t)x], st->host[r].img, 0, &st->cx[x]);
+        else
+            st->cx[x] = *template_of(st->m, l, x);
+        st->cxp[x] = &st->cx[x];
+        predicted += cpu_cost(st, st->xcnt[x]);
+    }
+    int n = 0;
+    for (int i = 0; i < nk; i++) {
+        int in = st->cxp[st->hids[i]] != NULL;
+        st->cpu_ids[i] = in ? st->hids[i] : -1;
+        if (in) st->cpu_idx[n++] = i;
+    }
+    t.experts = st->cxp;
+    st->cpu->ops->moe_pairs(st->cpu, &t, st->hx, a->n, c->hidden, st->cpu_ids, c->top_k);
+    st->cpu->ops->moe_pairs_get(st->cpu, st->cpu_rows, st->cpu_idx, n, c->hidden);
+    for (int i = 0; i < ns; i++) {
+        int x = st->cpu_list[i];
+        st->cxp[x] = NULL;
+        if (st->cpu_src[x] >= 0) st->host[st->cpu_src[x]].cpu_visit = 0;
+    }
+    sl_err e;
+    if (st->cpu->ops->check(st->cpu, &e)) return fail(st, "layer %d: the experts computed on the CPU: %s", l, e.msg);
+    double dt = sl_now() - t0;
+    st->st.cpu_s += dt;
+    if (predicted > 0) { /* track the measured time */
+        st->cpu_adj *= 0.9 + 0.1 * dt / predicted;
+        st->cpu_adj = st->cpu_adj < 0.05 ? 0.05 : st->cpu_adj > 20 ? 20 : st->cpu_adj;
+    }
+    *cnt = n;
+    return 0;
+}
+
 void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a) {
     sl_model *m = st->m;
     sl_backend *be = st->be;
@@ -861,7 +1123,7 @@ void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a) {
     const sl_config *c = &m->cfg;
     sl_moe *L = m->layers[l].moe;
     int n = a->n, k = c->top_k, E = L->experts.n_experts, H = c->hidden, nk = n * k;
-    double t_in = sl_now(), stall0 = st->st.stall_s, t_route = 0;
+    double t_in = sl_now(), stall0 = st->st.stall_s, cpu0 = st->st.cpu_s, t_route = 0;
     if (st->failed || ensure(st, nk)) goto failed;
     st->visit++;
     if (l == st->first_moe) st->st.tokens += (uint64_t)n;
@@ -919,6 +1181,16 @@ void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a) {
         }
     }
     st->miss_rate[l] = 0.9f * st->miss_rate[l] + (nt ? 0.1f : 0.0f);
+    /* experts of the host cache the CPU computes beside the backend, from a host copy of the input taken
+     * while the backend's queue is empty */
+    int ncpu = st->cpu && nt ? plan_cpu(st, l, nk, &nt) : 0, cpu_done = 0, cpu_cnt = 0;
+    if (ncpu) {
+        if (!host_input(st, (size_t)n * (size_t)H)) {
+            fail(st, "out of memory for the CPU experts' input (%d tokens)", n);
+            goto failed;
+        }
+        op->download(be, st->hx, a->x, (size_t)n * (size_t)H * sizeof(float));
+    }
     for (int ti = 0; nr || nf || ti < nt;) {
         /* start every read there is room for, then compute what is in while they arrive */
         while (ti < nt) {
@@ -942,6 +1214,10 @@ void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a) {
             if (pass(st, l, a, nk, st->ready, nr)) goto failed;
             nr = 0;
         }
+        if (ncpu && !cpu_done) { /* while the backend computes what is in slots and the reads arrive */
+            if (cpu_pass(st, l, a, nk, ncpu, &cpu_cnt)) goto failed;
+            cpu_done = 1;
+        }
         for (int i = 0; i < nf; i++) {
             if (wait_slot(st, st->inflight[i])) goto failed;
             slot *s = &st->slots[st->inflight[i]];
@@ -954,6 +1230,8 @@ void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a) {
             nr = 0;
         }
     }
+    if (ncpu && !cpu_done && cpu_pass(st, l, a, nk, ncpu, &cpu_cnt)) goto failed;
+    if (ncpu) op->moe_pairs_put(be, st->cpu_rows, st->cpu_idx, cpu_cnt, n, k, H);
     if (a->sh_down)
         sl_moe_combine_shared(be, &L->experts, a->weights, n, k, H, a->sh_down, a->g, a->u, a->gate, a->tmp, a->out);
     else
@@ -967,12 +1245,14 @@ void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a) {
             if (x < 0 || x >= E2) continue;
             st->pred[st->n_pred++] = x;
             if (*wh(st, nl, x) >= 0) continue;
+            /* one token's expert in the host cache: the CPU computes it where it is, if no slot has it */
+            if (st->cpu && st->ram_where[(size_t)nl * (size_t)st->n_experts + (size_t)x] >= 0) continue;
             int si = victim(st);
             if (si < 0) break;
             if (start_load(st, si, nl, x, 1)) goto failed;
         }
     }
-    st->st.host_s += sl_now() - t_in - t_route - (st->st.stall_s - stall0);
+    st->st.host_s += sl_now() - t_in - t_route - (st->st.stall_s - stall0) - (st->st.cpu_s - cpu0);
     return;
 failed:
     op->zero(be, a->out, (size_t)n * (size_t)H * sizeof(float));
@@ -1038,6 +1318,11 @@ const char *sl_store_stats_line(const sl_store_stats *s, char *buf, size_t n) {
     if (s->hits_ahead)
         k += snprintf(buf + k, n - (size_t)k, ", %.1f%% read ahead", 100.0 * (double)s->hits_ahead / look);
     if (s->n_ram) k += snprintf(buf + k, n - (size_t)k, ", %.1f%% host cache", 100.0 * (double)s->hits_ram / look);
+    if (s->hits_mapped)
+        k += snprintf(buf + k, n - (size_t)k, ", %.1f%% page cache", 100.0 * (double)s->hits_mapped / look);
+    if (s->cpu_experts)
+        k += snprintf(buf + k, n - (size_t)k, " (%.1f%% computed on the CPU, %.2f ms/token)",
+                      100.0 * (double)s->cpu_experts / look, s->cpu_s * 1e3 / tok);
     k +=
         snprintf(buf + k, n - (size_t)k, ", %s read/token", sl_human_bytes((double)s->bytes_read / tok, b1, sizeof b1));
     if (s->read_busy_s > 0)

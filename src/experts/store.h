@@ -24,12 +24,25 @@ typedef enum { SL_IO_AUTO = 0, SL_IO_BUFFERED, SL_IO_DIRECT, SL_IO_GDS } sl_io_m
 typedef struct sl_model sl_model;
 typedef struct sl_expert_store sl_expert_store;
 
+/* Where an expert whose copy is in host memory runs when no slot holds it (the host cache, or with
+ * buffered reads the page cache, read through the checkpoint's mapping): on the CPU, where it is, where the
+ * planner expects that to finish before a read and copy into a slot would (auto); always, up to
+ * SL_CPU_PAIRS_MAX routed pairs a layer (on); or never, copied into a slot first (off). */
+typedef enum { SL_CPU_EXPERTS_AUTO = 0, SL_CPU_EXPERTS_ON, SL_CPU_EXPERTS_OFF } sl_cpu_experts;
+#define SL_CPU_PAIRS_MAX 256
+
 typedef struct sl_store_config {
     int64_t slot_bytes_budget; /* backend memory for expert slots */
     int64_t ram_bytes;         /* pinned host cache (backends of their own memory only); 0: none */
+    int ram_auto;              /* ram_bytes is a default: take less where the system pins less */
     sl_io_mode io;             /* SL_IO_AUTO: buffered */
     int prefetch;              /* read the next layer's predicted experts ahead on one-token steps */
     int n_slots;               /* > 0: exactly this many slots, whatever the budget */
+    sl_cpu_experts cpu_experts;
+    int cpu_threads; /* threads of the CPU experts; <= 0: all cores */
+    /* fill the slots from host images even on a backend that computes on host memory, as a backend of its
+     * own memory does, so the host cache and the CPU experts run on the CPU backend too (tests) */
+    int staged;
 } sl_store_config;
 
 typedef struct sl_store_stats {
@@ -38,6 +51,7 @@ typedef struct sl_store_stats {
     uint64_t hits_slot;      /* found in backend memory (slots) */
     uint64_t hits_ahead;     /* found arriving in a slot, read ahead on the next layer's guess */
     uint64_t hits_ram;       /* found in the host cache */
+    uint64_t hits_mapped;    /* found in the page cache (buffered reads) and computed there on the CPU */
     uint64_t misses;         /* read from disk */
     uint64_t bytes_read;     /* from disk, reads ahead included */
     uint64_t reads;          /* read requests */
@@ -50,9 +64,16 @@ typedef struct sl_store_stats {
     uint64_t predicted;      /* experts predicted for the next layer */
     uint64_t predicted_used; /* of those, experts that layer was routed to */
     uint64_t prefetched;     /* reads started ahead of need */
-    int n_slots, n_ram;      /* tier sizes in experts */
-    size_t slot_bytes;       /* bytes of one slot */
-    const char *engine;      /* "io_uring", "pread threads" or "cuFile (GPUDirect)" / "cuFile (compatibility mode)" */
+    uint64_t cpu_experts;    /* of the host cache hits, experts computed on the CPU */
+    uint64_t cpu_pairs;      /* routed pairs those computed */
+    double cpu_s;            /* host time in CPU experts (the backend computes the rest meanwhile) */
+    /* the planner's measurements: one expert copied into a slot, and one computed on the CPU for one
+     * token and for each token more (0 when CPU experts are off) */
+    double copy_s, cpu_t1_s, cpu_tm_s;
+    int n_slots, n_ram; /* tier sizes in experts */
+    double ram_bytes;   /* the host cache's pinned bytes */
+    size_t slot_bytes;  /* bytes of one slot */
+    const char *engine; /* "io_uring", "pread threads" or "cuFile (GPUDirect)" / "cuFile (compatibility mode)" */
     sl_io_mode io;
     int packed; /* experts are read from an expert pack (sluice pack), one read each */
 } sl_store_stats;

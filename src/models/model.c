@@ -177,9 +177,17 @@ static int place_model(sl_model *m, const sl_model_opts *o, sl_err *e) {
     int own = op->place_weight != NULL, moe = any_moe(m);
     int64_t vram = o ? o->vram : 0, ram = o ? o->ram : 0;
     int forced = o ? o->expert_slots : 0;
-    sl_store_config sc = {.io = o ? o->io : 0, .prefetch = !(o && o->no_prefetch), .n_slots = forced};
+    sl_store_config sc = {.io = o ? o->io : 0,
+                          .prefetch = !(o && o->no_prefetch),
+                          .n_slots = forced,
+                          .cpu_experts = o ? (sl_cpu_experts)o->cpu_experts : SL_CPU_EXPERTS_AUTO,
+                          .cpu_threads = o ? o->threads : 0};
     char b1[32], b2[32], b3[32];
-    if (!own) {
+    if (!own && forced && o->staged_ram > 0) {
+        if (!moe) return 0;
+        sc.staged = 1;
+        sc.ram_bytes = o->staged_ram;
+    } else if (!own) {
         if (!moe || (ram <= 0 && !forced)) return 0;
         sc.slot_bytes_budget = ram;
     } else {
@@ -197,14 +205,28 @@ static int place_model(sl_model *m, const sl_model_opts *o, sl_err *e) {
         if (avail < 0) avail = 0;
         sc.slot_bytes_budget = avail;
         sc.ram_bytes = ram > 0 ? ram : 0;
+        /* unset: a host cache of half the free RAM (the store caps it at the experts' size), unless the
+         * slots are forced (tests) or GPUDirect reads skip host memory */
+        if (ram == 0 && !forced && sc.io != SL_IO_GDS) {
+            sc.ram_bytes = (int64_t)(sl_mem_available() / 2);
+            sc.ram_auto = 1;
+        }
     }
     if (sl_store_create(m, &sc, &m->store, e)) return sl_wrap(e, "%s", m->path);
     sl_store_stats s;
     sl_store_stats_get(m->store, &s);
-    fprintf(stderr, "sluice: streaming experts: %d slots of %s in %s memory (%s), host cache %s, %s I/O via %s%s\n",
+    char ram_s[48] = "off", cpu_s[160] = "";
+    if (s.n_ram) snprintf(ram_s, sizeof ram_s, "%d experts (%s)", s.n_ram, sl_human_bytes(s.ram_bytes, b3, sizeof b3));
+    if (s.cpu_t1_s > 0)
+        snprintf(
+            cpu_s, sizeof cpu_s,
+            "; host cache hits computed on the CPU %s (an expert: copy %.2f ms, CPU %.2f ms + %.2f ms a token more)",
+            sc.cpu_experts == SL_CPU_EXPERTS_ON ? "always" : "where faster", s.copy_s * 1e3, s.cpu_t1_s * 1e3,
+            s.cpu_tm_s * 1e3);
+    fprintf(stderr, "sluice: streaming experts: %d slots of %s in %s memory (%s), host cache %s, %s I/O via %s%s%s\n",
             s.n_slots, sl_human_bytes((double)s.slot_bytes, b1, sizeof b1), own ? op->name : "host",
-            sl_human_bytes((double)s.slot_bytes * s.n_slots, b2, sizeof b2), s.n_ram ? "on" : "off",
-            sl_io_mode_name(s.io), s.engine, s.packed ? ", from the expert pack" : "");
+            sl_human_bytes((double)s.slot_bytes * s.n_slots, b2, sizeof b2), ram_s, sl_io_mode_name(s.io), s.engine,
+            s.packed ? ", from the expert pack" : "", cpu_s);
     return 0;
 }
 

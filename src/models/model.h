@@ -71,6 +71,10 @@ typedef struct sl_model_opts {
     int no_prefetch;
     sl_kv_type kv_type;
     int expert_slots; /* > 0: stream with exactly this many expert slots (tests, reproducing small cards) */
+    int cpu_experts;  /* sl_cpu_experts (experts/store.h): experts of the host cache computed on the CPU */
+    /* > 0 with expert_slots on the CPU backend: its slots are filled from a host cache of this many bytes,
+     * as on a backend of its own memory, so the host cache and CPU experts run there (tests) */
+    int64_t staged_ram;
 } sl_model_opts;
 
 int sl_model_load(const char *path, const sl_model_opts *o, sl_model **out, sl_err *e);

@@ -790,6 +790,9 @@ void sv_engine_metrics(sv_engine *g, sv_buf *o) {
                (unsigned long long)x->predicted);
         METRIC("expert_predicted_used_total", "counter", "Guessed experts the next layer was routed to.", "%llu",
                (unsigned long long)x->predicted_used);
+        METRIC("expert_cpu_total", "counter", "Experts of the host cache computed on the CPU.", "%llu",
+               (unsigned long long)x->cpu_experts);
+        METRIC("expert_cpu_seconds_total", "counter", "Host time in experts computed on the CPU.", "%.6f", x->cpu_s);
     }
 #undef METRIC
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The streaming flags from the command line: `sluice logits` with the experts of a MoE fixture in a
-# small host cache (--ram) writes the resident logits byte for byte, buffered and O_DIRECT; bad values
-# of --vram, --ram and --io are refused with one line naming the flag; bench reports the store; `sluice
-# pack` writes an expert pack that streaming then reads, to the same logits.
+# small host cache (--ram) writes the resident logits byte for byte, buffered and O_DIRECT (and with
+# --cpu-experts off); bad values of --vram, --ram, --io and --cpu-experts are refused with one line
+# naming the flag; bench reports the store; `sluice pack` writes an expert pack that streaming then
+# reads, to the same logits.
 set -u
 BIN=${SLUICE_BIN:?SLUICE_BIN not set}
 FIX=${SLUICE_FIXTURES:?SLUICE_FIXTURES not set}
@@ -35,6 +36,14 @@ bad() { # NAME PATTERN ARGS...: exit 2 and one line matching PATTERN
 bad io "--io is buffered, direct or gds, got 'fast'" logits "$M" --ids 1 --out "$TMP/x" --io fast
 bad vram0 "--vram 0 leaves no GPU memory" bench "$M" --vram 0
 bad ramsize "--ram needs a size" logits "$M" --ids 1 --out "$TMP/x" --ram lots
+bad cpuexp "--cpu-experts is auto, on or off, got 'gpu'" logits "$M" --ids 1 --out "$TMP/x" --cpu-experts gpu
+bad cpuexp_serve "--cpu-experts is auto, on or off, got 'sometimes'" serve "$M" --cpu-experts sometimes
+"$BIN" logits "$M" --ids $ids --decode-ids 9,99,499 --out "$TMP/cpuoff.f32" --ram 500K --cpu-experts off 2>"$TMP/cpuoff.err" ||
+    fail "--cpu-experts off: $(cat "$TMP/cpuoff.err")"
+cmp -s "$TMP/ref.f32" "$TMP/cpuoff.f32" || fail "--cpu-experts off: logits differ from the resident model's"
+for c in run serve bench logits ppl; do
+    "$BIN" $c --help 2>&1 | grep -q -- "--cpu-experts MODE" || fail "$c --help does not list --cpu-experts"
+done
 "$BIN" logits "$M" --ids $ids --out "$TMP/small" --ram 100K 2>"$TMP/small.err" && fail "a cache below one token's experts must fail"
 grep -q "routes to 4 per layer" "$TMP/small.err" || fail "too small a cache: $(cat "$TMP/small.err")"
 "$BIN" logits "$M" --ids $ids --out "$TMP/gds" --backend cpu --ram 500K --io gds 2>"$TMP/gds.err" &&
@@ -42,7 +51,7 @@ grep -q "routes to 4 per layer" "$TMP/small.err" || fail "too small a cache: $(c
 grep -q -- "--io gds reads experts straight into GPU memory, which the cpu backend" "$TMP/gds.err" ||
     fail "--io gds on the CPU: $(cat "$TMP/gds.err")"
 "$BIN" bench "$M" -p 16 -n 8 --ram 500K >"$TMP/bench.out" 2>&1 || fail "bench --ram: $(cat "$TMP/bench.out")"
-for row in "streamed experts" "decode experts" "expert tier read"; do
+for row in "streamed experts" "decode experts" "decode predicted" "expert tier read"; do
     grep -q "$row" "$TMP/bench.out" || fail "bench --ram: no '$row' row"
 done
 mkdir -p "$TMP/pk" && cp "$M/config.json" "$M/model.safetensors" "$TMP/pk/"

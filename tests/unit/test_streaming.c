@@ -4,8 +4,10 @@
  * decode (with reads ahead), buffered and O_DIRECT, through io_uring and through the pread threads.
  * And a checkpoint whose expert file is cut short mid-run ends the request with an error naming the
  * file, then works again once the file is whole. An expert pack (sluice pack) is read one read per
- * expert to the same logits, and ignored once the checkpoint changes. Runs on the backend SLUICE_BACKEND
- * names. */
+ * expert to the same logits, and ignored once the checkpoint changes. With a host cache and experts
+ * computed on the CPU from it (--cpu-experts on and auto), the logits stay within the backend's tolerance
+ * of the resident model's (on the CPU backend, whose slots then fill from the host cache as a GPU's do:
+ * bit for bit); with them off, bit for bit everywhere. Runs on the backend SLUICE_BACKEND names. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <jansson.h>
@@ -155,6 +157,99 @@ Test(streaming, gguf_found) {
                        (const char *const[]){"llama-Q8_0", "llama-Q4_0", "llama-Q6_K", NULL});
 }
 
+/* ---- experts computed on the CPU from the host cache ---- */
+
+/* Rows of got against ref: equal bits on the CPU backend, else within the bf16 tolerance with the same
+ * argmax. */
+static void expect_close(const run *got, const run *ref, size_t V, int cpu, const char *what) {
+    cr_assert_eq(got->len, ref->len);
+    for (size_t r = 0; r < got->len / V; r++) {
+        const float *g = got->logits + r * V, *f = ref->logits + r * V;
+        if (cpu) {
+            cr_assert(!memcmp(g, f, V * sizeof(float)), "%s: row %zu differs from the resident model's", what, r);
+        } else {
+            double d = tu_rel_l2(g, f, V);
+            cr_assert(d <= 3e-2, "%s: row %zu rel-L2 %g", what, r, d);
+            cr_assert_eq(tu_argmax(g, (int)V), tu_argmax(f, (int)V), "%s: row %zu argmax", what, r);
+        }
+    }
+}
+
+/* The fixture with a few slots filled from a host cache that holds every expert (ram), or from staging
+ * buffers alone, the page cache serving (ram 1), under --cpu-experts off, on and auto: on computes every
+ * expert found in host memory on the CPU, off none, and auto what its planner picks; all give the
+ * resident logits (see expect_close). */
+static void check_cpu_experts(const char *rel, int64_t ram) {
+    char *path = tu_fixture(rel);
+    sl_err e = {{0}};
+    int32_t p[] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3}, d[] = {2, 3, 8, 4, 6, 2, 6, 4};
+    int np = 16, nd = 8;
+    sl_model *m;
+    sl_model_opts ro = {0};
+    setenv("SLUICE_CUDA_GRAPHS", "0", 1);
+    cr_assert_eq(sl_model_load(path, &ro, &m, &e), 0, "%s", e.msg);
+    unsetenv("SLUICE_CUDA_GRAPHS");
+    run ref;
+    cr_assert_eq(forward_all(m, p, np, d, nd, &ref, &e), 0, "%s", e.msg);
+    int slots = 2 * moe_layers(m) > m->cfg.top_k ? 2 * moe_layers(m) : m->cfg.top_k;
+    int cpu = !m->be->ops->place_weight;
+    size_t V = (size_t)m->cfg.vocab_size;
+    sl_model_free(m);
+    const char *names[] = {"auto", "on", "off"};
+    for (int mode = SL_CPU_EXPERTS_AUTO; mode <= SL_CPU_EXPERTS_OFF; mode++) {
+        sl_model_opts o = {
+            .expert_slots = slots, .ram = ram, .staged_ram = ram, .cpu_experts = mode, .io = SL_IO_BUFFERED};
+        cr_assert_eq(sl_model_load(path, &o, &m, &e), 0, "%s: %s", rel, e.msg);
+        cr_assert_not_null(m->store);
+        run got;
+        cr_assert_eq(forward_all(m, p, np, d, nd, &got, &e), 0, "%s (cpu experts %s): %s", rel, names[mode], e.msg);
+        sl_store_stats st;
+        sl_store_stats_get(m->store, &st);
+        cr_assert_eq(st.n_ram > 0, ram > 1, "%s: a host cache only when asked for", rel);
+        if (ram > 1 && mode != SL_CPU_EXPERTS_ON)
+            cr_assert_gt(st.hits_ram, 0, "%s (%s): experts were found in the host cache", rel, names[mode]);
+        if (mode == SL_CPU_EXPERTS_ON) {
+            cr_assert_gt(st.cpu_experts, 0, "%s: experts were computed on the CPU", rel);
+            cr_assert_eq(st.cpu_experts, st.hits_ram + st.hits_mapped, "%s: every expert in host memory on the CPU",
+                         rel);
+            if (ram <= 1) cr_assert_gt(st.hits_mapped, 0, "%s: experts computed from the page cache", rel);
+        }
+        if (mode == SL_CPU_EXPERTS_OFF)
+            cr_assert_eq(st.cpu_experts + st.hits_mapped, 0, "%s: none on the CPU when off", rel);
+        if (mode != SL_CPU_EXPERTS_OFF) {
+            cr_assert_gt(st.copy_s, 0, "%s: the copy of an expert was measured", rel);
+            cr_assert_gt(st.cpu_t1_s, 0, "%s: the CPU's time for an expert was measured", rel);
+        }
+        cr_log_info("%s, %s, cpu experts %s: %llu of %llu lookups on the CPU (copy %.3f ms, CPU %.3f ms + %.3f "
+                    "ms/token)",
+                    rel, ram > 1 ? "host cache" : "page cache", names[mode], (unsigned long long)st.cpu_experts,
+                    (unsigned long long)st.lookups, st.copy_s * 1e3, st.cpu_t1_s * 1e3, st.cpu_tm_s * 1e3);
+        char what[200];
+        snprintf(what, sizeof what, "%s (cpu experts %s, %d slots)", rel, names[mode], slots);
+        expect_close(&got, &ref, V, cpu || mode == SL_CPU_EXPERTS_OFF, what);
+        free(got.logits);
+        sl_model_free(m);
+    }
+    free(ref.logits);
+    free(path);
+}
+
+#define CPU_EXPERTS_FIXTURE(name, rel)                                                                                 \
+    Test(cpu_experts, name) {                                                                                          \
+        check_cpu_experts(rel, 256 << 20);                                                                             \
+    }                                                                                                                  \
+    Test(cpu_experts, name##_page_cache) {                                                                             \
+        check_cpu_experts(rel, 1);                                                                                     \
+    }
+CPU_EXPERTS_FIXTURE(qwen3_moe, "models/qwen3_moe")
+CPU_EXPERTS_FIXTURE(qwen3_5_moe_mlx4, "models/qwen3_5_moe_mlx4")
+CPU_EXPERTS_FIXTURE(deepseek_v3_fp8, "families/deepseek_v3_fp8")
+CPU_EXPERTS_FIXTURE(gpt_oss_mxfp4, "families/gpt_oss_mxfp4")
+CPU_EXPERTS_FIXTURE(glm4_moe, "families/glm4_moe")
+CPU_EXPERTS_FIXTURE(qwen3_next, "families/qwen3_next")
+CPU_EXPERTS_FIXTURE(gguf_q4_k, "gguf/qwen3_moe-Q4_K_M/model.gguf")
+CPU_EXPERTS_FIXTURE(gguf_mixtral_q8, "gguf/mixtral-Q8_0/model.gguf")
+
 /* ---- a checkpoint cut short ---- */
 
 static void copy_bytes(void *ctx, const sl_st_wtensor *t, uint64_t off, uint8_t *buf, size_t n) {
@@ -209,11 +304,18 @@ static char *shard_experts(const char *src_dir, const char *dst, sl_err *e) {
 }
 
 /* Cuts the expert shard of a loaded model in half: the next request fails naming the file, and once the
- * file is whole again the same model gives the resident logits. 1 when io is not available here. */
-static int truncated_case(const char *dir, const char *shard, const char *whole, size_t len, sl_io_mode io) {
+ * file is whole again the same model gives the resident logits. With cpu_experts, a host cache feeds the
+ * slots and the CPU computes its hits while the reads of the others fail. 1 when io is not available
+ * here. */
+static int truncated_case(const char *dir, const char *shard, const char *whole, size_t len, sl_io_mode io,
+                          int cpu_experts) {
     sl_err e = {{0}};
     sl_model *m;
     sl_model_opts o = {.expert_slots = 8, .io = (int)io};
+    if (cpu_experts) {
+        o.ram = o.staged_ram = 64 << 20;
+        o.cpu_experts = SL_CPU_EXPERTS_ON;
+    }
     if (io == SL_IO_GDS && sl_model_load(dir, &o, &m, &e)) {
         cr_assert(!getenv("SLUICE_TEST_GDS") && strstr(e.msg, "--io gds"), "gds: %s", e.msg);
         return 1;
@@ -236,7 +338,13 @@ static int truncated_case(const char *dir, const char *shard, const char *whole,
     cr_assert_eq(sl_model_load(dir, &ro, &r, &e), 0, "%s", e.msg);
     unsetenv("SLUICE_CUDA_GRAPHS");
     cr_assert_eq(forward_all(r, p2, 8, NULL, 0, &ref, &e), 0, "%s", e.msg);
-    cr_assert(!memcmp(ref.logits, got.logits, ref.len * sizeof(float)), "logits after recovery equal the resident's");
+    if (cpu_experts) {
+        sl_store_stats st;
+        sl_store_stats_get(m->store, &st);
+        cr_assert_gt(st.cpu_experts, 0, "experts of the host cache were computed on the CPU");
+    }
+    expect_close(&got, &ref, (size_t)r->cfg.vocab_size, !cpu_experts || !r->be->ops->place_weight,
+                 "logits after recovery");
     int gds = r->be->ops->gds_open != NULL;
     free(ref.logits);
     free(got.logits);
@@ -253,9 +361,10 @@ Test(streaming, truncated_expert_file) {
     size_t len;
     char *whole = tu_slurp(shard, &len);
     /* buffered reads, then GPUDirect ones where the backend has them */
-    if (truncated_case(tmp, shard, whole, len, SL_IO_AUTO) == 0 &&
-        truncated_case(tmp, shard, whole, len, SL_IO_GDS) == 1)
+    if (truncated_case(tmp, shard, whole, len, SL_IO_AUTO, 0) == 0 &&
+        truncated_case(tmp, shard, whole, len, SL_IO_GDS, 0) == 1)
         cr_log_info("GPUDirect reads not tested: cuFile is not available here");
+    truncated_case(tmp, shard, whole, len, SL_IO_AUTO, 1);
     free(whole);
     free(shard);
     free(tmp);

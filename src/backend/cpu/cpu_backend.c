@@ -256,6 +256,23 @@ static void cpu_gated_rmsnorm_matmul(sl_backend *b, const sl_weight *w, float *x
     cpu_matmul(b, w, x, n, y);
 }
 
+/* Host images and copies for an expert store that fills slots from a host tier (staged mode): the CPU's
+ * copies run at once, so sync only reports failures, as check does. */
+static void *cpu_host_alloc(sl_backend *b, size_t bytes) {
+    (void)b;
+    return aligned_alloc(4096, (bytes + 4095) / 4096 * 4096); /* O_DIRECT reads land in them */
+}
+
+static void cpu_host_free(sl_backend *b, void *p) {
+    (void)b;
+    free(p);
+}
+
+static void cpu_upload_async(sl_backend *b, void *dst, const void *src, size_t bytes) {
+    (void)b;
+    memcpy(dst, src, bytes);
+}
+
 static const sl_backend_ops cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -280,6 +297,12 @@ static const sl_backend_ops cpu_ops = {
     .moe = cpu_moe,
     .moe_pairs = cpu_moe_pairs,
     .moe_combine = cpu_moe_combine,
+    .moe_pairs_put = cpu_moe_pairs_put,
+    .moe_pairs_get = cpu_moe_pairs_get,
+    .host_alloc = cpu_host_alloc,
+    .host_free = cpu_host_free,
+    .upload_async = cpu_upload_async,
+    .sync = cpu_check,
     .conv1d_silu = cpu_conv1d_silu,
     .deltanet = cpu_deltanet,
     .gated_rmsnorm = cpu_gated_rmsnorm,

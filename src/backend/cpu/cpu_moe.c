@@ -165,6 +165,32 @@ void cpu_moe_pairs(sl_backend *b, const sl_expert_table *t, const float *x, int 
     }
 }
 
+void cpu_moe_pairs_put(sl_backend *b, const float *rows, const int32_t *idx, int cnt, int n, int k, int hidden) {
+    cpu_impl *c = cpu_of(b);
+    size_t nk = (size_t)n * (size_t)k;
+    float *P = pair_buf(c, nk * (size_t)hidden);
+    for (int r = 0; P && r < cnt; r++) {
+        if (idx[r] < 0 || (size_t)idx[r] >= nk) {
+            if (!c->failed) sl_fail(&c->failure, "moe_pairs_put: pair %d of %zu", idx[r], nk);
+            c->failed = 1;
+            return;
+        }
+        memcpy(P + (size_t)idx[r] * (size_t)hidden, rows + (size_t)r * (size_t)hidden, (size_t)hidden * 4);
+    }
+}
+
+void cpu_moe_pairs_get(sl_backend *b, float *rows, const int32_t *idx, int cnt, int hidden) {
+    cpu_impl *c = cpu_of(b);
+    for (int r = 0; r < cnt; r++) {
+        if (idx[r] < 0 || ((size_t)idx[r] + 1) * (size_t)hidden > c->pairs_len) {
+            if (!c->failed) sl_fail(&c->failure, "moe_pairs_get: pair %d is not in the pair buffer", idx[r]);
+            c->failed = 1;
+            return;
+        }
+        memcpy(rows + (size_t)r * (size_t)hidden, c->pairs + (size_t)idx[r] * (size_t)hidden, (size_t)hidden * 4);
+    }
+}
+
 void cpu_moe_combine(sl_backend *b, const float *weights, int n, int k, int hidden, float *out) {
     cpu_impl *c = cpu_of(b);
     if (c->pairs_len < (size_t)n * (size_t)k * (size_t)hidden) {

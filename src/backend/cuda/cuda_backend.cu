@@ -415,6 +415,8 @@ static const sl_backend_ops cuda_ops = {
     .moe = cu_moe,
     .moe_pairs = cu_moe_pairs,
     .moe_combine = cu_moe_combine,
+    .moe_pairs_put = cu_moe_pairs_put,
+    .moe_pairs_get = NULL, /* the pair buffer is GPU memory */
     .conv1d_silu = cu_conv1d_silu,
     .deltanet = cu_deltanet,
     .conv1d_silu_seqs = cu_conv1d_silu_seqs,
@@ -493,6 +495,8 @@ static void cu_destroy(sl_backend *b) {
     cudaFree(c->att_tok);
     free(c->att_dec);
     cudaFree(c->moe_buf);
+    cudaFree(c->put_pairs);
+    cudaFree(c->put_rows);
     cudaFree(c->moe_grp);
     cudaFree(c->act);
     cudaFree(c->d_step);

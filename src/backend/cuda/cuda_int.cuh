@@ -149,6 +149,10 @@ struct cu_impl {
     int moe_group_min;  /* prompts of at least this many tokens run the grouped MoE kernels (0: never) */
     const float *pairs; /* moe_pairs: where the latest call left its outputs (in moe_buf), for n*k pairs */
     int pairs_n;
+    float *put_pairs; /* moe_pairs_put of a layer no moe_pairs call ran for: the pair outputs */
+    size_t put_pairs_len;
+    float *put_rows; /* moe_pairs_put: the rows and their pair indices as copied in */
+    size_t put_rows_len;
     float *act; /* swiglu_matmul of a tensor-core batch: the SwiGLU input */
     size_t act_len;
     cu_table *tables;
@@ -394,6 +398,7 @@ void cu_moe(sl_backend *b, const sl_expert_table *t, const float *x, int n, int 
 void cu_moe_pairs(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
                   int k);
 void cu_moe_combine(sl_backend *b, const float *weights, int n, int k, int hidden, float *out);
+void cu_moe_pairs_put(sl_backend *b, const float *rows, const int32_t *idx, int cnt, int n, int k, int hidden);
 void cu_moe_combine_shared(sl_backend *b, const sl_expert_table *t, const float *weights, int n, int k, int hidden,
                            const sl_weight *sh_down, const float *g, const float *u, const float *gate, float *out);
 void cu_conv1d_silu(sl_backend *b, const float *x, int n, int channels, const float *w, int kernel, float *state,

@@ -366,13 +366,44 @@ void cu_moe_pairs(sl_backend *b, const sl_expert_table *t, const float *x, int n
     cu_check_launch(c, "moe");
 }
 
-/* The pair outputs of the latest moe_pairs call, when they cover n tokens of k slots. */
+/* The pair outputs of the layer's moe_pairs (and moe_pairs_put) calls, when they cover n tokens of k
+ * slots. A combine takes them: the next layer starts without any. */
 static const float *pairs_of(cu_impl *c, int n, int k) {
-    if (!c->pairs || c->pairs_n != n * k) {
+    const float *p = c->pairs;
+    if (!p || c->pairs_n != n * k) {
         cu_fail(c, "moe_combine without the pair outputs of %d tokens", n);
         return NULL;
     }
-    return c->pairs;
+    c->pairs = NULL;
+    return p;
+}
+
+/* dst[idx[r]] = src[r], rows of `hidden` */
+__global__ void pairs_scatter_k(const float *src, const int32_t *idx, int hidden, float *dst) {
+    cu_pdl_enter();
+    int r = blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < hidden) dst[(long long)idx[r] * hidden + j] = src[(long long)r * hidden + j];
+}
+
+void cu_moe_pairs_put(sl_backend *b, const float *rows, const int32_t *idx, int cnt, int n, int k, int hidden) {
+    cu_impl *c = cu_of(b);
+    size_t nk = (size_t)n * (size_t)k, rb = (size_t)cnt * (size_t)hidden * sizeof(float);
+    if (cnt <= 0) return;
+    if (!c->pairs || c->pairs_n != n * k) { /* no moe_pairs call of this layer: the rows alone */
+        if (cu_grow(c, (void **)&c->put_pairs, &c->put_pairs_len, nk * (size_t)hidden * sizeof(float),
+                    "MoE pair outputs"))
+            return;
+        c->pairs = c->put_pairs;
+        c->pairs_n = n * k;
+    }
+    if (cu_grow(c, (void **)&c->put_rows, &c->put_rows_len, rb + (size_t)cnt * sizeof(int32_t), "MoE pair rows"))
+        return;
+    int32_t *didx = (int32_t *)(void *)((char *)c->put_rows + rb);
+    cudaMemcpyAsync(c->put_rows, rows, rb, cudaMemcpyHostToDevice, c->st);
+    cudaMemcpyAsync(didx, idx, (size_t)cnt * sizeof(int32_t), cudaMemcpyHostToDevice, c->st);
+    cu_launch(c, pairs_scatter_k, dim3(CU_BLOCKS(hidden, 256), (unsigned)cnt), 256, 0, (const float *)c->put_rows,
+              (const int32_t *)didx, hidden, (float *)c->pairs);
+    cu_check_launch(c, "moe_pairs_put");
 }
 
 void cu_moe_combine(sl_backend *b, const float *weights, int n, int k, int hidden, float *out) {
