@@ -558,7 +558,13 @@ static int cpu_setup(sl_expert_store *st, sl_err *e) {
     sl_backend *be = st->be;
     const sl_config *c = &st->m->cfg;
     int H = c->hidden, k = c->top_k, E = st->n_experts;
-    if (sl_cpu_backend_create(st->cfg.cpu_threads, &st->cpu, e)) return -1;
+    /* all cores but one by default: the reads' threads and the GPU's launches keep one */
+    int threads = st->cfg.cpu_threads;
+    if (threads <= 0 && !getenv("SLUICE_THREADS")) {
+        long nc = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = nc > 1 ? (int)nc - 1 : 1;
+    }
+    if (sl_cpu_backend_create(threads, &st->cpu, e)) return -1;
     st->cx = calloc((size_t)E, sizeof *st->cx);
     st->cxp = calloc((size_t)E, sizeof *st->cxp);
     st->cpu_list = malloc((size_t)E * sizeof *st->cpu_list);
