@@ -3,7 +3,7 @@
 # small host cache (--ram) writes the resident logits byte for byte, buffered and O_DIRECT (and with
 # --cpu-experts off); bad values of --vram, --ram, --io and --cpu-experts are refused with one line
 # naming the flag; bench reports the store; `sluice pack` writes an expert pack that streaming then
-# reads, to the same logits.
+# reads, to the same logits; bench/vs-llamacpp-offload.sh prints its table.
 set -u
 BIN=${SLUICE_BIN:?SLUICE_BIN not set}
 FIX=${SLUICE_FIXTURES:?SLUICE_FIXTURES not set}
@@ -64,5 +64,18 @@ cmp -s "$TMP/ref.f32" "$TMP/pk.f32" || fail "logits through the pack differ from
 "$BIN" pack "$FIX/models/qwen3" >"$TMP/dense.out" 2>&1 && fail "pack of a dense model must fail"
 grep -q "has no routed experts to pack" "$TMP/dense.out" || fail "pack of a dense model: $(cat "$TMP/dense.out")"
 "$BIN" pack --help | grep -q "experts.sluice-pack" || fail "pack --help"
+# the side-by-side harness for experts off the GPU, against a stand-in llama-bench that prints fixed rows
+mkdir -p "$TMP/lcpp"
+printf '%s\n' '#!/bin/sh' 'echo "{\"n_prompt\": 16, \"n_gen\": 0, \"avg_ts\": 1000.0}"' \
+    'echo "{\"n_prompt\": 0, \"n_gen\": 4, \"avg_ts\": 50.0}"' >"$TMP/lcpp/llama-bench"
+chmod +x "$TMP/lcpp/llama-bench"
+HERE=$(cd "$(dirname "$0")/../.." && pwd)
+P=16 N=4 R=1 NCMOE=2 SLUICE_BACKEND=cpu SLUICE_BIN="$BIN" SETUPS="--ram 500K|--ram 500K --no-prefetch" \
+    bash "$HERE/bench/vs-llamacpp-offload.sh" "$TMP/lcpp" "$FIX/gguf/qwen3_moe-Q4_K_M/model.gguf" >"$TMP/off.md" 2>&1 ||
+    fail "vs-llamacpp-offload.sh: $(cat "$TMP/off.md")"
+for row in "| llama.cpp -ot exps=CPU | 1,000 | 50.0 | 1.00x | 1.00x |" "| llama.cpp --n-cpu-moe 2 |" \
+    "| sluice --ram 500K |" "| sluice --ram 500K --no-prefetch |" "routing wait" "predicted"; do
+    grep -qF -- "$row" "$TMP/off.md" || fail "vs-llamacpp-offload.sh: no '$row' in: $(cat "$TMP/off.md")"
+done
 [ $fails -eq 0 ] && echo "streaming CLI: all checks passed"
 exit $((fails > 0))
