@@ -1,6 +1,7 @@
 /* The fused backend ops (add + RMSNorm, several matmuls sharing an input, matmuls with gated inputs or
- * outputs, q/k norm + rope + KV store) against plain host arithmetic, on the backend SLUICE_BACKEND picks
- * (the CPU without a GPU), and the models' fallbacks to the unfused ops for backends that leave them out. */
+ * outputs, q/k norm + rope + KV store, MoE pair outputs put in from the host) against plain host arithmetic, on the
+ * backend SLUICE_BACKEND picks (the CPU without a GPU), and the models' fallbacks to the unfused ops for backends that
+ * leave them out. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -617,6 +618,85 @@ Test(fused_ops, moe_shared) {
     moe_shared_case(40, 8, 1, 256, 128, 2, 1, 4);
     moe_shared_case(6, 2, 0, 64, 192, 3, 1, 8);
     moe_shared_case(8, 3, 1, 128, 64, 1, 0, 4);
+}
+
+/* Pair outputs computed elsewhere (an expert store's CPU experts): moe_pairs on the pairs whose expert is
+ * in `on_backend` (a bit per expert), the others' rows computed on the host and put in with moe_pairs_put,
+ * then moe_combine, against host arithmetic for all of them. on_backend 0: no moe_pairs call at all. */
+static void moe_pairs_put_case(int E, int k, int hidden, int inter, int n, unsigned on_backend) {
+    sl_backend *be = open_backend();
+    cr_assert_not_null(be->ops->moe_pairs_put, "the backend has no moe_pairs_put");
+    unsigned st = (unsigned)(E * 5 + k + hidden + n + (int)on_backend);
+    tweight tw[3 * 16];
+    sl_expert ex[16];
+    const sl_expert *exp[16];
+    for (int e = 0; e < E; e++) {
+        make_expert_weight(be, &tw[3 * e], 0, inter, hidden, &st);
+        make_expert_weight(be, &tw[3 * e + 1], 0, inter, hidden, &st);
+        make_expert_weight(be, &tw[3 * e + 2], 0, hidden, inter, &st);
+        ex[e] = (sl_expert){tw[3 * e].w, tw[3 * e + 1].w, tw[3 * e + 2].w};
+        exp[e] = &ex[e];
+    }
+    sl_expert_table tab = {.n_experts = E, .experts = exp};
+    sl_err e = {{0}};
+    if (be->ops->place_experts) cr_assert_eq(be->ops->place_experts(be, &tab, &e), 0, "%s", e.msg);
+    int nk = n * k;
+    size_t xl = (size_t)n * (size_t)hidden;
+    float *hx, *hw;
+    float *x = dev_rand(be, xl, &st, &hx), *w = dev_rand(be, (size_t)nk, &st, &hw);
+    int32_t hid[64], bid[64], pidx[64];
+    for (int t = 0; t < n; t++) /* k distinct experts a token */
+        for (int s = 0; s < k; s++) hid[t * k + s] = (t * 3 + s * 5) % E;
+    float *rows = be->ops->host_alloc ? be->ops->host_alloc(be, (size_t)nk * (size_t)hidden * sizeof(float))
+                                      : malloc((size_t)nk * (size_t)hidden * sizeof(float));
+    int32_t *hidx = be->ops->host_alloc ? be->ops->host_alloc(be, sizeof pidx) : malloc(sizeof pidx);
+    float *want = calloc(xl, sizeof *want), *gg = malloc((size_t)inter * sizeof *gg),
+          *uu = malloc((size_t)inter * sizeof *uu), *dd = malloc((size_t)hidden * sizeof *dd);
+    int cnt = 0;
+    for (int i = 0; i < nk; i++) {
+        int id = hid[i], t = i / k, mine = (on_backend >> id) & 1;
+        bid[i] = mine ? id : -1;
+        ref_matmul(&tw[3 * id], hx + (size_t)t * (size_t)hidden, 1, gg);
+        ref_matmul(&tw[3 * id + 1], hx + (size_t)t * (size_t)hidden, 1, uu);
+        for (int j = 0; j < inter; j++) gg[j] = gg[j] / (1.0f + expf(-gg[j])) * uu[j];
+        ref_matmul(&tw[3 * id + 2], gg, 1, dd);
+        for (int j = 0; j < hidden; j++) want[(size_t)t * (size_t)hidden + (size_t)j] += hw[i] * dd[j];
+        if (!mine) {
+            memcpy(rows + (size_t)cnt * (size_t)hidden, dd, (size_t)hidden * sizeof *dd);
+            hidx[cnt++] = i;
+        }
+    }
+    int32_t *ids = be->ops->alloc(be, sizeof bid);
+    be->ops->upload(be, ids, bid, (size_t)nk * sizeof *bid);
+    float *out = be->ops->alloc(be, xl * sizeof *out);
+    if (on_backend) be->ops->moe_pairs(be, &tab, x, n, hidden, ids, k);
+    be->ops->moe_pairs_put(be, rows, hidx, cnt, n, k, hidden);
+    be->ops->moe_combine(be, w, n, k, hidden, out);
+    float *got = download(be, out, xl);
+    check_ok(be);
+    expect_close(got, want, xl, 1e-3f, "moe_pairs + moe_pairs_put + moe_combine");
+    be->ops->free(be, x);
+    be->ops->free(be, w);
+    be->ops->free(be, out);
+    be->ops->free(be, ids);
+    if (be->ops->host_free) {
+        be->ops->host_free(be, rows);
+        be->ops->host_free(be, hidx);
+    } else {
+        free(rows);
+        free(hidx);
+    }
+    float *hp[] = {hx, hw, got, want, gg, uu, dd};
+    for (int i = 0; i < 7; i++) free(hp[i]);
+    for (int i = 0; i < 3 * E; i++) free_weight(&tw[i]);
+    sl_backend_destroy(be);
+}
+
+Test(fused_ops, moe_pairs_put) {
+    moe_pairs_put_case(4, 2, 64, 32, 1, 0x5);   /* decode: one token, half its experts put */
+    moe_pairs_put_case(8, 3, 128, 64, 3, 0x0f); /* a few tokens */
+    moe_pairs_put_case(6, 2, 64, 96, 12, 0x2a); /* a prompt: the grouped kernels, where the GPU groups */
+    moe_pairs_put_case(4, 2, 64, 32, 2, 0);     /* every pair put, no moe_pairs call */
 }
 
 /* the backend's argmax: NaN as -inf, the lowest index among equals, -1 when nothing is above -inf */
