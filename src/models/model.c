@@ -210,6 +210,10 @@ static int place_model(sl_model *m, const sl_model_opts *o, sl_err *e) {
         if (ram == 0 && !forced && sc.io != SL_IO_GDS) {
             sc.ram_bytes = (int64_t)(sl_mem_available() / 2);
             sc.ram_auto = 1;
+            double want = sc.ram_bytes < (int64_t)m->bytes_experts ? (double)sc.ram_bytes : (double)m->bytes_experts;
+            if (want >= 1e9) /* pinning takes a while */
+                fprintf(stderr, "sluice: pinning up to %s of host memory for the expert cache (--ram sets it)\n",
+                        sl_human_bytes(want, b1, sizeof b1));
         }
     }
     if (sl_store_create(m, &sc, &m->store, e)) return sl_wrap(e, "%s", m->path);
