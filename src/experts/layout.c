@@ -74,6 +74,7 @@ void sl_xinfo_plan(xinfo *xi, size_t *img_bytes, size_t *dev_bytes) {
         }
         p->img = w->img + (p->off - w->off);
     }
+    for (int i = 0; i < xi->n_win; i++) xi->w[i].at_lo = xi->w[i].img + (xi->w[i].lo - xi->w[i].off);
     for (int i = 0; i < NP; i++) /* copies held in memory go after the reads */
         if (xi->p[i].len && xi->p[i].file < 0) {
             xi->p[i].img = img;
@@ -85,7 +86,7 @@ void sl_xinfo_plan(xinfo *xi, size_t *img_bytes, size_t *dev_bytes) {
             xi->p[i].dev = dev;
             dev = up(dev + xi->p[i].len, DEV_ALIGN);
         }
-    xi->one_copy = 0;
+    xi->one_copy = xi->piece_reads = 0;
     int all = 0;
     for (int i = 0; i < NP; i++) all += xi->p[i].len != 0;
     if (xi->n_win == 1 && n == all) {
@@ -105,4 +106,52 @@ void sl_xinfo_plan(xinfo *xi, size_t *img_bytes, size_t *dev_bytes) {
     }
     *img_bytes = up(img, ALIGN);
     *dev_bytes = dev;
+}
+
+/* The window of the file piece p. */
+static const window *window_of(const xinfo *xi, const piece *p) {
+    for (int i = 0; i < xi->n_win; i++)
+        if (xi->w[i].file == p->file && p->off >= xi->w[i].lo && p->off + p->len <= xi->w[i].hi) return &xi->w[i];
+    return NULL;
+}
+
+int sl_xinfo_slot_image(xinfo *xi, size_t *dev_bytes) {
+    if (xi->one_copy || !xi->n_win) return 0;
+    int whole = 1; /* the pieces of each window keep their distances in the slot: one residue a window */
+    size_t at = 0;
+    for (int i = 0; i < NP; i++) {
+        const piece *p = &xi->p[i];
+        const window *w = p->len && p->file >= 0 ? window_of(xi, p) : NULL;
+        if (p->len && p->file >= 0 && (!w || (p->off - w->lo) % DEV_ALIGN)) whole = 0;
+        if (p->len) at = p->dev + p->len;
+    }
+    if (!whole) { /* a read per piece, each where sl_xinfo_plan put it in the slot */
+        for (int i = 0; i < NP; i++) xi->p[i].img = xi->p[i].dev;
+        xi->piece_reads = xi->one_copy = 1;
+        xi->copy_off = 0;
+        xi->copy_len = *dev_bytes = up(at, DEV_ALIGN);
+        return 1;
+    }
+    at = 0;
+    for (int i = 0; i < xi->n_win; i++) { /* windows in file order, each on a DEV_ALIGN boundary */
+        window *w = &xi->w[i];
+        w->at_lo = up(at, DEV_ALIGN);
+        at = w->at_lo + (size_t)(w->hi - w->lo);
+    }
+    for (int i = 0; i < NP; i++) {
+        piece *p = &xi->p[i];
+        if (!p->len) continue;
+        if (p->file >= 0) {
+            const window *w = window_of(xi, p);
+            p->dev = p->img = w->at_lo + (size_t)(p->off - w->lo);
+        } else { /* copies held in memory after the reads */
+            p->dev = p->img = up(at, DEV_ALIGN);
+            at = p->dev + p->len;
+        }
+    }
+    xi->one_copy = 1;
+    xi->copy_off = 0;
+    xi->copy_len = up(at, DEV_ALIGN);
+    *dev_bytes = xi->copy_len;
+    return 1;
 }

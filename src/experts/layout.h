@@ -27,7 +27,8 @@ typedef struct piece {
 typedef struct window { /* one read: the 4 KiB-aligned span around adjacent pieces of one file */
     int file;
     uint64_t off, lo, hi; /* aligned start; the bytes the pieces need, [lo, hi) */
-    size_t len, img;      /* aligned length; offset in the host image */
+    size_t len, img;      /* aligned length; offset in the host image of an aligned (O_DIRECT) read */
+    size_t at_lo;         /* offset in the host image where a buffered read of [lo, hi) lands */
 } window;
 
 typedef struct xinfo {
@@ -38,6 +39,7 @@ typedef struct xinfo {
      * whose pieces sit DEV_ALIGN-aligned in it, as a pack lays them out), so one copy fills it */
     int one_copy;
     size_t copy_off, copy_len;
+    int piece_reads; /* buffered reads piece by piece, each into its place in the slot's layout */
 } xinfo;
 
 static inline size_t up(size_t v, size_t a) {
@@ -49,5 +51,11 @@ static inline size_t up(size_t v, size_t a) {
 void sl_xinfo_describe(const sl_st_set *set, const sl_expert *ex, xinfo *xi, size_t *img_bytes, size_t *dev_bytes);
 /* The windows and both layouts for the pieces as they are now (after they were moved, e.g. to a pack). */
 void sl_xinfo_plan(xinfo *xi, size_t *img_bytes, size_t *dev_bytes);
+/* For buffered reads (which need no aligned destination): lays the host image out as the slot, so a
+ * slot is filled by one copy of the image (one_copy): each window's [lo, hi) where its pieces belong when
+ * the pieces of every window sit at one offset modulo DEV_ALIGN, else a read per piece (piece_reads).
+ * 1 when it did, with the slot's bytes in *dev_bytes; 0 (nothing changed) for an expert already one
+ * copy. */
+int sl_xinfo_slot_image(xinfo *xi, size_t *dev_bytes);
 
 #endif

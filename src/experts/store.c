@@ -253,12 +253,16 @@ static void loaded(sl_expert_store *st, int si) {
     }
     if (s->host >= 0) {
         hentry *h = &st->host[s->host];
-        if (xi->one_copy)
+        if (xi->one_copy) {
             st->be->ops->upload_async(st->be, s->base, h->img + xi->copy_off, xi->copy_len);
-        else
+            st->st.copies++;
+        } else {
             for (int i = 0; i < NP; i++)
-                if (xi->p[i].len)
+                if (xi->p[i].len) {
                     st->be->ops->upload_async(st->be, s->base + xi->p[i].dev, h->img + xi->p[i].img, xi->p[i].len);
+                    st->st.copies++;
+                }
+        }
         st->st.bytes_copied += st->dev_bytes;
         h->reading = 0;
         h->copying = 1;
@@ -291,7 +295,7 @@ static int reap(sl_expert_store *st) {
     int si = (int)(tag >> 8), wi = (int)(tag & 255);
     slot *s = &st->slots[si];
     const xinfo *xi = &st->x[(size_t)s->layer * (size_t)st->n_experts + (size_t)s->expert];
-    /* a window, or with GPUDirect reads a piece (tags of pieces have the high bit) */
+    /* a window, or a piece (GPUDirect reads, buffered reads piece by piece: tags of pieces have the high bit) */
     int file;
     uint64_t lo, hi, start;
     if (wi & 128) {
@@ -440,7 +444,18 @@ static int start_load(sl_expert_store *st, int si, int l, int e, int ahead) {
     for (int i = 0; i < NP; i++)
         if (xi->p[i].len && xi->p[i].file < 0) memcpy(dst + xi->p[i].img, xi->p[i].mem, xi->p[i].len);
     int direct = st->cfg.io == SL_IO_DIRECT;
-    for (int wi = 0; wi < xi->n_win; wi++) {
+    for (int i = 0; xi->piece_reads && i < NP; i++) { /* buffered, each piece into its place in the slot */
+        const piece *p = &xi->p[i];
+        if (!p->len || p->file < 0) continue;
+        int fd = file_fd(st, p->file, 0);
+        if (fd < 0) {
+            s->failed = 1;
+            break;
+        }
+        if (queue_read(st, si, fd, NULL, p->off, p->len, dst + p->img, ((uint64_t)si << 8) | 128u | (uint64_t)i))
+            return -1;
+    }
+    for (int wi = 0; !xi->piece_reads && wi < xi->n_win; wi++) {
         const window *w = &xi->w[wi];
         int fd = file_fd(st, w->file, direct);
         if (fd < 0) {
@@ -449,7 +464,8 @@ static int start_load(sl_expert_store *st, int si, int l, int e, int ahead) {
         }
         uint64_t off = direct ? w->off : w->lo;
         size_t len = direct ? w->len : (size_t)(w->hi - w->lo);
-        if (queue_read(st, si, fd, NULL, off, len, dst + w->img + (off - w->off), ((uint64_t)si << 8) | (uint64_t)wi))
+        if (queue_read(st, si, fd, NULL, off, len, dst + (direct ? w->img : w->at_lo),
+                       ((uint64_t)si << 8) | (uint64_t)wi))
             return -1;
     }
     reads_queued(st, si);
@@ -695,19 +711,28 @@ int sl_store_create(sl_model *m, const sl_store_config *cfg, sl_expert_store **o
         st->cfg.io = SL_IO_GDS;
     else if (st->cfg.io == SL_IO_AUTO)
         st->cfg.io = expert_bytes > 0.8 * sl_mem_available() ? SL_IO_DIRECT : SL_IO_BUFFERED;
+    /* buffered reads land wherever they are sent: a host image laid out as the slot fills it in one copy */
+    if (st->own_memory && !st->gds && st->cfg.io == SL_IO_BUFFERED)
+        for (size_t i = 0; i < cells; i++) {
+            size_t db;
+            if (!st->x[i].n_win || !sl_xinfo_slot_image(&st->x[i], &db)) continue;
+            if (db > st->dev_bytes) st->dev_bytes = db;
+            if (up(db, ALIGN) > st->img_bytes) st->img_bytes = up(db, ALIGN);
+        }
     size_t slot_bytes = st->own_memory ? up(st->dev_bytes, DEV_ALIGN) : st->img_bytes;
     int64_t n_slots = cfg->n_slots > 0 ? cfg->n_slots : slot_bytes ? cfg->slot_bytes_budget / (int64_t)slot_bytes : 0;
     int64_t total = (int64_t)moe_layers * st->n_experts;
     if (n_slots > total) n_slots = total;
     char b1[32], b2[32], b3[32];
     if (n_slots < st->k_max) {
+        sl_fail(e,
+                "the expert cache of %s holds %lld experts of %s, but a token routes to %d per layer (at least %s "
+                "needed for experts)",
+                sl_human_bytes((double)cfg->slot_bytes_budget, b1, sizeof b1), (long long)n_slots,
+                sl_human_bytes((double)slot_bytes, b2, sizeof b2), st->k_max,
+                sl_human_bytes((double)slot_bytes * st->k_max, b3, sizeof b3));
         sl_store_free(st);
-        return sl_fail(e,
-                       "the expert cache of %s holds %lld experts of %s, but a token routes to %d per layer (at least "
-                       "%s needed for experts)",
-                       sl_human_bytes((double)cfg->slot_bytes_budget, b1, sizeof b1), (long long)n_slots,
-                       sl_human_bytes((double)slot_bytes, b2, sizeof b2), st->k_max,
-                       sl_human_bytes((double)slot_bytes * st->k_max, b3, sizeof b3));
+        return -1;
     }
     st->n_slots = (int)n_slots;
     st->floor = moe_layers ? st->n_slots / (moe_layers * 4) : 0;
@@ -725,9 +750,10 @@ int sl_store_create(sl_model *m, const sl_store_config *cfg, sl_expert_store **o
     if (!st->arena) {
         sl_err ce;
         if (st->own_memory) m->be->ops->check(m->be, &ce);
+        sl_fail(e, "out of %s memory for %d expert slots (%s)", st->own_memory ? "backend" : "host", (int)n_slots,
+                sl_human_bytes((double)arena, b1, sizeof b1));
         sl_store_free(st);
-        return sl_fail(e, "out of %s memory for %d expert slots (%s)", st->own_memory ? "backend" : "host",
-                       (int)n_slots, sl_human_bytes((double)arena, b1, sizeof b1));
+        return -1;
     }
     for (int i = 0; i < st->n_slots; i++) {
         st->slots[i] = (slot){.layer = -1, .expert = -1, .host = -1, .base = st->arena + slot_bytes * (size_t)i};
@@ -877,6 +903,7 @@ sl_store_stats sl_store_stats_since(const sl_store_stats *a, const sl_store_stat
     SUB(bytes_read);
     SUB(reads);
     SUB(bytes_copied);
+    SUB(copies);
     SUB(read_busy_s);
     SUB(stall_s);
     SUB(route_wait_s);

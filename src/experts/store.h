@@ -56,6 +56,7 @@ typedef struct sl_store_stats {
     uint64_t bytes_read;     /* from disk, reads ahead included */
     uint64_t reads;          /* read requests */
     uint64_t bytes_copied;   /* host to backend memory */
+    uint64_t copies;         /* copies into slots issued (one per expert where its image is laid out as a slot) */
     double read_busy_s;      /* wall time with reads in flight */
     double stall_s;          /* time the forward pass waited for reads (to land, or for room to start) */
     double route_wait_s;     /* time waiting for each layer's routing to reach the host */
