@@ -315,6 +315,7 @@ static int print_json(const sl_model *m, const bench_result *r) {
             json_object_set_new(y, "hits_host_cache", json_integer((json_int_t)p->hits_ram));
             json_object_set_new(y, "misses", json_integer((json_int_t)p->misses));
             json_object_set_new(y, "bytes_read", json_integer((json_int_t)p->bytes_read));
+            json_object_set_new(y, "copies", json_integer((json_int_t)p->copies));
             json_object_set_new(y, "read_busy_s", json_real(p->read_busy_s));
             json_object_set_new(y, "stall_s", json_real(p->stall_s));
             json_object_set_new(y, "route_wait_s", json_real(p->route_wait_s));
