@@ -63,7 +63,7 @@ static int reuse_prefix(sl_session *s, const int32_t *prompt, int n) {
 
 struct sl_gen {
     const sl_tokenizer *tok;
-    sl_gvocab *gv; /* grammar-constrained generation */
+    sl_gvocab *gv; /* grammar-constrained generation: its own trie, when p->gvocab is not given */
     sl_gconstraint *gc;
     int vocab;
     const sl_gen_params *p;
@@ -93,7 +93,8 @@ int sl_gen_create(const sl_tokenizer *tok, int vocab, const sl_gen_params *p, co
         sl_gen_free(g);
         return sl_fail(e, "out of memory");
     }
-    if (p->grammar && (sl_gvocab_create(tok, vocab, &g->gv, e) || sl_gconstraint_init(p->grammar, g->gv, &g->gc, e))) {
+    if (p->grammar && ((!p->gvocab && sl_gvocab_create(tok, vocab, &g->gv, e)) ||
+                       sl_gconstraint_init(p->grammar, p->gvocab ? p->gvocab : g->gv, &g->gc, e))) {
         sl_gen_free(g);
         return -1;
     }

@@ -25,6 +25,9 @@ typedef struct sl_gen_params {
     /* NULL: free text. Else every token must continue a sentence of the grammar, end-of-generation comes
      * only where it can end, and generation stops once it is complete ("stop"). */
     const sl_grammar *grammar;
+    /* With a grammar: the vocabulary's trie (sl_gvocab, immutable) built once by the caller and shared by
+     * every generation; NULL: built for this one. */
+    const sl_gvocab *gvocab;
     /* Special tokens whose text is emitted anyway (NULL-terminated, may be NULL): a chat format's markup
      * that an output parser must see (see sl_tc_format_tokens). */
     const char *const *keep_special;

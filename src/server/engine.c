@@ -336,6 +336,9 @@ static void start_job(sv_engine *g, sv_job *j) {
         if (!rc && cj->parse_output &&
             !(u->r.parser = sl_tc_parser_create(g->tc_fmt, cj->starts_in_reasoning, cj->tools)))
             rc = sl_fail(&e, "out of memory");
+        /* one trie of the vocabulary for every constrained request: building it takes a while */
+        if (!rc && cj->gen.grammar && !g->gv) rc = sl_gvocab_create(g->tok, g->m->cfg.vocab_size, &g->gv, &e);
+        cj->gen.gvocab = g->gv;
         if (!rc) rc = sl_gen_create(g->tok, g->m->cfg.vocab_size, &cj->gen, j->ids, j->n_ids, &u->gen, &e);
     }
     if (rc) {
@@ -709,6 +712,7 @@ void sv_engine_shutdown(sv_engine *g) {
 void sv_engine_free(sv_engine *g) {
     sv_engine_shutdown(g);
     sl_session_free(g->s);
+    sl_gvocab_free(g->gv);
     sl_model_free(g->m);
     sl_tokenizer_free(g->tok);
     sl_jinja_free(g->tmpl);

@@ -71,6 +71,7 @@ typedef struct sv_engine {
     sl_session *s;       /* the worker's */
     int parallel;        /* sequences generated at once */
     struct sv_run *runs; /* [parallel], the worker's */
+    sl_gvocab *gv;       /* the worker's: the vocabulary's trie, built at the first grammar-constrained request */
 
     pthread_mutex_t mu; /* guards everything below */
     pthread_cond_t cv;
