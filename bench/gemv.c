@@ -1,6 +1,8 @@
 /* Decode GEMV speed of the CPU backend per weight format: a 4096 x 4096 matrix times one token, over
  * enough copies of the matrix (384 MB in all) that every call streams its weights from memory, not
  * from cache. Prints GB/s of weight bytes per format; compare with bench/peak.c's read bandwidth.
+ * Then one token's mixture-of-experts layer in Q4_K (8 of 128 experts of hidden 2048, width 512, as
+ * Qwen3.5-35B-A3B's), each call routed to 8 experts not used in the calls before it.
  *
  *   cmake --build build --target bench_gemv && ./build/bench_gemv [THREADS] [ROUNDS]
  */
@@ -106,6 +108,49 @@ int main(int argc, char **argv) {
     }
     free(x);
     free(y);
+    /* a MoE layer's routed experts for one token */
+    enum { E = 128, K = 8, H = 2048, I = 512 };
+    size_t rb_h = sl_ggml_row_bytes(SL_GGML_Q4_K, H), rb_i = sl_ggml_row_bytes(SL_GGML_Q4_K, I);
+    size_t mat_gu = rb_h * I, mat_d = rb_i * H, per = 2 * mat_gu + mat_d;
+    uint8_t *mem = malloc(per * E);
+    sl_expert *ex = malloc(sizeof *ex * E);
+    const sl_expert **tab = malloc(sizeof *tab * E);
+    if (!mem || !ex || !tab) return 1;
+    fmt_case fq = {"Q4_K", {.fmt = SL_WF_GGML, .gtype = SL_GGML_Q4_K}, per * E, 0};
+    fill(&fq, mem, NULL, &s);
+    for (int i = 0; i < E; i++) {
+        sl_weight w = {.fmt = SL_WF_GGML, .gtype = SL_GGML_Q4_K, .rows = I, .cols = H, .row_bytes = rb_h};
+        ex[i].gate = ex[i].up = ex[i].down = w;
+        ex[i].gate.data = mem + per * (size_t)i;
+        ex[i].up.data = ex[i].gate.data + mat_gu;
+        ex[i].down = (sl_weight){.fmt = SL_WF_GGML, .gtype = SL_GGML_Q4_K, .rows = H, .cols = I, .row_bytes = rb_i};
+        ex[i].down.data = ex[i].up.data + mat_gu;
+        tab[i] = &ex[i];
+    }
+    sl_expert_table t = {.n_experts = E, .experts = tab};
+    float *xm = malloc(sizeof *xm * H), *out = malloc(sizeof *out * H), wts[K];
+    int32_t ids[K];
+    for (int i = 0; i < H; i++) xm[i] = (float)(rnd(&s) & 0xffff) / 32768.0f - 1.0f;
+    for (int j = 0; j < K; j++) wts[j] = 1.0f / K;
+    double best = 1e30;
+    for (int r = 0; r < rounds; r++) {
+        int calls = E / K * 4;
+        double t0 = now();
+        for (int c = 0; c < calls; c++) {
+            for (int j = 0; j < K; j++) ids[j] = (c * K + j) % E;
+            be->ops->moe(be, &t, xm, 1, H, ids, wts, K, out);
+        }
+        double dt = (now() - t0) / calls;
+        best = dt < best ? dt : best;
+    }
+    printf("\n%-22s %10s %10s %10s\n", "MoE layer, one token", "MB/call", "ms/call", "GB/s");
+    printf("%-22s %10.1f %10.3f %10.1f\n", "Q4_K, 8 of 128", (double)per * K / 1e6, best * 1e3,
+           (double)per * K / best / 1e9);
+    free(mem);
+    free(ex);
+    free(tab);
+    free(xm);
+    free(out);
     sl_backend_destroy(be);
     return 0;
 }

@@ -80,6 +80,24 @@ cpu_ggml_dot_fn cpu_ggml_pick(const cpu_impl *c, int gtype);
 /* Matmul of a GGML weight with n tokens by fused row kernels (used for decode and small batches);
  * returns -1 (and records the failure) when out of memory. */
 int cpu_ggml_matmul_fused(cpu_impl *c, const sl_weight *w, const float *x, int n, float *y);
+/* out[g] = the sum of x[16g .. 16g + 15] for g < groups (the GGML row kernels' input sums). */
+void cpu_sums16(const float *x, size_t groups, float *out);
+
+/* One token's matmul y = w . x by the fused row kernels, in parts, so that many of them share one pool
+ * dispatch: cpu_mv_prep arranges x for w's kernel into prep (cpu_mv_prep_floats(w) floats) and returns -1
+ * when w has no fused row kernel here; cpu_mv_rows then computes rows [r0, r1) on the calling thread. The
+ * kernels and input arrangement of cpu_gemv and cpu_ggml_matmul_fused, so the same bits. */
+typedef float (*cpu_row_dot_fn)(const sl_weight *w, int r, const float *x, const float *xp, const float *xsum);
+typedef struct cpu_mv {
+    const sl_weight *w;
+    const float *x, *xp, *xs;
+    float *y;
+    cpu_row_dot_fn dot;   /* float, MLX, FP8 and MXFP4 rows */
+    cpu_ggml_dot_fn gdot; /* GGML rows */
+} cpu_mv;
+size_t cpu_mv_prep_floats(const sl_weight *w);
+int cpu_mv_prep(const cpu_impl *c, const sl_weight *w, const float *x, float *prep, float *y, cpu_mv *mv);
+void cpu_mv_rows(const cpu_mv *mv, int64_t r0, int64_t r1);
 
 void cpu_embed(sl_backend *b, const sl_weight *w, const int32_t *ids, int n, float *out);
 void cpu_matmul(sl_backend *b, const sl_weight *w, const float *x, int n, float *y);

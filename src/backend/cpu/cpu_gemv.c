@@ -11,23 +11,7 @@
 /* bytes ahead to prefetch: the file mapping has 4 KB pages, where hardware prefetchers stop */
 #define PF_AHEAD 2048
 
-typedef float (*row_dot_fn)(const sl_weight *w, int r, const float *x, const float *xp, const float *xsum);
-
-typedef struct {
-    const sl_weight *w;
-    const float *x, *xp, *xsum;
-    float *y;
-    row_dot_fn dot;
-} gv_job;
-
-static void gv_task(void *ctx, int64_t b, int64_t e, int tid) {
-    (void)tid;
-    gv_job *j = ctx;
-    for (int64_t r = b; r < e; r++) {
-        float v = j->dot(j->w, (int)r, j->x, j->xp, j->xsum);
-        j->y[r] = j->w->bias ? v + j->w->bias[r] : v;
-    }
-}
+typedef cpu_row_dot_fn row_dot_fn;
 
 /* Called only for a remainder: a call from vector code into this plain function on every row costs an
  * AVX-to-SSE transition each time. */
@@ -382,19 +366,28 @@ static row_dot_fn pick(const cpu_impl *c, const sl_weight *w) {
     return NULL;
 }
 
-int cpu_gemv(cpu_impl *c, const sl_weight *w, const float *x, float *y) {
-    row_dot_fn f = pick(c, w);
-    if (!f) return -1;
-    const float *xp = NULL, *xs = NULL;
+/* Floats of prep the input arrangement of w's kernel takes: MLX the 4-bit permutation and the group sums,
+ * MXFP4 the permutation, GGML the sums over 16. */
+size_t cpu_mv_prep_floats(const sl_weight *w) {
+    if (w->fmt == SL_WF_MLX) return (size_t)w->cols + (size_t)(w->cols / w->group);
+    if (w->fmt == SL_WF_MXFP4) return (size_t)w->cols;
+    if (w->fmt == SL_WF_GGML) return (size_t)w->cols / 16;
+    return 0;
+}
+
+int cpu_mv_prep(const cpu_impl *c, const sl_weight *w, const float *x, float *prep, float *y, cpu_mv *mv) {
+    *mv = (cpu_mv){.w = w, .x = x, .y = y};
+    if (w->transposed) return -1;
+    if (w->fmt == SL_WF_GGML) {
+        if (!(mv->gdot = cpu_ggml_pick(c, w->gtype))) return -1;
+        cpu_sums16(x, (size_t)w->cols / 16, prep);
+        mv->xs = prep;
+        return 0;
+    }
+    if (!(mv->dot = pick(c, w))) return -1;
     if (w->fmt == SL_WF_MLX) {
-        size_t groups = (size_t)(w->cols / w->group), need = (size_t)w->cols + groups;
-        if (need > c->xprep_len) {
-            float *p = realloc(c->xprep, need * sizeof *p);
-            if (!p) return -1;
-            c->xprep = p;
-            c->xprep_len = need;
-        }
-        float *perm = c->xprep, *sums = c->xprep + w->cols;
+        size_t groups = (size_t)(w->cols / w->group);
+        float *perm = prep, *sums = prep + w->cols;
         for (size_t g = 0; g < groups; g++) {
             float s = 0;
             for (int i = 0; i < w->group; i++) s += x[g * (size_t)w->group + (size_t)i];
@@ -406,24 +399,45 @@ int cpu_gemv(cpu_impl *c, const sl_weight *w, const float *x, float *y) {
                     perm[b * 32 + i] = x[b * 32 + 2 * i];
                     perm[b * 32 + 16 + i] = x[b * 32 + 2 * i + 1];
                 }
-        xp = perm;
-        xs = sums;
+        mv->xp = perm;
+        mv->xs = sums;
     } else if (w->fmt == SL_WF_MXFP4) { /* the 4-bit permutation, without group sums */
-        if ((size_t)w->cols > c->xprep_len) {
-            float *p = realloc(c->xprep, (size_t)w->cols * sizeof *p);
-            if (!p) return -1;
-            c->xprep = p;
-            c->xprep_len = (size_t)w->cols;
-        }
         for (int b = 0; b < w->cols / 32; b++)
             for (int i = 0; i < 16; i++) {
-                c->xprep[b * 32 + i] = x[b * 32 + 2 * i];
-                c->xprep[b * 32 + 16 + i] = x[b * 32 + 2 * i + 1];
+                prep[b * 32 + i] = x[b * 32 + 2 * i];
+                prep[b * 32 + 16 + i] = x[b * 32 + 2 * i + 1];
             }
-        xp = c->xprep;
+        mv->xp = prep;
     }
-    gv_job j = {w, x, xp, xs, y, f};
-    sl_pool_for(c->pool, w->rows, 8, gv_task, &j);
+    return 0;
+}
+
+void cpu_mv_rows(const cpu_mv *mv, int64_t r0, int64_t r1) {
+    const sl_weight *w = mv->w;
+    for (int64_t r = r0; r < r1; r++) {
+        float v = mv->gdot ? mv->gdot(w->data + (size_t)r * w->row_bytes, mv->x, mv->xs, w->cols)
+                           : mv->dot(w, (int)r, mv->x, mv->xp, mv->xs);
+        mv->y[r] = w->bias ? v + w->bias[r] : v;
+    }
+}
+
+static void gv_task(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    cpu_mv_rows(ctx, b, e);
+}
+
+int cpu_gemv(cpu_impl *c, const sl_weight *w, const float *x, float *y) {
+    if (w->fmt == SL_WF_GGML || !pick(c, w)) return -1; /* GGML weights take cpu_ggml_matmul_fused */
+    size_t need = cpu_mv_prep_floats(w);
+    if (need > c->xprep_len) {
+        float *p = realloc(c->xprep, need * sizeof *p);
+        if (!p) return -1;
+        c->xprep = p;
+        c->xprep_len = need;
+    }
+    cpu_mv mv;
+    if (cpu_mv_prep(c, w, x, c->xprep, y, &mv)) return -1;
+    sl_pool_for(c->pool, w->rows, 8, gv_task, &mv);
     return 0;
 }
 
@@ -432,6 +446,20 @@ int cpu_gemv(cpu_impl *c, const sl_weight *w, const float *x, float *y) {
 int cpu_gemv(cpu_impl *c, const sl_weight *w, const float *x, float *y) {
     (void)c, (void)w, (void)x, (void)y;
     return -1;
+}
+
+size_t cpu_mv_prep_floats(const sl_weight *w) {
+    (void)w;
+    return 0;
+}
+
+int cpu_mv_prep(const cpu_impl *c, const sl_weight *w, const float *x, float *prep, float *y, cpu_mv *mv) {
+    (void)c, (void)w, (void)x, (void)prep, (void)y, (void)mv;
+    return -1;
+}
+
+void cpu_mv_rows(const cpu_mv *mv, int64_t r0, int64_t r1) {
+    (void)mv, (void)r0, (void)r1;
 }
 
 #endif

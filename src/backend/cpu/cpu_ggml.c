@@ -42,6 +42,14 @@ static void gg_task(void *ctx, int64_t b, int64_t e, int tid) {
     }
 }
 
+void cpu_sums16(const float *x, size_t groups, float *out) {
+    for (size_t g = 0; g < groups; g++) {
+        float s = 0;
+        for (int i = 0; i < 16; i++) s += x[g * 16 + (size_t)i];
+        out[g] = s;
+    }
+}
+
 int cpu_ggml_matmul_fused(cpu_impl *c, const sl_weight *w, const float *x, int n, float *y) {
     cpu_ggml_dot_fn dot = cpu_ggml_pick(c, w->gtype);
     const float *xs = NULL;
@@ -57,11 +65,7 @@ int cpu_ggml_matmul_fused(cpu_impl *c, const sl_weight *w, const float *x, int n
             c->xprep = p;
             c->xprep_len = need;
         }
-        for (size_t g = 0; g < need; g++) {
-            float s = 0;
-            for (int i = 0; i < 16; i++) s += x[g * 16 + (size_t)i];
-            c->xprep[g] = s;
-        }
+        cpu_sums16(x, need, c->xprep);
         xs = c->xprep;
     }
     gg_job j = {w, x, xs, n, y, dot};

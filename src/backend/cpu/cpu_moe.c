@@ -105,6 +105,111 @@ static float *pair_buf(cpu_impl *c, size_t floats) {
     return c->pairs;
 }
 
+/* One pool dispatch over the rows of many one-token matmuls (mv[0, n), rows prefixed in first[]). */
+typedef struct {
+    const cpu_mv *mv;
+    const int64_t *first; /* [n + 1]: the first row of each, in one count over all */
+    int n;
+} mv_set;
+
+static void mv_set_task(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const mv_set *s = ctx;
+    int lo = 0, hi = s->n - 1; /* the matmul holding row b */
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (s->first[mid] <= b)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    for (int j = lo; j < s->n && b < e; j++) {
+        int64_t end = s->first[j + 1] < e ? s->first[j + 1] : e;
+        cpu_mv_rows(&s->mv[j], b - s->first[j], end - s->first[j]);
+        b = end;
+    }
+}
+
+static void mv_set_run(cpu_impl *c, const cpu_mv *mv, int64_t *first, int n) {
+    first[0] = 0;
+    for (int j = 0; j < n; j++) first[j + 1] = first[j] + mv[j].w->rows;
+    mv_set s = {mv, first, n};
+    sl_pool_for(c->pool, first[n], 8, mv_set_task, &s);
+}
+
+/* Decode, where every routed expert has one token: the gate and up rows of every pair in one pool
+ * dispatch, then every down row in another, through the one-token row kernels, instead of three
+ * dispatches per expert (which cost as much as a small expert's rows). The kernels and inputs are those of
+ * the expert-by-expert path, so are the bits. 1 when some weight has no row kernel (nothing done), -1 on
+ * failure (recorded), else 0. */
+static int moe_pairs_decode(cpu_impl *c, const sl_expert_table *t, const float *x, int hidden, const int32_t *ids,
+                            size_t nk, int k, float *P) {
+    size_t np = 0, inter = 0, prep = 0;
+    for (size_t i = 0; i < nk; i++) {
+        if (ids[i] < 0) continue;
+        const sl_expert *ex = t->experts[ids[i]];
+        if (!ex) return 1; /* the other path says which */
+        const sl_weight *ws[3] = {&ex->gate, &ex->up, &ex->down};
+        for (int j = 0; j < 3; j++) {
+            if (!ws[j]->data) continue;
+            if (ws[j]->transposed) return 1;
+            size_t f = cpu_mv_prep_floats(ws[j]);
+            prep = f > prep ? f : prep;
+        }
+        if ((size_t)ex->gate.rows > inter) inter = (size_t)ex->gate.rows;
+        np++;
+    }
+    /* per pair: the gate (and up) outputs, the down input; per matmul: its prep and its place in the rows */
+    size_t need = (np * 2 * inter + np * inter + 2 * np * prep) * sizeof(float) + 2 * np * sizeof(cpu_mv) +
+                  (2 * np + 1) * sizeof(int64_t) + 64;
+    if (need > c->moe_len) {
+        void *p = realloc(c->moe_buf, need);
+        if (!p) {
+            if (!c->failed) sl_fail(&c->failure, "out of memory in the MoE layer (%zu pairs)", np);
+            c->failed = 1;
+            return -1;
+        }
+        c->moe_buf = p;
+        c->moe_len = need;
+    }
+    cpu_mv *mv = c->moe_buf;
+    int64_t *first = (int64_t *)(mv + 2 * np);
+    float *g = (float *)(first + 2 * np + 1), *u = g + np * inter, *a = u + np * inter, *pp = a + np * inter;
+    int nm = 0;
+    size_t r = 0;
+    for (size_t i = 0; i < nk; i++) {
+        if (ids[i] < 0) continue;
+        const sl_expert *ex = t->experts[ids[i]];
+        const float *xi = x + i / (size_t)k * (size_t)hidden;
+        if (cpu_mv_prep(c, &ex->gate, xi, pp + (size_t)nm * prep, g + r * inter, &mv[nm])) return 1;
+        nm++;
+        if (ex->up.data) {
+            if (cpu_mv_prep(c, &ex->up, xi, pp + (size_t)nm * prep, u + r * inter, &mv[nm])) return 1;
+            nm++;
+        }
+        r++;
+    }
+    mv_set_run(c, mv, first, nm);
+    nm = 0;
+    r = 0;
+    for (size_t i = 0; i < nk; i++) {
+        if (ids[i] < 0) continue;
+        const sl_expert *ex = t->experts[ids[i]];
+        float *gr = g + r * inter, *ur = u + r * inter, *ar = a + r * inter;
+        if (!ex->up.data) { /* gate and up rows interleaved in one weight */
+            size_t I = (size_t)ex->gate.rows / 2;
+            for (size_t j = 0; j < I; j++) ar[j] = sl_expert_act(t, gr[j * 2], gr[j * 2 + 1]);
+        } else {
+            for (size_t j = 0; j < (size_t)ex->gate.rows; j++) ar[j] = sl_expert_act(t, gr[j], ur[j]);
+        }
+        if (cpu_mv_prep(c, &ex->down, ar, pp + (size_t)nm * prep, P + i * (size_t)hidden, &mv[nm])) return 1;
+        nm++;
+        r++;
+    }
+    mv_set_run(c, mv, first, nm);
+    return 0;
+}
+
 void cpu_moe_pairs(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
                    int k) {
     cpu_impl *c = cpu_of(b);
@@ -125,6 +230,14 @@ void cpu_moe_pairs(sl_backend *b, const sl_expert_table *t, const float *x, int 
         }
         c->moe_buf = p;
         c->moe_len = need;
+    }
+    /* one token per expert (decode): every expert in two dispatches */
+    int one = nk <= 64;
+    for (size_t i = 0; i < nk && one; i++)
+        for (size_t j = i + 1; j < nk && one; j++) one = ids[i] < 0 || ids[i] != ids[j];
+    if (one) {
+        int rc = moe_pairs_decode(c, t, x, hidden, ids, nk, k, P);
+        if (rc <= 0) return;
     }
     size_t *pair = c->moe_buf;
     float *xs = (float *)(pair + nk);
