@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "core/util.h"
+#include "experts/layout.h"
 #include "experts/pack.h"
 #include "experts/store.h"
 #include "formats/st_write.h"
@@ -486,6 +487,61 @@ Test(streaming, pack_gpt_oss_mxfp4) {
 
 Test(streaming, pack_gguf) {
     check_pack("gguf/qwen3_moe-Q4_K_M/model.gguf");
+}
+
+/* ---- the host image laid out as the slot, for buffered reads ---- */
+
+/* An expert of pieces at the given file offsets and lengths (file -1: held in memory), planned. */
+static void plan_pieces(xinfo *xi, const int *file, const uint64_t *off, const size_t *len, int n) {
+    static const uint8_t mem[4096];
+    memset(xi, 0, sizeof *xi);
+    for (int i = 0; i < n; i++)
+        xi->p[i] = (piece){.file = file[i], .off = off[i], .len = len[i], .mem = file[i] < 0 ? mem : NULL};
+    size_t ib, db;
+    sl_xinfo_plan(xi, &ib, &db);
+}
+
+/* Every piece DEV_ALIGN-aligned in the slot, at the same place in the image, inside copy_len, and apart. */
+static void expect_slot_image(const xinfo *xi, int n) {
+    cr_assert(xi->one_copy);
+    cr_assert_eq(xi->copy_off, 0);
+    for (int i = 0; i < n; i++) {
+        const piece *p = &xi->p[i];
+        cr_assert_eq(p->dev % DEV_ALIGN, 0, "piece %d at %zu", i, p->dev);
+        cr_assert_eq(p->img, p->dev, "piece %d: image %zu, slot %zu", i, p->img, p->dev);
+        cr_assert_leq(p->dev + p->len, xi->copy_len, "piece %d ends past the copy", i);
+        for (int j = 0; j < i; j++)
+            cr_assert(p->dev >= xi->p[j].dev + xi->p[j].len || xi->p[j].dev >= p->dev + p->len,
+                      "pieces %d and %d overlap", j, i);
+    }
+}
+
+Test(streaming, slot_image_layout) {
+    xinfo xi;
+    size_t db;
+    /* one window, pieces 256-aligned apart (and 8 bytes into their pages): read whole, where they belong */
+    const int f3[] = {0, 0, 0};
+    const uint64_t o3[] = {8200, 8200 + 768, 8200 + 2560};
+    const size_t l3[] = {700, 1500, 3000};
+    plan_pieces(&xi, f3, o3, l3, 3);
+    cr_assert_eq(xi.n_win, 1);
+    cr_assert_eq(sl_xinfo_slot_image(&xi, &db), 1);
+    cr_assert_eq(xi.piece_reads, 0);
+    cr_assert_eq(db, xi.copy_len);
+    expect_slot_image(&xi, 3);
+    cr_assert_eq(xi.p[1].dev - xi.p[0].dev, 768, "the window's bytes keep their distances");
+    cr_assert_eq(xi.w[0].at_lo, xi.p[0].dev);
+    /* one window whose pieces are not 256 apart (a float scale array beside FP8 data), a second file, and
+     * a piece held in memory: piece by piece */
+    const int f4[] = {0, 0, 1, -1};
+    const uint64_t o4[] = {4096, 4096 + 1000, 12, 0};
+    const size_t l4[] = {1000, 40, 500, 64};
+    plan_pieces(&xi, f4, o4, l4, 4);
+    cr_assert_eq(sl_xinfo_slot_image(&xi, &db), 1);
+    cr_assert_eq(xi.piece_reads, 1);
+    expect_slot_image(&xi, 4);
+    /* already one copy (as a pack lays experts out): left alone */
+    cr_assert_eq(sl_xinfo_slot_image(&xi, &db), 0);
 }
 
 /* --io gds reads into GPU memory: a backend without it refuses, saying so. */
