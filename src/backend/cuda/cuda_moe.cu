@@ -389,7 +389,10 @@ void cu_moe_pairs_put(sl_backend *b, const float *rows, const int32_t *idx, int 
     cu_impl *c = cu_of(b);
     size_t nk = (size_t)n * (size_t)k, rb = (size_t)cnt * (size_t)hidden * sizeof(float);
     if (cnt <= 0) return;
-    if (!c->pairs || c->pairs_n != n * k) { /* no moe_pairs call of this layer: the rows alone */
+    /* the layer's moe_pairs outputs, still inside the buffers (a failed layer may have left older ones) */
+    const float *mb = c->moe_buf;
+    int in_moe = c->pairs >= mb && c->pairs + nk * (size_t)hidden <= mb + c->moe_len / sizeof(float);
+    if (!c->pairs || c->pairs_n != n * k || !(in_moe || c->pairs == c->put_pairs)) { /* none: the rows alone */
         if (cu_grow(c, (void **)&c->put_pairs, &c->put_pairs_len, nk * (size_t)hidden * sizeof(float),
                     "MoE pair outputs"))
             return;
