@@ -1214,8 +1214,8 @@ void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a) {
         }
     }
     st->miss_rate[l] = 0.9f * st->miss_rate[l] + (nt ? 0.1f : 0.0f);
-    /* experts of the host cache the CPU computes beside the backend, from a host copy of the input taken
-     * while the backend's queue is empty */
+    /* experts in host memory (the host cache, or the page cache) the CPU computes beside the backend, from
+     * a host copy of the input taken while the backend's queue is empty */
     int ncpu = st->cpu && nt ? plan_cpu(st, l, nk, &nt) : 0, cpu_done = 0, cpu_cnt = 0;
     if (ncpu) {
         if (!host_input(st, (size_t)n * (size_t)H)) {
