@@ -3,7 +3,7 @@
 # and `--n-cpu-moe N` for each N in NCMOE) against `sluice bench` streaming the same GGUF file under each
 # setup in SETUPS, one table with the ratio to llama.cpp's `-ot exps=CPU`, and for sluice the bounds and
 # counters that say where its time goes (I/O bound, routing wait, share of experts computed on the CPU,
-# decode as predicted from the tiers before the run).
+# decode and prompt rates as predicted from the tiers and the measured speeds).
 #   bench/vs-llamacpp-offload.sh LLAMA_CPP_BIN_DIR FILE.gguf
 # Environment: P (prompt tokens, default 512), N (generated tokens, default 128), R (repetitions, default
 # 3), NCMOE (llama.cpp --n-cpu-moe values, comma separated, default none), SETUPS (sluice flag sets
@@ -90,6 +90,8 @@ for k in range(1, n + 1):
             notes.append(f"on the CPU {100 * d['cpu_experts'] / look:.0f} % ({1e3 * d['cpu_s'] / tok:.2f} ms/token)")
         if x.get("decode_predicted_tok_s"):
             notes.append(f"predicted {x['decode_predicted_tok_s']:,.1f} tok/s")
+        if x.get("prefill_predicted_tok_s"):
+            notes.append(f"prompt predicted {x['prefill_predicted_tok_s']:,.0f} tok/s")
     else:
         notes.append("resident")
     print(f"| sluice {setup} | {pp:,.0f} | {tg:,.1f} | {ratio(pp, base_pp)} | {ratio(tg, base_tg)} | {'; '.join(notes)} |")

@@ -51,7 +51,7 @@ grep -q "routes to 4 per layer" "$TMP/small.err" || fail "too small a cache: $(c
 grep -q -- "--io gds reads experts straight into GPU memory, which the cpu backend" "$TMP/gds.err" ||
     fail "--io gds on the CPU: $(cat "$TMP/gds.err")"
 "$BIN" bench "$M" -p 16 -n 8 --ram 500K >"$TMP/bench.out" 2>&1 || fail "bench --ram: $(cat "$TMP/bench.out")"
-for row in "streamed experts" "decode experts" "decode predicted" "expert tier read"; do
+for row in "streamed experts" "decode experts" "prefill predicted" "decode predicted" "expert tier read"; do
     grep -q "$row" "$TMP/bench.out" || fail "bench --ram: no '$row' row"
 done
 mkdir -p "$TMP/pk" && cp "$M/config.json" "$M/model.safetensors" "$TMP/pk/"
