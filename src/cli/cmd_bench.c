@@ -161,15 +161,28 @@ typedef struct {
  * slot, the host cache or on disk as often as the tiers' shares of all experts say (routing taken as
  * uniform), each at its cost: read from backend memory; copied, or computed on the CPU where that was
  * measured faster; read from the tier below, then copied. 0 when a speed is unknown. */
+/* The shares of all routed experts in slots (*ps) and in the host cache beyond them (*pr; the slots are
+ * filled from it), by the tiers' sizes. */
+static void tier_shares(const sl_store_stats *d, double all, double *ps, double *pr) {
+    double s = d->n_slots / all, h = d->n_ram / all;
+    s = s > 1 ? 1 : s;
+    h = h > 1 ? 1 : h;
+    *ps = s;
+    *pr = h > s ? h - s : 0;
+}
+
+/* One expert's copy into a slot: as measured at load, else one read of it at the memory bandwidth. */
+static double copy_time(const sl_store_stats *d, const bench_result *r) {
+    return d->copy_s > 0 ? d->copy_s : (double)d->slot_bytes / r->bandwidth;
+}
+
 static double predict_decode(const bench_result *r) {
     const sl_store_stats *d = &r->st_dec;
     if (r->bandwidth <= 0 || r->tier_bw <= 0 || r->tok.moe_experts <= 0) return 0;
-    double all = r->tok.moe_experts, ps = d->n_slots / all, pr = d->n_ram / all;
-    ps = ps > 1 ? 1 : ps;
-    pr = pr > 1 ? 1 : pr;
-    pr = pr > ps ? pr - ps : 0;
+    double ps, pr;
+    tier_shares(d, r->tok.moe_experts, &ps, &pr);
     double pd = 1 - ps - pr, xb = (double)d->slot_bytes, compute = xb / r->bandwidth;
-    double copy = d->copy_s > 0 ? d->copy_s : compute, ram = copy + compute;
+    double copy = copy_time(d, r), ram = copy + compute;
     if (d->cpu_t1_s > 0 && d->cpu_t1_s < ram) ram = d->cpu_t1_s;
     double per_expert = ps * compute + pr * ram + pd * (xb / r->tier_bw + copy + compute);
     double routed = xb > 0 ? r->tok.expert_bytes / xb : 0; /* experts a token runs, over all layers */
@@ -188,14 +201,11 @@ static double prefill_gflop(const bench_result *r) {
 static double predict_prefill(const bench_result *r) {
     const sl_store_stats *d = &r->st_pre;
     double xb = (double)d->slot_bytes;
-    if (r->flops <= 0 || r->tier_bw <= 0 || r->tok.moe_layers <= 0 || xb <= 0) return 0;
+    if (r->flops <= 0 || r->bandwidth <= 0 || r->tier_bw <= 0 || r->tok.moe_layers <= 0 || xb <= 0) return 0;
     double L = r->tok.moe_layers, E = r->tok.moe_experts / L, k = r->tok.expert_bytes / xb / L;
-    double used = E * (1 - pow(1 - k / E, r->prompt)), all = r->tok.moe_experts;
-    double ps = d->n_slots / all, pr = d->n_ram / all;
-    ps = ps > 1 ? 1 : ps;
-    pr = pr > 1 ? 1 : pr;
-    pr = pr > ps ? pr - ps : 0;
-    double copy = d->copy_s > 0 ? d->copy_s : xb / r->bandwidth;
+    double used = E * (1 - pow(1 - k / E, r->prompt)), ps, pr;
+    tier_shares(d, r->tok.moe_experts, &ps, &pr);
+    double copy = copy_time(d, r);
     double loads = L * used * (pr * copy + (1 - ps - pr) * (xb / r->tier_bw + copy));
     double t = prefill_gflop(r) * 1e9 / r->flops + loads;
     return t > 0 ? r->prompt / t : 0;

@@ -222,11 +222,11 @@ static int place_model(sl_model *m, const sl_model_opts *o, sl_err *e) {
     char ram_s[48] = "off", cpu_s[160] = "";
     if (s.n_ram) snprintf(ram_s, sizeof ram_s, "%d experts (%s)", s.n_ram, sl_human_bytes(s.ram_bytes, b3, sizeof b3));
     if (s.cpu_t1_s > 0)
-        snprintf(
-            cpu_s, sizeof cpu_s,
-            "; host cache hits computed on the CPU %s (an expert: copy %.2f ms, CPU %.2f ms + %.2f ms a token more)",
-            sc.cpu_experts == SL_CPU_EXPERTS_ON ? "always" : "where faster", s.copy_s * 1e3, s.cpu_t1_s * 1e3,
-            s.cpu_tm_s * 1e3);
+        snprintf(cpu_s, sizeof cpu_s,
+                 "; experts in host memory computed on the CPU %s (an expert: copy %.2f ms, CPU %.2f ms + %.2f ms a "
+                 "token more)",
+                 sc.cpu_experts == SL_CPU_EXPERTS_ON ? "always" : "where faster", s.copy_s * 1e3, s.cpu_t1_s * 1e3,
+                 s.cpu_tm_s * 1e3);
     fprintf(stderr, "sluice: streaming experts: %d slots of %s in %s memory (%s), host cache %s, %s I/O via %s%s%s\n",
             s.n_slots, sl_human_bytes((double)s.slot_bytes, b1, sizeof b1), own ? op->name : "host",
             sl_human_bytes((double)s.slot_bytes * s.n_slots, b2, sizeof b2), ram_s, sl_io_mode_name(s.io), s.engine,

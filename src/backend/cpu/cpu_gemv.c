@@ -427,7 +427,7 @@ static void gv_task(void *ctx, int64_t b, int64_t e, int tid) {
 }
 
 int cpu_gemv(cpu_impl *c, const sl_weight *w, const float *x, float *y) {
-    if (w->fmt == SL_WF_GGML || !pick(c, w)) return -1; /* GGML weights take cpu_ggml_matmul_fused */
+    if (w->fmt == SL_WF_GGML) return -1; /* GGML weights take cpu_ggml_matmul_fused */
     size_t need = cpu_mv_prep_floats(w);
     if (need > c->xprep_len) {
         float *p = realloc(c->xprep, need * sizeof *p);
