@@ -85,6 +85,8 @@ for k in range(1, n + 1):
             notes.append(f"I/O bound {bound:,.1f} tok/s ({100 * tg / bound:.0f} % of it)")
         notes.append(f"routing wait {1e3 * d['route_wait_s'] / tok:.2f} ms/token")
         notes.append(f"host {1e3 * d['host_s'] / tok:.2f} ms/token")
+        if d.get("sync_s"):
+            notes.append(f"waits for buffers {1e3 * d['sync_s'] / tok:.2f} ms/token")
         notes.append(f"slots {100 * d['hits_slots'] / look:.0f} %")
         if d.get("cpu_experts"):
             notes.append(f"on the CPU {100 * d['cpu_experts'] / look:.0f} % ({1e3 * d['cpu_s'] / tok:.2f} ms/token)")

@@ -17,9 +17,10 @@ int cli_stream_flag(const char *cmd, const char *flag, const char *val, sl_model
     "                         most the experts' size; 0: none, the page cache serves); on the CPU\n"                   \
     "                         backend, the expert cache itself (streaming on; default: compute on the\n"               \
     "                         mapped checkpoint)\n"                                                                    \
-    "  --cpu-experts MODE     experts found in the host cache but in no GPU slot: auto (computed on the\n"             \
-    "                         CPU where that beats copying them, from measured copy and CPU speed), on\n"              \
-    "                         (always on the CPU, up to 256 routed pairs a layer) or off (copied)\n"                   \
+    "  --cpu-experts MODE     experts in host memory (host or page cache) but in no GPU slot: auto (in\n"              \
+    "                         decode steps, computed on the CPU where that beats copying them, from\n"                 \
+    "                         measured copy and CPU speed; a prompt's are copied), on (always on the\n"                \
+    "                         CPU, up to 256 routed pairs a layer) or off (copied)\n"                                  \
     "  --io MODE              how experts are read: buffered (page cache), direct (O_DIRECT) or gds\n"                 \
     "                         (GPUDirect Storage through libcufile); default: gds where the nvidia-fs\n"               \
     "                         driver is loaded and no --ram cache is asked for, else buffered while\n"                 \

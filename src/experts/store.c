@@ -89,6 +89,13 @@ struct sl_expert_store {
     uint64_t *pmark;  /* [n_experts]: the pass an expert belongs to */
     float *miss_rate; /* [layer]: how often a visit missed lately (decaying) */
     int *inflight;
+    /* reuse: an expert routed to again within the time slots keep an expert is worth a slot more than a
+     * CPU pass (auto) */
+    uint32_t *last_use;  /* [layer][expert]: the step it was last routed to, 0 never */
+    uint32_t *reuse_age; /* [n_experts]: this visit's experts, steps since their last use */
+    uint32_t step;       /* steps through the first MoE layer */
+    int step_miss;       /* this step's experts found in no slot, so far */
+    double miss_step;    /* that per step, tracked */
     /* CPU experts (see sl_cpu_experts): a CPU backend of their own, the experts of one visit as views of
      * their host images, the pairs they compute and where those go */
     sl_backend *cpu;
@@ -101,7 +108,7 @@ struct sl_expert_store {
     float *cpu_rows;       /* pinned: their outputs [SL_CPU_PAIRS_MAX][hidden] */
     float *hx;             /* host copy of the layer's input */
     size_t hx_len;
-    double cpu_adj; /* measured over predicted CPU time, tracked */
+    double cpu_adj; /* measured over predicted CPU time of passes of a few pairs (the ones auto plans) */
     sl_store_stats st;
     sl_err failure;
     int failed;
@@ -225,7 +232,10 @@ static void copies_done(sl_expert_store *st) {
 
 static int backend_sync(sl_expert_store *st) {
     sl_err e;
-    if (st->be->ops->sync && st->be->ops->sync(st->be, &e)) return fail(st, "%s", e.msg);
+    double t0 = sl_now();
+    int rc = st->be->ops->sync ? st->be->ops->sync(st->be, &e) : 0;
+    st->st.sync_s += sl_now() - t0;
+    if (rc) return fail(st, "%s", e.msg);
     copies_done(st);
     return 0;
 }
@@ -651,11 +661,14 @@ int sl_store_create(sl_model *m, const sl_store_config *cfg, sl_expert_store **o
     st->mark = calloc((size_t)st->n_experts, sizeof *st->mark);
     st->pmark = calloc((size_t)st->n_experts, sizeof *st->pmark);
     st->miss_rate = malloc((size_t)st->n_layers * sizeof *st->miss_rate);
+    st->last_use = calloc(cells, sizeof *st->last_use);
+    st->reuse_age = calloc((size_t)st->n_experts, sizeof *st->reuse_age);
     st->inflight = malloc((size_t)st->n_experts * sizeof(int));
     st->list = malloc((size_t)st->n_experts * sizeof(int) * 3);
     st->pred = malloc((size_t)(st->k_max + 1) * sizeof *st->pred);
     if (!st->x || !st->where || !st->ram_where || !st->layer_slots || !st->stale || !st->fd_buf || !st->fd_direct ||
-        !st->gfh || !st->mark || !st->list || !st->pred || !st->pmark || !st->inflight || !st->miss_rate) {
+        !st->gfh || !st->mark || !st->list || !st->pred || !st->pmark || !st->inflight || !st->miss_rate ||
+        !st->last_use || !st->reuse_age) {
         sl_store_free(st);
         return sl_fail(e, "out of memory describing the experts");
     }
@@ -762,7 +775,9 @@ int sl_store_create(sl_model *m, const sl_store_config *cfg, sl_expert_store **o
         /* the host cache, or without one enough staging images for the reads of a few layers */
         int64_t n_ram = cfg->ram_bytes > 0 ? cfg->ram_bytes / (int64_t)st->img_bytes : 0;
         if (n_ram > total) n_ram = total;
-        int stage = 4 * st->k_max > 32 ? 4 * st->k_max : 32;
+        /* staging: a few layers' misses and reads ahead in flight or being copied before a buffer must
+         * wait for the backend's queue to drain */
+        int stage = 8 * st->k_max > 64 ? 8 * st->k_max : 64;
         /* one pinned block; a default-sized cache halves until the system grants it */
         for (;;) {
             st->n_host = (int)(n_ram > stage ? n_ram : stage);
@@ -868,6 +883,8 @@ void sl_store_free(sl_expert_store *st) {
     free(st->mark);
     free(st->pmark);
     free(st->miss_rate);
+    free(st->last_use);
+    free(st->reuse_age);
     free(st->inflight);
     free(st->list);
     free(st->pred);
@@ -907,6 +924,7 @@ sl_store_stats sl_store_stats_since(const sl_store_stats *a, const sl_store_stat
     SUB(read_busy_s);
     SUB(stall_s);
     SUB(route_wait_s);
+    SUB(sync_s);
     SUB(host_s);
     SUB(predicted);
     SUB(predicted_used);
@@ -1048,13 +1066,24 @@ static int mapped_resident(const sl_expert *x) {
  * beside them (auto), or all of them (on), up to SL_CPU_PAIRS_MAX pairs. Returns how many. */
 static int plan_cpu(sl_expert_store *st, int l, int nk, int *nt) {
     int nc = 0, E = st->n_experts, mapped = st->cfg.io == SL_IO_BUFFERED;
+    /* auto: a prompt or a large batch goes to the GPU whole (its experts serve many tokens each, and a
+     * CPU pass over them measured slower than copying them, on every shape tried) */
+    if (st->cfg.cpu_experts == SL_CPU_EXPERTS_AUTO && nk > SL_CPU_AUTO_PAIRS) return 0;
     double cs = st->st.copy_s, rs = cs; /* a read from the page cache: as measured so far, else as a copy */
     if (st->st.read_busy_s > 0.01 && st->st.bytes_read > 0)
         rs = (double)st->img_bytes * st->st.read_busy_s / (double)st->st.bytes_read;
+    /* About how many steps an expert read now stays in its slot: the slots over the experts each step
+     * brings in. Where slots keep experts that long (many slots for the misses), an expert that must be
+     * read from the page cache anyway and was routed to again within that time is read into a slot
+     * (auto), its next uses hits, instead of being computed from the page cache each time. Host cache
+     * experts stay with the planner: their copies are the GPU's cost, which a CPU pass spares. */
+    double horizon = (double)st->n_slots / (st->miss_step > 1 ? st->miss_step : 1);
+    int keep_reused = st->cfg.cpu_experts == SL_CPU_EXPERTS_AUTO && horizon >= 16;
     double G = 0, C = 0;
     for (int i = 0; i < *nt; i++) {
         int x = st->todo[i], r = st->ram_where[(size_t)l * (size_t)E + (size_t)x];
         G += r >= 0 ? cs : rs + cs;
+        if (keep_reused && r < 0 && (double)st->reuse_age[x] <= horizon) continue;
         if (r >= 0 && !st->host[r].reading) {
             st->cpu_src[x] = r;
             st->cpu_list[nc++] = x;
@@ -1084,7 +1113,12 @@ static int plan_cpu(sl_expert_store *st, int l, int nk, int *nt) {
         }
         pairs += m;
     }
-    if (!ns) return 0;
+    if (!ns) {
+        /* a CPU found slow once (a cold start, a busy moment) is tried again: the estimate drifts back
+         * towards the measured cost while the planner keeps it idle */
+        if (st->cpu_adj > 1) st->cpu_adj = 1 + (st->cpu_adj - 1) * 0.95;
+        return 0;
+    }
     st->pass_stamp++;
     for (int i = 0; i < ns; i++) {
         int x = st->cpu_list[i];
@@ -1141,7 +1175,7 @@ static int cpu_pass(sl_expert_store *st, int l, const sl_store_moe_args *a, int 
     if (st->cpu->ops->check(st->cpu, &e)) return fail(st, "layer %d: the experts computed on the CPU: %s", l, e.msg);
     double dt = sl_now() - t0;
     st->st.cpu_s += dt;
-    if (predicted > 0) { /* track the measured time */
+    if (predicted > 0 && nk <= SL_CPU_AUTO_PAIRS) { /* track the measured time of the passes auto plans */
         st->cpu_adj *= 0.9 + 0.1 * dt / predicted;
         st->cpu_adj = st->cpu_adj < 0.05 ? 0.05 : st->cpu_adj > 20 ? 20 : st->cpu_adj;
     }
@@ -1156,10 +1190,15 @@ void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a) {
     const sl_config *c = &m->cfg;
     sl_moe *L = m->layers[l].moe;
     int n = a->n, k = c->top_k, E = L->experts.n_experts, H = c->hidden, nk = n * k;
-    double t_in = sl_now(), stall0 = st->st.stall_s, cpu0 = st->st.cpu_s, t_route = 0;
+    double t_in = sl_now(), stall0 = st->st.stall_s, cpu0 = st->st.cpu_s, sync0 = st->st.sync_s, t_route = 0;
     if (st->failed || ensure(st, nk)) goto failed;
     st->visit++;
-    if (l == st->first_moe) st->st.tokens += (uint64_t)n;
+    if (l == st->first_moe) {
+        st->st.tokens += (uint64_t)n;
+        if (st->step) st->miss_step = st->step > 1 ? 0.9 * st->miss_step + 0.1 * st->step_miss : st->step_miss;
+        st->step_miss = 0;
+        st->step++;
+    }
     sl_route(be, c, L->router_bias, a->logits, n, E, a->ids, a->weights);
     /* read ahead only for a next layer that missed lately: the guess costs a router matmul and a wait */
     int nl = next_moe_layer(st, l), predict = st->cfg.prefetch && n == 1 && nl >= 0 && st->miss_rate[nl] > 0.02f;
@@ -1187,6 +1226,9 @@ void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a) {
         if (st->mark[x] != st->visit) {
             st->mark[x] = st->visit;
             st->list[nu++] = x;
+            uint32_t *lu = &st->last_use[(size_t)l * (size_t)E + (size_t)x];
+            st->reuse_age[x] = *lu ? st->step - *lu : UINT32_MAX;
+            *lu = st->step;
         }
     }
     st->st.lookups += (uint64_t)nu;
@@ -1214,6 +1256,7 @@ void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a) {
         }
     }
     st->miss_rate[l] = 0.9f * st->miss_rate[l] + (nt ? 0.1f : 0.0f);
+    st->step_miss += nt;
     /* experts in host memory (the host cache, or the page cache) the CPU computes beside the backend, from
      * a host copy of the input taken while the backend's queue is empty */
     int ncpu = st->cpu && nt ? plan_cpu(st, l, nk, &nt) : 0, cpu_done = 0, cpu_cnt = 0;
@@ -1278,14 +1321,18 @@ void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a) {
             if (x < 0 || x >= E2) continue;
             st->pred[st->n_pred++] = x;
             if (*wh(st, nl, x) >= 0) continue;
-            /* one token's expert in the host cache: the CPU computes it where it is, if no slot has it */
-            if (st->cpu && st->ram_where[(size_t)nl * (size_t)st->n_experts + (size_t)x] >= 0) continue;
+            /* one token's expert in host memory (the host cache; without one, the page cache where reads
+             * are buffered): the CPU computes it where it is, if no slot has it */
+            if (st->cpu && (st->ram_where[(size_t)nl * (size_t)st->n_experts + (size_t)x] >= 0 ||
+                            (!st->ram_cache && st->cfg.io == SL_IO_BUFFERED && mapped_resident(template_of(m, nl, x)))))
+                continue;
             int si = victim(st);
             if (si < 0) break;
             if (start_load(st, si, nl, x, 1)) goto failed;
         }
     }
-    st->st.host_s += sl_now() - t_in - t_route - (st->st.stall_s - stall0) - (st->st.cpu_s - cpu0);
+    st->st.host_s +=
+        sl_now() - t_in - t_route - (st->st.stall_s - stall0) - (st->st.cpu_s - cpu0) - (st->st.sync_s - sync0);
     return;
 failed:
     op->zero(be, a->out, (size_t)n * (size_t)H * sizeof(float));
@@ -1364,6 +1411,8 @@ const char *sl_store_stats_line(const sl_store_stats *s, char *buf, size_t n) {
     if (s->host_s > 0)
         k += snprintf(buf + k, n - (size_t)k, ", routing wait %.2f + host %.2f ms/token", s->route_wait_s * 1e3 / tok,
                       s->host_s * 1e3 / tok);
+    if (s->sync_s > 0)
+        k += snprintf(buf + k, n - (size_t)k, ", waits for buffers %.2f ms/token", s->sync_s * 1e3 / tok);
     if (s->predicted)
         snprintf(buf + k, n - (size_t)k, ", prefetch %.0f%% right",
                  100.0 * (double)s->predicted_used / (double)s->predicted);

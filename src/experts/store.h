@@ -30,6 +30,8 @@ typedef struct sl_expert_store sl_expert_store;
  * SL_CPU_PAIRS_MAX routed pairs a layer (on); or never, copied into a slot first (off). */
 typedef enum { SL_CPU_EXPERTS_AUTO = 0, SL_CPU_EXPERTS_ON, SL_CPU_EXPERTS_OFF } sl_cpu_experts;
 #define SL_CPU_PAIRS_MAX 256
+/* auto plans CPU experts only for layers of at most this many routed pairs (decode, small batches) */
+#define SL_CPU_AUTO_PAIRS 64
 
 typedef struct sl_store_config {
     int64_t slot_bytes_budget; /* backend memory for expert slots */
@@ -60,8 +62,10 @@ typedef struct sl_store_stats {
     double read_busy_s;      /* wall time with reads in flight */
     double stall_s;          /* time the forward pass waited for reads (to land, or for room to start) */
     double route_wait_s;     /* time waiting for each layer's routing to reach the host */
+    double sync_s;           /* time waiting for the backend's queue to drain so that a host buffer or
+                              * slot being copied from or into is free again */
     double host_s;           /* the rest of the host's time in MoE layers: bookkeeping, launches, copies
-                              * issued, waits for copies to free a buffer (the GPU idles through much of it) */
+                              * issued (the GPU idles through much of it) */
     uint64_t predicted;      /* experts predicted for the next layer */
     uint64_t predicted_used; /* of those, experts that layer was routed to */
     uint64_t prefetched;     /* reads started ahead of need */

@@ -790,6 +790,8 @@ void sv_engine_metrics(sv_engine *g, sv_buf *o) {
         METRIC("expert_routing_wait_seconds_total", "counter", "Time waiting for each MoE layer's routing.", "%.6f",
                x->route_wait_s);
         METRIC("expert_host_seconds_total", "counter", "Host time in MoE layers besides the waits.", "%.6f", x->host_s);
+        METRIC("expert_buffer_wait_seconds_total", "counter",
+               "Time waiting for the GPU's queue to free a host buffer or slot for an expert.", "%.6f", x->sync_s);
         METRIC("expert_predicted_total", "counter", "Experts guessed for the next layer.", "%llu",
                (unsigned long long)x->predicted);
         METRIC("expert_predicted_used_total", "counter", "Guessed experts the next layer was routed to.", "%llu",

@@ -248,6 +248,49 @@ static void check_cpu_experts(const char *rel, int64_t ram) {
     free(path);
 }
 
+/* auto leaves a prompt's experts to the backend (more than SL_CPU_AUTO_PAIRS routed pairs in a layer: they
+ * serve many tokens each) and plans the CPU for decode steps alone; on computes the prompt's experts found
+ * in host memory too. */
+Test(cpu_experts, auto_leaves_prompts_to_the_backend) {
+    char *path = tu_fixture("models/qwen3_moe");
+    sl_err e = {{0}};
+    enum { N_PROMPT = 80 };
+    int32_t p[N_PROMPT];
+    for (int i = 0; i < N_PROMPT; i++) p[i] = (i * 7 + 3) % 97;
+    for (int on = 0; on < 2; on++) {
+        sl_model *m;
+        sl_model_opts ro = {0};
+        cr_assert_eq(sl_model_load(path, &ro, &m, &e), 0, "%s", e.msg);
+        int slots = 2 * moe_layers(m) > m->cfg.top_k ? 2 * moe_layers(m) : m->cfg.top_k;
+        cr_assert_gt(N_PROMPT * m->cfg.top_k, SL_CPU_AUTO_PAIRS);
+        sl_model_free(m);
+        sl_model_opts o = {.expert_slots = slots,
+                           .ram = 256 << 20,
+                           .staged_ram = 256 << 20,
+                           .cpu_experts = on ? SL_CPU_EXPERTS_ON : SL_CPU_EXPERTS_AUTO,
+                           .io = SL_IO_BUFFERED};
+        cr_assert_eq(sl_model_load(path, &o, &m, &e), 0, "%s", e.msg);
+        run got;
+        /* twice, so that the second prompt finds its experts in the host cache */
+        for (int r = 0; r < 2; r++) {
+            cr_assert_eq(forward_all(m, p, N_PROMPT, NULL, 0, &got, &e), 0, "%s", e.msg);
+            free(got.logits);
+        }
+        sl_store_stats st;
+        sl_store_stats_get(m->store, &st);
+        if (on) {
+            cr_assert_gt(st.cpu_experts, 0, "on: the prompt's experts in host memory were computed on the CPU");
+        } else {
+            cr_assert_eq(st.cpu_experts, 0, "auto: %llu of the prompt's experts were computed on the CPU",
+                         (unsigned long long)st.cpu_experts);
+            /* the prompt's experts read into slots, their images kept: the second prompt's copies */
+            cr_assert_gt(st.hits_ram, 0, "auto: the second prompt found experts in the host cache");
+        }
+        sl_model_free(m);
+    }
+    free(path);
+}
+
 #define CPU_EXPERTS_FIXTURE(name, rel)                                                                                 \
     Test(cpu_experts, name) {                                                                                          \
         check_cpu_experts(rel, 256 << 20);                                                                             \

@@ -220,7 +220,9 @@ void cpu_moe_pairs(sl_backend *b, const sl_expert_table *t, const float *x, int 
     float *P = pair_buf(c, nk * (size_t)hidden);
     if (!P) return;
     /* one block, carved into: pair list, gathered inputs, gate, up, down outputs */
-    size_t need = nk * sizeof(size_t) + 4 * ((size_t)n * (size_t)hidden * 2 + (size_t)n * (size_t)inter * 2) + 64;
+    size_t E = (size_t)t->n_experts;
+    size_t need =
+        (nk + E + 1) * sizeof(size_t) + 4 * ((size_t)n * (size_t)hidden * 2 + (size_t)n * (size_t)inter * 2) + 64;
     if (need > c->moe_len) {
         void *p = realloc(c->moe_buf, need);
         if (!p) {
@@ -239,26 +241,35 @@ void cpu_moe_pairs(sl_backend *b, const sl_expert_table *t, const float *x, int 
         int rc = moe_pairs_decode(c, t, x, hidden, ids, nk, k, P);
         if (rc <= 0) return;
     }
-    size_t *pair = c->moe_buf;
-    float *xs = (float *)(pair + nk);
+    /* the pairs grouped by expert, each expert's in token order (a counting sort: end[e] is where expert
+     * e's pairs end, end[e - 1] where they start) */
+    size_t *pair = c->moe_buf, *end = pair + nk;
+    memset(end, 0, E * sizeof *end);
+    for (size_t i = 0; i < nk; i++)
+        if (ids[i] >= 0 && (size_t)ids[i] < E) end[ids[i]]++;
+    for (size_t e = 1; e < E; e++) end[e] += end[e - 1];
+    for (size_t e = E; e-- > 0;) end[e] = e ? end[e - 1] : 0; /* starts, filled into ends below */
+    for (size_t i = 0; i < nk; i++)
+        if (ids[i] >= 0 && (size_t)ids[i] < E) pair[end[ids[i]]++] = i;
+    float *xs = (float *)(end + E + 1);
     float *g = xs + (size_t)n * (size_t)hidden;
     float *u = g + (size_t)n * (size_t)inter;
     float *d = u + (size_t)n * (size_t)inter;
     /* each expert runs once over its tokens in token order, so a pair's result does not depend on which
      * other experts share the call */
-    for (int e = 0; e < t->n_experts; e++) {
-        int m = 0;
-        for (size_t i = 0; i < nk; i++)
-            if (ids[i] == e) pair[m++] = i;
+    for (size_t e = 0; e < E; e++) {
+        size_t first = e ? end[e - 1] : 0;
+        int m = (int)(end[e] - first);
         if (!m) continue;
+        const size_t *pr = pair + first;
         const sl_expert *ex = t->experts[e];
         if (!ex) {
-            if (!c->failed) sl_fail(&c->failure, "expert %d was routed to but is not loaded", e);
+            if (!c->failed) sl_fail(&c->failure, "expert %d was routed to but is not loaded", (int)e);
             c->failed = 1;
             return;
         }
         for (int r = 0; r < m; r++)
-            memcpy(xs + (size_t)r * (size_t)hidden, x + pair[r] / (size_t)k * (size_t)hidden, (size_t)hidden * 4);
+            memcpy(xs + (size_t)r * (size_t)hidden, x + pr[r] / (size_t)k * (size_t)hidden, (size_t)hidden * 4);
         cpu_matmul(b, &ex->gate, xs, m, g);
         const float *act = g;
         if (!ex->up.data) { /* gate and up rows interleaved in one weight: the activations go to u */
@@ -274,7 +285,7 @@ void cpu_moe_pairs(sl_backend *b, const sl_expert_table *t, const float *x, int 
         }
         cpu_matmul(b, &ex->down, act, m, d);
         for (int r = 0; r < m; r++)
-            memcpy(P + pair[r] * (size_t)hidden, d + (size_t)r * (size_t)hidden, (size_t)hidden * 4);
+            memcpy(P + pr[r] * (size_t)hidden, d + (size_t)r * (size_t)hidden, (size_t)hidden * 4);
     }
 }
 
