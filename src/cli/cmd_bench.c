@@ -361,6 +361,9 @@ static int print_json(const sl_model *m, const bench_result *r) {
             json_object_set_new(y, "route_wait_s", json_real(p->route_wait_s));
             json_object_set_new(y, "host_s", json_real(p->host_s));
             json_object_set_new(y, "sync_s", json_real(p->sync_s));
+            json_object_set_new(y, "host_issue_s", json_real(p->issue_s));
+            json_object_set_new(y, "host_launch_s", json_real(p->launch_s));
+            json_object_set_new(y, "host_submit_s", json_real(p->submit_s));
             json_object_set_new(y, "predicted", json_integer((json_int_t)p->predicted));
             json_object_set_new(y, "predicted_used", json_integer((json_int_t)p->predicted_used));
             json_object_set_new(y, "hits_page_cache", json_integer((json_int_t)p->hits_mapped));

@@ -252,7 +252,7 @@ static void busy_end(sl_expert_store *st) {
 
 /* The slot's bytes are all in: copy them into backend memory when they landed in a host image, and
  * hand the expert to its layer's table. */
-static void loaded(sl_expert_store *st, int si) {
+static void loaded_run(sl_expert_store *st, int si) {
     slot *s = &st->slots[si];
     const xinfo *xi = &st->x[(size_t)s->layer * (size_t)st->n_experts + (size_t)s->expert];
     if (s->failed) {
@@ -288,6 +288,13 @@ static void loaded(sl_expert_store *st, int si) {
     s->state = READY;
     st->m->layers[s->layer].moe->experts.experts[s->expert] = &s->ex;
     st->stale[s->layer] = 1;
+}
+
+/* loaded_run, its time (copies and table entries issued) counted apart */
+static void loaded(sl_expert_store *st, int si) {
+    double t0 = sl_now();
+    loaded_run(st, si);
+    st->st.issue_s += sl_now() - t0;
 }
 
 static const char *path_of(sl_expert_store *st, int file) {
@@ -402,7 +409,7 @@ static int start_load_gds(sl_expert_store *st, int si, const xinfo *xi) {
 }
 
 /* Starts filling slot si with expert e of layer l: from the host cache, or by reads of its windows. */
-static int start_load(sl_expert_store *st, int si, int l, int e, int ahead) {
+static int start_load_run(sl_expert_store *st, int si, int l, int e, int ahead) {
     slot *s = &st->slots[si];
     if (st->gds && s->used > st->synced && backend_sync(st)) return -1;
     evict_slot(st, s);
@@ -480,6 +487,15 @@ static int start_load(sl_expert_store *st, int si, int l, int e, int ahead) {
     }
     reads_queued(st, si);
     return 0;
+}
+
+/* start_load_run, its own time (reads queued, buffers found) counted apart from the copies it issues
+ * and the waits it makes */
+static int start_load(sl_expert_store *st, int si, int l, int e, int ahead) {
+    double t0 = sl_now(), i0 = st->st.issue_s, w0 = st->st.stall_s + st->st.sync_s;
+    int rc = start_load_run(st, si, l, e, ahead);
+    st->st.submit_s += sl_now() - t0 - (st->st.issue_s - i0) - (st->st.stall_s + st->st.sync_s - w0);
+    return rc;
 }
 
 /* Waits until slot si is read (or failed). */
@@ -926,6 +942,9 @@ sl_store_stats sl_store_stats_since(const sl_store_stats *a, const sl_store_stat
     SUB(route_wait_s);
     SUB(sync_s);
     SUB(host_s);
+    SUB(issue_s);
+    SUB(launch_s);
+    SUB(submit_s);
     SUB(predicted);
     SUB(predicted_used);
     SUB(prefetched);
@@ -980,7 +999,7 @@ static int ensure(sl_expert_store *st, int nk) {
 }
 
 /* Computes the pairs whose experts are listed (all in slots, READY) into the backend's pair buffer. */
-static int pass(sl_expert_store *st, int l, const sl_store_moe_args *a, int nk, const int *xs, int cnt) {
+static int pass_run(sl_expert_store *st, int l, const sl_store_moe_args *a, int nk, const int *xs, int cnt) {
     sl_backend *be = st->be;
     sl_moe *L = st->m->layers[l].moe;
     st->pass_stamp++;
@@ -1018,6 +1037,14 @@ static int pass(sl_expert_store *st, int l, const sl_store_moe_args *a, int nk, 
         s->used = st->launches;
     }
     return 0;
+}
+
+/* pass_run, its time (the backend's table updates and launches) counted apart */
+static int pass(sl_expert_store *st, int l, const sl_store_moe_args *a, int nk, const int *xs, int cnt) {
+    double t0 = sl_now(), sync0 = st->st.sync_s;
+    int rc = pass_run(st, l, a, nk, xs, cnt);
+    st->st.launch_s += sl_now() - t0 - (st->st.sync_s - sync0);
+    return rc;
 }
 
 /* Reads that finished while nobody waited (experts read ahead but not yet needed). */

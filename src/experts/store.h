@@ -66,6 +66,9 @@ typedef struct sl_store_stats {
                               * slot being copied from or into is free again */
     double host_s;           /* the rest of the host's time in MoE layers: bookkeeping, launches, copies
                               * issued (the GPU idles through much of it) */
+    double issue_s;          /* of host_s: copies into slots and their table entries issued */
+    double launch_s;         /* of host_s: expert passes launched (table updates included) */
+    double submit_s;         /* of host_s: reads queued (buffers and slots found for them) */
     uint64_t predicted;      /* experts predicted for the next layer */
     uint64_t predicted_used; /* of those, experts that layer was routed to */
     uint64_t prefetched;     /* reads started ahead of need */

@@ -202,9 +202,23 @@ static int cu_place_vector(sl_backend *b, float **v, size_t len, sl_err *e) {
     return 0;
 }
 
+/* Entry x of t as the device table holds it. */
+static cu_expert table_entry(const sl_expert_table *t, int x) {
+    cu_expert v;
+    memset(&v, 0, sizeof v);
+    const sl_expert *ex = t->experts[x];
+    if (ex) {
+        v.w[0] = cu_w_of(&ex->gate);
+        v.w[1] = cu_w_of(&ex->up);
+        v.w[2] = cu_w_of(&ex->down);
+    }
+    return v;
+}
+
 /* The device table of t: entry x holds expert x's weights, zeros where t has no expert (an expert store's
  * table, whose experts come and go). Repeated calls copy only the entries that changed, behind the ops
- * already queued, from a pinned mirror of the table. */
+ * already queued, from one of two pinned mirrors in turn: an update waits only for the copy before the
+ * previous one (the latest may still sit behind queued work, such as the copies of experts into slots). */
 static int cu_place_experts(sl_backend *b, const sl_expert_table *t, sl_err *e) {
     cu_impl *c = cu_of(b);
     const sl_expert *e0 = NULL;
@@ -243,38 +257,45 @@ static int cu_place_experts(sl_backend *b, const sl_expert_table *t, sl_err *e) 
         tab->n = t->n_experts;
         size_t bytes = sizeof(cu_expert) * (size_t)t->n_experts;
         if (!(tab->d = (cu_expert *)arena(c, bytes, e))) return -1;
-        if (cudaHostAlloc((void **)&tab->h, bytes, cudaHostAllocDefault) != cudaSuccess ||
-            cudaEventCreateWithFlags(&tab->copied, cudaEventDisableTiming) != cudaSuccess) {
+        int ok = 1;
+        for (int i = 0; i < 2 && ok; i++)
+            ok = cudaHostAlloc((void **)&tab->h[i], bytes, cudaHostAllocDefault) == cudaSuccess &&
+                 cudaEventCreateWithFlags(&tab->copied[i], cudaEventDisableTiming) == cudaSuccess;
+        if (!ok) {
             cudaGetLastError();
-            if (tab->h) cudaFreeHost(tab->h);
+            for (int i = 0; i < 2; i++) {
+                if (tab->h[i]) cudaFreeHost(tab->h[i]);
+                if (tab->copied[i]) cudaEventDestroy(tab->copied[i]);
+            }
             return sl_fail(e, "out of pinned host memory for an expert table");
         }
-        memset(tab->h, 0, bytes);
+        memset(tab->h[0], 0, bytes);
         c->n_tables++;
     }
-    /* the mirror may still be the source of the previous update's copy */
-    if (!fresh && cudaEventSynchronize(tab->copied) != cudaSuccess) {
-        cu_check_launch(c, "expert table");
-        return sl_fail(e, "updating an expert table: %s", c->failure.msg);
-    }
+    /* the entries that changed since the latest table */
     int lo = fresh ? 0 : -1, hi = fresh ? t->n_experts : -1;
-    for (int x = 0; x < t->n_experts; x++) {
-        const sl_expert *ex = t->experts[x];
-        cu_expert v;
-        memset(&v, 0, sizeof v);
-        if (ex) {
-            v.w[0] = cu_w_of(&ex->gate);
-            v.w[1] = cu_w_of(&ex->up);
-            v.w[2] = cu_w_of(&ex->down);
+    for (int x = 0; x < t->n_experts && !fresh; x++) {
+        cu_expert v = table_entry(t, x);
+        if (memcmp(&v, &tab->h[tab->cur][x], sizeof v)) {
+            if (lo < 0) lo = x;
+            hi = x + 1;
         }
-        if (!fresh && !memcmp(&v, &tab->h[x], sizeof v)) continue;
-        tab->h[x] = v;
-        if (lo < 0) lo = x;
-        hi = x + 1;
     }
     if (lo >= 0) {
-        cudaMemcpyAsync(tab->d + lo, tab->h + lo, sizeof(cu_expert) * (size_t)(hi - lo), cudaMemcpyHostToDevice, c->st);
-        cudaEventRecord(tab->copied, c->st);
+        /* the other mirror, once its last copy has run, takes the latest table and the changes */
+        int nx = fresh ? 0 : tab->cur ^ 1;
+        if (!fresh) {
+            if (cudaEventSynchronize(tab->copied[nx]) != cudaSuccess) {
+                cu_check_launch(c, "expert table");
+                return sl_fail(e, "updating an expert table: %s", c->failure.msg);
+            }
+            memcpy(tab->h[nx], tab->h[tab->cur], sizeof(cu_expert) * (size_t)t->n_experts);
+        }
+        for (int x = lo; x < hi; x++) tab->h[nx][x] = table_entry(t, x);
+        tab->cur = nx;
+        cudaMemcpyAsync(tab->d + lo, tab->h[nx] + lo, sizeof(cu_expert) * (size_t)(hi - lo), cudaMemcpyHostToDevice,
+                        c->st);
+        cudaEventRecord(tab->copied[nx], c->st);
         if (cu_check_launch(c, "expert table")) {
             c->failed = 0;
             return sl_fail(e, "copying an expert table to the GPU: %s", c->failure.msg);
@@ -482,10 +503,11 @@ static void cu_destroy(sl_backend *b) {
     cu_gds_close(c);
     for (int i = 0; i < c->n_blocks; i++) cudaFree(c->blocks[i]);
     free(c->blocks);
-    for (int i = 0; i < c->n_tables; i++) {
-        cudaFreeHost(c->tables[i].h);
-        cudaEventDestroy(c->tables[i].copied);
-    }
+    for (int i = 0; i < c->n_tables; i++)
+        for (int j = 0; j < 2; j++) {
+            cudaFreeHost(c->tables[i].h[j]);
+            cudaEventDestroy(c->tables[i].copied[j]);
+        }
     free(c->tables);
     cudaFree(c->wtmp);
     cudaFree(c->q16buf);

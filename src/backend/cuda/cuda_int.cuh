@@ -104,9 +104,10 @@ template <typename F> static inline void cu_kv_dispatch(sl_kv_type kt, F f) {
 
 struct cu_table {
     const sl_expert_table *key;
-    cu_expert *d, *h;   /* device table and its pinned mirror */
-    cudaEvent_t copied; /* after the latest copy from the mirror */
-    int n;
+    cu_expert *d;          /* device table */
+    cu_expert *h[2];       /* two pinned mirrors, used in turn: h[cur] holds the latest table */
+    cudaEvent_t copied[2]; /* after the latest copy from each mirror */
+    int n, cur;
 };
 
 struct cu_impl {
