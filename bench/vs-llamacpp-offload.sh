@@ -7,14 +7,15 @@
 #   bench/vs-llamacpp-offload.sh LLAMA_CPP_BIN_DIR FILE.gguf
 # Environment: P (prompt tokens, default 512), N (generated tokens, default 128), R (repetitions, default
 # 3), NCMOE (llama.cpp --n-cpu-moe values, comma separated, default none), SETUPS (sluice flag sets
-# separated by '|', default "--vram 2G --ram 8G|--vram 2G --ram 8G --cpu-experts off|--vram 2G --ram 0"),
+# separated by '|', default: --vram 2G with a host cache of 8G and with none (the page cache), under CPU
+# experts auto and off, and with a host cache under on),
 # SLUICE_BIN (default build/sluice), SLUICE_BACKEND (default cuda).
 set -euo pipefail
 usage="usage: vs-llamacpp-offload.sh LLAMA_CPP_BIN_DIR FILE.gguf"
 L=${1:?$usage}
 F=${2:?$usage}
 P=${P:-512} N=${N:-128} R=${R:-3} NCMOE=${NCMOE:-}
-SETUPS=${SETUPS:---vram 2G --ram 8G|--vram 2G --ram 8G --cpu-experts off|--vram 2G --ram 0}
+SETUPS=${SETUPS:---vram 2G --ram 8G|--vram 2G --ram 8G --cpu-experts off|--vram 2G --ram 8G --cpu-experts on|--vram 2G --ram 0|--vram 2G --ram 0 --cpu-experts off}
 S=${SLUICE_BIN:-build/sluice}
 BK=${SLUICE_BACKEND:-cuda}
 T=$(mktemp -d)

@@ -16,6 +16,12 @@
 #   6. with STALLS="shape:quant", where the warps of a few decode kernels wait (Nsight Compute's full set:
 #      stall reasons per kernel and the instructions that collect them, see tools/ncu-stalls.py);
 #      STALLS_SKIP and STALLS_COUNT pick the launches (default: 12 launches after the first 1000).
+#   7. with LLAMA_CPP_SRC=DIR (a llama.cpp source tree), llama.cpp built from it for this GPU, the synthetic
+#      qwen3.5-35b-a3b (12 of 40 layers) converted by its convert_hf_to_gguf.py and quantized to Q4_K_M by
+#      its llama-quantize, then the side-by-side harnesses on that one file: experts off the GPU
+#      (bench/vs-llamacpp-offload.sh), many sequences (bench/vs-llamacpp-batched.sh) and resident
+#      prompts and decode (bench/vs-llamacpp.sh). SIDE_DIR (default /root/side) takes about 50 GB on the
+#      way (the bf16 checkpoint and its GGUF), 7 GB at the end.
 # TESTS=0 skips steps 2 and 3 (for a bundle that holds only sluice).
 #
 #   tools/gpu-check.sh                 build here and check
@@ -170,4 +176,35 @@ for spec in ${STALLS:-}; do
     echo "== where decode kernels wait: $shape $quant"
     python3 tools/ncu-stalls.py "$OUT/stalls-sass.csv"
 done 2>&1 | tee "$OUT/stalls.txt"
+# 7 (LLAMA_CPP_SRC=DIR): the same file through llama.cpp and sluice, made by llama.cpp's own tools
+if [ -n "${LLAMA_CPP_SRC:-}" ]; then
+    lcb=$BUILD-llamacpp side=${SIDE_DIR:-/root/side}
+    mkdir -p "$side"
+    {
+        cmake -G Ninja -S "$LLAMA_CPP_SRC" -B "$lcb" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+            -DCMAKE_CUDA_ARCHITECTURES="$ARCH" -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+            -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF &&
+            cmake --build "$lcb" -j"$(nproc)" --target llama-bench llama-quantize llama-batched-bench
+    } >"$OUT/llamacpp-build.log" 2>&1 &
+    lcpid=$!
+    # the bf16 checkpoint (with the Qwen3 tokenizer) to llama.cpp's bf16 GGUF while llama.cpp builds
+    "$BIN/sluice" bench --synthetic qwen3.5-35b-a3b --quant bf16 --layers 12 --dir "$side/syn" --backend cpu \
+        -p 1 -n 0 >"$OUT/synthetic.log" 2>&1
+    syn=$(dirname "$(find "$side/syn" -name config.json | head -1)")
+    xz -dc tests/fixtures/tokenizers/qwen3/tokenizer.json.xz >"$syn/tokenizer.json"
+    cp tests/fixtures/tokenizers/qwen3/tokenizer_config.json "$syn/"
+    python3 "$LLAMA_CPP_SRC/convert_hf_to_gguf.py" "$syn" --outtype bf16 --outfile "$side/q35-bf16.gguf" --no-mtp \
+        >"$OUT/convert.log" 2>&1 || tail -5 "$OUT/convert.log"
+    rm -rf "$side/syn"
+    wait $lcpid || tail -20 "$OUT/llamacpp-build.log"
+    "$lcb/bin/llama-quantize" "$side/q35-bf16.gguf" "$side/q35-Q4_K_M.gguf" Q4_K_M "$(nproc)" >"$OUT/quantize.log" 2>&1 ||
+        tail -5 "$OUT/quantize.log"
+    rm -f "$side/q35-bf16.gguf"
+    f=$side/q35-Q4_K_M.gguf
+    {
+        NCMOE=10 R=2 SLUICE_BIN=$BIN/sluice bench/vs-llamacpp-offload.sh "$lcb/bin" "$f"
+        SLUICE_BIN=$BIN/sluice bench/vs-llamacpp-batched.sh "$lcb/bin" "$f" 1,4,16,64 128 64
+        R=2 SLUICE_BIN=$BIN/sluice bench/vs-llamacpp.sh "$lcb/bin" "$f"
+    } 2>&1 | tee "$OUT/side-by-side.md"
+fi
 exit $suite
