@@ -1253,7 +1253,7 @@ void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a) {
         if (st->mark[x] != st->visit) {
             st->mark[x] = st->visit;
             st->list[nu++] = x;
-            uint32_t *lu = &st->last_use[(size_t)l * (size_t)E + (size_t)x];
+            uint32_t *lu = &st->last_use[(size_t)l * (size_t)st->n_experts + (size_t)x];
             st->reuse_age[x] = *lu ? st->step - *lu : UINT32_MAX;
             *lu = st->step;
         }
