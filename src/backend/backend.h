@@ -305,8 +305,11 @@ struct sl_backend {
     void (*destroy)(sl_backend *b);
 };
 
-/* The CPU reference backend; threads <= 0 uses all cores. */
+/* The CPU reference backend; threads <= 0 uses all cores. Its moe_pairs runs a call of at most
+ * SL_CPU_MOE_ONE_PASS_PAIRS routed pairs, each expert with one token, in two pool dispatches for all of
+ * them (decode) instead of three per expert. */
 int sl_cpu_backend_create(int threads, sl_backend **out, sl_err *e);
+#define SL_CPU_MOE_ONE_PASS_PAIRS 64
 void sl_backend_destroy(sl_backend *b);
 
 /* The one place that picks a backend for a model. `name` is "cpu", "cuda" or "auto" (NULL: the

@@ -156,11 +156,6 @@ typedef struct {
     double kv_bytes;                            /* its KV cache bytes per position */
 } bench_result;
 
-/* Decode tok/s with streamed experts as the tiers' sizes and measured speeds predict it, before the runs'
- * own counters are looked at: the dense bytes at the memory bandwidth, and each routed expert found in a
- * slot, the host cache or on disk as often as the tiers' shares of all experts say (routing taken as
- * uniform), each at its cost: read from backend memory; copied, or computed on the CPU where that was
- * measured faster; read from the tier below, then copied. 0 when a speed is unknown. */
 /* The shares of all routed experts in slots (*ps) and in the host cache beyond them (*pr; the slots are
  * filled from it), by the tiers' sizes. */
 static void tier_shares(const sl_store_stats *d, double all, double *ps, double *pr) {
@@ -176,6 +171,11 @@ static double copy_time(const sl_store_stats *d, const bench_result *r) {
     return d->copy_s > 0 ? d->copy_s : (double)d->slot_bytes / r->bandwidth;
 }
 
+/* Decode tok/s with streamed experts as the tiers' sizes and measured speeds predict it, before the runs'
+ * own counters are looked at: the dense bytes at the memory bandwidth, and each routed expert found in a
+ * slot, the host cache or on disk as often as the tiers' shares of all experts say (routing taken as
+ * uniform), each at its cost: read from backend memory; copied, or computed on the CPU where that was
+ * measured faster; read from the tier below, then copied. 0 when a speed is unknown. */
 static double predict_decode(const bench_result *r) {
     const sl_store_stats *d = &r->st_dec;
     if (r->bandwidth <= 0 || r->tier_bw <= 0 || r->tok.moe_experts <= 0) return 0;
@@ -340,9 +340,9 @@ static int print_json(const sl_model *m, const bench_result *r) {
         json_object_set_new(x, "packed", json_boolean(r->st_dec.packed));
         json_object_set_new(x, "tier_read_gb_s", json_real(r->tier_bw / 1e9));
         json_object_set_new(x, "expert_copy_s", json_real(r->st_dec.copy_s));
-        if (predict_prefill(r) > 0) json_object_set_new(x, "prefill_predicted_tok_s", json_real(predict_prefill(r)));
-        if (r->gen > 0 && predict_decode(r) > 0)
-            json_object_set_new(x, "decode_predicted_tok_s", json_real(predict_decode(r)));
+        double ppred = predict_prefill(r), dpred = r->gen > 0 ? predict_decode(r) : 0;
+        if (ppred > 0) json_object_set_new(x, "prefill_predicted_tok_s", json_real(ppred));
+        if (dpred > 0) json_object_set_new(x, "decode_predicted_tok_s", json_real(dpred));
         json_object_set_new(x, "cpu_expert_s", json_real(r->st_dec.cpu_t1_s));
         json_object_set_new(x, "cpu_expert_token_s", json_real(r->st_dec.cpu_tm_s));
         for (int i = 0; i < 2; i++) {

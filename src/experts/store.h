@@ -30,8 +30,9 @@ typedef struct sl_expert_store sl_expert_store;
  * SL_CPU_PAIRS_MAX routed pairs a layer (on); or never, copied into a slot first (off). */
 typedef enum { SL_CPU_EXPERTS_AUTO = 0, SL_CPU_EXPERTS_ON, SL_CPU_EXPERTS_OFF } sl_cpu_experts;
 #define SL_CPU_PAIRS_MAX 256
-/* auto plans CPU experts only for layers of at most this many routed pairs (decode, small batches) */
-#define SL_CPU_AUTO_PAIRS 64
+/* auto plans CPU experts only for layers of at most this many routed pairs (decode, small batches): those
+ * the CPU backend runs in one pass, as its costs were measured */
+#define SL_CPU_AUTO_PAIRS SL_CPU_MOE_ONE_PASS_PAIRS
 
 typedef struct sl_store_config {
     int64_t slot_bytes_budget; /* backend memory for expert slots */

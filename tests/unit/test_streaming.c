@@ -55,6 +55,12 @@ static int moe_layers(const sl_model *m) {
     return c;
 }
 
+/* Two expert slots per MoE layer, at least one token's top-k: a cache that must read nearly every step. */
+static int tiny_slots(const sl_model *m) {
+    int slots = 2 * moe_layers(m);
+    return slots > m->cfg.top_k ? slots : m->cfg.top_k;
+}
+
 /* The fixture's logits resident, then streamed under each I/O mode and engine; all must be equal. */
 static void check_streams(const char *rel) {
     char *path = tu_fixture(rel);
@@ -77,8 +83,7 @@ static void check_streams(const char *rel) {
     cr_assert_null(m->store, "%s: resident by default", rel);
     run ref;
     cr_assert_eq(forward_all(m, p, n, d, nd, &ref, &e), 0, "%s", e.msg);
-    int slots = 2 * moe_layers(m);
-    if (slots < m->cfg.top_k) slots = m->cfg.top_k;
+    int slots = tiny_slots(m);
     int gds = m->be->ops->gds_open != NULL; /* GPUDirect Storage too, where libcufile loads */
     sl_model_free(m);
     const char *modes[][2] = {
@@ -193,7 +198,7 @@ static void check_cpu_experts(const char *rel, int64_t ram) {
     unsetenv("SLUICE_CUDA_GRAPHS");
     run ref;
     cr_assert_eq(forward_all(m, p, np, d, nd, &ref, &e), 0, "%s", e.msg);
-    int slots = 2 * moe_layers(m) > m->cfg.top_k ? 2 * moe_layers(m) : m->cfg.top_k;
+    int slots = tiny_slots(m);
     int cpu = !m->be->ops->place_weight;
     size_t V = (size_t)m->cfg.vocab_size;
     sl_model_free(m);
@@ -262,7 +267,7 @@ Test(cpu_experts, auto_leaves_prompts_to_the_backend) {
         sl_model *m;
         sl_model_opts ro = {0};
         cr_assert_eq(sl_model_load(path, &ro, &m, &e), 0, "%s", e.msg);
-        int slots = 2 * moe_layers(m) > m->cfg.top_k ? 2 * moe_layers(m) : m->cfg.top_k;
+        int slots = tiny_slots(m);
         cr_assert_gt(N_PROMPT * m->cfg.top_k, SL_CPU_AUTO_PAIRS);
         sl_model_free(m);
         sl_model_opts o = {.expert_slots = slots,
@@ -470,7 +475,7 @@ static void check_pack(const char *rel) {
     uint64_t bytes = 0;
     cr_assert_eq(sl_pack_write(m, pk, NULL, NULL, &n, &bytes, &e), 0, "%s", e.msg);
     cr_assert_gt(n, 0);
-    int slots = 2 * moe_layers(m) > m->cfg.top_k ? 2 * moe_layers(m) : m->cfg.top_k;
+    int slots = tiny_slots(m);
     sl_model_free(m);
     /* the reference and the streamed runs on the backend under test; the pack is written on the CPU */
     int32_t p[] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8}, d[] = {9, 7, 9};

@@ -219,7 +219,15 @@ void cpu_moe_pairs(sl_backend *b, const sl_expert_table *t, const float *x, int 
     size_t nk = (size_t)n * (size_t)k;
     float *P = pair_buf(c, nk * (size_t)hidden);
     if (!P) return;
-    /* one block, carved into: pair list, gathered inputs, gate, up, down outputs */
+    /* one token per expert (decode): every expert in two dispatches */
+    int one = nk <= SL_CPU_MOE_ONE_PASS_PAIRS;
+    for (size_t i = 0; i < nk && one; i++)
+        for (size_t j = i + 1; j < nk && one; j++) one = ids[i] < 0 || ids[i] != ids[j];
+    if (one) {
+        int rc = moe_pairs_decode(c, t, x, hidden, ids, nk, k, P);
+        if (rc <= 0) return;
+    }
+    /* one block, carved into: pair list, expert ends, gathered inputs, gate, up, down outputs */
     size_t E = (size_t)t->n_experts;
     size_t need =
         (nk + E + 1) * sizeof(size_t) + 4 * ((size_t)n * (size_t)hidden * 2 + (size_t)n * (size_t)inter * 2) + 64;
@@ -232,14 +240,6 @@ void cpu_moe_pairs(sl_backend *b, const sl_expert_table *t, const float *x, int 
         }
         c->moe_buf = p;
         c->moe_len = need;
-    }
-    /* one token per expert (decode): every expert in two dispatches */
-    int one = nk <= 64;
-    for (size_t i = 0; i < nk && one; i++)
-        for (size_t j = i + 1; j < nk && one; j++) one = ids[i] < 0 || ids[i] != ids[j];
-    if (one) {
-        int rc = moe_pairs_decode(c, t, x, hidden, ids, nk, k, P);
-        if (rc <= 0) return;
     }
     /* the pairs grouped by expert, each expert's in token order (a counting sort: end[e] is where expert
      * e's pairs end, end[e - 1] where they start) */
