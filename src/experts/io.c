@@ -74,8 +74,11 @@ static void *worker(void *arg) {
 
 static int start_threads(sl_io *io, sl_err *e) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    /* reads block in the kernel, so more threads than cores keep a device's queue full */
+    /* reads block in the kernel, so more threads than cores keep a device's queue full
+     * (SLUICE_IO_THREADS sets the count, for measuring) */
+    const char *env = getenv("SLUICE_IO_THREADS");
     io->n_threads = cores > 0 ? (int)(cores * 2 > 32 ? 32 : cores * 2) : 4;
+    if (env && atoi(env) > 0) io->n_threads = atoi(env) > 256 ? 256 : atoi(env);
     if (io->n_threads > io->depth) io->n_threads = io->depth;
     io->threads = calloc((size_t)io->n_threads, sizeof *io->threads);
     io->todo = calloc((size_t)io->depth, sizeof *io->todo);

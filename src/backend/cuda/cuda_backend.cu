@@ -593,6 +593,8 @@ int sl_cuda_backend_create(int device, sl_backend **out, char *about, size_t abo
     c->mmq_min = mq && !strcmp(mq, "0") ? 0 : mqm && atoi(mqm) > 1 ? atoi(mqm) : 2;
     const char *mv = getenv("SLUICE_CUDA_MMVQ");
     c->mmvq = !(mv && !strcmp(mv, "0"));
+    const char *im = getenv("SLUICE_CUDA_IMMA");
+    c->imma = !(im && !strcmp(im, "0"));
     const char *fl = getenv("SLUICE_CUDA_FLASH");
     c->flash = !(fl && !strcmp(fl, "0"));
     /* decode attention partials for up to 128 heads of up to 256 dims, so recorded steps never grow them */

@@ -117,6 +117,7 @@ struct cu_impl {
     cublasHandle_t blas;
     int sms;
     int mmvq;     /* GGML decode GEMVs in integer arithmetic where they can (SLUICE_CUDA_MMVQ=0: never) */
+    int imma;     /* Q4_K small batches and grouped experts on integer tensor cores (SLUICE_CUDA_IMMA=0: never) */
     void *q16buf; /* their q16 input */
     size_t q16len;
     int flash;      /* prompt runs take the tensor-core attention kernel (SLUICE_CUDA_FLASH=0: never) */
@@ -499,18 +500,22 @@ struct cu_q16 {
 };
 int cu_mmvq_takes(const cu_w *w);
 int cu_q16_quantize(cu_impl *c, const gg_call &g, int n, cu_q16 *x);
+/* rows of x [rows][cols] in q16 (with u, of silu(x) u) */
+int cu_q16_rows(cu_impl *c, const float *x, const float *u, int rows, int cols, cu_q16 *out);
 /* nw weights of one GGML type and one input (the calls differ only in w and y; one when table is set) */
 void cu_mmvq(cu_impl *c, const gg_call *gs, int nw, const cu_q16 &x, int n);
 void cu_ggml_dequant_split(cu_impl *c, const cu_w *w, __nv_bfloat16 *hi, __nv_bfloat16 *lo);
 /* y[n][rows] = W x (+ bias) for a GGML weight and up to CU_MMQ_MAX tokens of input x [n][cols] on tensor
  * cores, the weight decoded tile by tile (cuda_ggml.cu): exact, operands in bf16 halves (near fp32), else
- * one bf16 pass. Returns -1 on failure (recorded). */
+ * one bf16 pass; Q4_K exact or of up to 8 tokens in integers on a q16 input (near fp32). Returns -1 on
+ * failure (recorded). */
 #define CU_MMQ_MAX 64
 int cu_ggml_mmq(cu_impl *c, const cu_w *w, const float *x, int n, int exact, float *y);
 /* Routed pairs of a prompt grouped by expert (units of up to CU_MMQ_GROUP pairs, see moe_group_k) times the
  * table's GGML experts on tensor cores: weight which + z (z < nz) of unit u's expert by rows p / x_div of
  * x [n_x][w0->cols] (of silu(x) u with u) into rows p of y + z * yz. exact: operands in bf16 halves (near
- * fp32), else one bf16 pass. w0 (one expert's weight) gives the type and shape every expert shares. */
+ * fp32), else one bf16 pass; Q4_K always in integers on a q16 input (near fp32). w0 (one expert's weight)
+ * gives the type and shape every expert shares. */
 #define CU_MMQ_GROUP 32
 int cu_ggml_mmq_grouped(cu_impl *c, const cu_w *w0, const cu_expert *table, int which, int nz, const int4 *units,
                         const int *pairs, const int *count, int max_units, int x_div, const float *x, const float *u,

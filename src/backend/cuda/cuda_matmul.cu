@@ -1240,7 +1240,11 @@ static int gemv_max(const cu_impl *c, const sl_weight *w) {
     if (c->gemv_max > 0) return c->gemv_max;
     /* exact weights: the GEMV's one pass of up to 8 tokens beats three products per tile there */
     if (w->fmt == SL_WF_GGML && mmq_takes(c, w)) return gemm_exact(c, w) && c->mmq_min <= 8 ? 8 : c->mmq_min - 1;
-    return w->fmt == SL_WF_F32 || w->fmt == SL_WF_F16 || w->fmt == SL_WF_BF16 ? 2 : 16;
+    int flt = w->fmt == SL_WF_F32 || w->fmt == SL_WF_F16 || w->fmt == SL_WF_BF16;
+    /* small exact float weights (a MoE router, a shared expert's gate): two GEMV passes at 16 tokens cost
+     * less than splitting weight and input into halves and two or three GEMMs, four launches a call */
+    if (flt && gemm_exact(c, w) && (long long)w->rows * w->cols <= (1 << 20)) return 16;
+    return flt ? 2 : 16;
 }
 
 void cu_matmul(sl_backend *b, const sl_weight *sw, const float *x, int n, float *y) {

@@ -285,8 +285,9 @@ int cu_mmvq_takes(const cu_w *w) {
     }
 }
 
-int cu_q16_quantize(cu_impl *c, const gg_call &g, int n, cu_q16 *x) {
-    int cols = g.w->cols, groups = (g.slots + g.x_div - 1) / g.x_div, rows = groups * n;
+/* rows of the input (row r at x + (r / n) xs + (r % n) cols) in q16 into the backend's q16 buffer */
+static int q16_make(cu_impl *c, const float *x, long long xs, int n, int cols, int act, long long act_off, int rows,
+                    cu_q16 *out) {
     size_t plane = ((size_t)rows * (size_t)cols + 255) / 256 * 256,
            db = ((size_t)rows * (size_t)(cols / 32) * sizeof(float) + 255) / 256 * 256,
            sb = (size_t)rows * (size_t)(cols / 16) * sizeof(int);
@@ -298,10 +299,18 @@ int cu_q16_quantize(cu_impl *c, const gg_call &g, int n, cu_q16 *x) {
     float *d = (float *)((uint8_t *)c->q16buf + 2 * plane);
     int *sum = (int *)((uint8_t *)c->q16buf + 2 * plane + db);
     long long units = (long long)rows * (cols / 32);
-    cu_launch(c, q16_quant_k, CU_BLOCKS(units, 8), 256, 0, g.x, g.x_stride, n, cols, g.act, g.act_off, rows, h, l, d,
-              sum);
-    *x = {h, l, d, sum};
+    cu_launch(c, q16_quant_k, CU_BLOCKS(units, 8), 256, 0, x, xs, n, cols, act, act_off, rows, h, l, d, sum);
+    *out = {h, l, d, sum};
     return 0;
+}
+
+int cu_q16_quantize(cu_impl *c, const gg_call &g, int n, cu_q16 *x) {
+    int groups = (g.slots + g.x_div - 1) / g.x_div;
+    return q16_make(c, g.x, g.x_stride, n, g.w->cols, g.act, g.act_off, groups * n, x);
+}
+
+int cu_q16_rows(cu_impl *c, const float *x, const float *u, int rows, int cols, cu_q16 *out) {
+    return q16_make(c, x, cols, 1, cols, u != NULL, u ? (long long)(u - x) : 0, rows, out);
 }
 
 template <int NT, int T>

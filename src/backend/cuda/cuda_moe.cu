@@ -154,15 +154,31 @@ __global__ void moe_group_k(const int32_t *ids, int nk, int ne, int gsize, int *
         if (e >= 0 && e < ne) atomicAdd(&cnt[e], 1);
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
+    if (threadIdx.x < 32) { /* where each expert's pairs and units start: a scan by one warp */
+        int lane = threadIdx.x, per = (ne + 31) / 32, e0 = min(lane * per, ne), e1 = min(e0 + per, ne);
         int p = 0, u = 0;
-        for (int e = 0; e < ne; e++) {
-            pbase[e] = p;
-            ubase[e] = u;
+        for (int e = e0; e < e1; e++) {
             p += cnt[e];
             u += (cnt[e] + gsize - 1) / gsize;
         }
-        *count = u;
+        int sp = p, su = u;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            int a = __shfl_up_sync(0xffffffffu, sp, o), b = __shfl_up_sync(0xffffffffu, su, o);
+            if (lane >= o) {
+                sp += a;
+                su += b;
+            }
+        }
+        if (lane == 31) *count = su;
+        sp -= p;
+        su -= u;
+        for (int e = e0; e < e1; e++) {
+            pbase[e] = sp;
+            ubase[e] = su;
+            sp += cnt[e];
+            su += (cnt[e] + gsize - 1) / gsize;
+        }
     }
     __syncthreads();
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
