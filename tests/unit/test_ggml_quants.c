@@ -440,10 +440,12 @@ Test(ggml_quants, moe_experts_of_mixed_types) {
         ptrs[x] = &ex[x];
     }
     sl_expert_table tab = {.n_experts = E, .experts = ptrs};
-    for (int n = 1; n <= 5; n += 4) {
+    const int ns[] = {1, 5, 24};
+    for (int m = 0; m < 3; m++) {
+        int n = ns[m];
         float *xin = malloc(sizeof *xin * (size_t)n * H), *out = malloc(sizeof *out * (size_t)n * H);
-        int32_t ids[5 * K];
-        float wts[5 * K];
+        int32_t ids[24 * K] = {0};
+        float wts[24 * K] = {0};
         for (int i = 0; i < n * H; i++) xin[i] = frand(&s);
         for (int t = 0; t < n; t++) {
             ids[t * K] = t % E, ids[t * K + 1] = (t + 1) % E;
@@ -629,8 +631,8 @@ Test(ggml_quants, cuda_matmul_and_embed_every_type) {
 }
 
 /* The device MoE path with GGML experts (gate and up of different types), against a double-precision
- * SwiGLU of the dequantised matrices, for 1 and 5 tokens; experts of a layer in different types are
- * refused. */
+ * SwiGLU of the dequantised matrices, for 1, 5 and 24 tokens (from 8 the pairs are grouped by expert, the
+ * Q4_K gate on integer tensor cores); experts of a layer in different types are refused. */
 Test(ggml_quants, cuda_moe_experts) {
     sl_backend *be = cuda_or_skip();
     if (!be) return;
@@ -658,10 +660,12 @@ Test(ggml_quants, cuda_moe_experts) {
     }
     sl_expert_table tab = {.n_experts = E, .experts = dp};
     cr_assert_eq(be->ops->place_experts(be, &tab, &e), 0, "%s", e.msg);
-    for (int n = 1; n <= 5; n += 4) {
+    const int ns[] = {1, 5, 24};
+    for (int m = 0; m < 3; m++) {
+        int n = ns[m];
         float *xin = malloc(sizeof *xin * (size_t)n * H), *out = malloc(sizeof *out * (size_t)n * H);
-        int32_t ids[5 * K];
-        float wts[5 * K];
+        int32_t ids[24 * K] = {0};
+        float wts[24 * K] = {0};
         for (int i = 0; i < n * H; i++) xin[i] = frand(&s);
         for (int t = 0; t < n; t++) {
             ids[t * K] = t % E, ids[t * K + 1] = (t + 3) % E;
