@@ -810,25 +810,21 @@ struct mmq_args {
     long long yz;
 };
 
-/* EX: operands in bf16 halves, hi.hi + hi.lo + lo.hi summed in fp32 (near-fp32 products, for the weights
- * marked exact, as the split GEMM); else one bf16 pass */
-template <int T, int NT8, int EX> __global__ void __launch_bounds__(MQ_WARPS * 32, 2) ggml_mmq_k(mmq_args a) {
-    constexpr int BS = gq<T>::BS, BB = gq<T>::BB, RB = mq_rb<T>(), SPAN = mq_span<T>(), NC = SPAN / 16;
-    constexpr int STAGE = mq_stage<T, NT8 *(EX ? 2 : 1)>(), XT = NT8 * 8 * MQ_LD; /* one input tile */
-    extern __shared__ float4 smem4[];
-    __shared__ int rin[NT8 * 8], rout[NT8 * 8];
-    uint8_t *sm = (uint8_t *)smem4;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    cu_w w = a.w;
-    int n = a.n, k0, k1;
-    cu_pdl_enter();
+/* The block's share of a launch (mmq_args or imma_args): grouped, unit blockIdx.y of the routed pairs
+ * (its expert's weight which + blockIdx.z, its pairs' input rows p / x_div and output rows p, all columns);
+ * plain, tokens 0..n-1 and column split blockIdx.y. Returns 0 for a unit past the count (the whole block
+ * leaves). The caller synchronises before reading rin and rout. */
+template <int NTOK, class A>
+__device__ __forceinline__ int mq_block(const A &a, cu_w &w, int &n, int &k0, int &k1, int *rin, int *rout) {
+    w = a.w;
+    n = a.n;
     if (a.units) {
         int u = blockIdx.y;
-        if (u >= *a.count) return;
+        if (u >= *a.count) return 0;
         int4 un = a.units[u];
         w = a.table[un.x].w[a.which + blockIdx.z];
         n = un.z;
-        for (int i = threadIdx.x; i < NT8 * 8; i += blockDim.x) {
+        for (int i = threadIdx.x; i < NTOK; i += blockDim.x) {
             int p = a.pairs[un.y + min(i, n - 1)];
             rin[i] = p / a.x_div;
             rout[i] = p;
@@ -836,22 +832,63 @@ template <int T, int NT8, int EX> __global__ void __launch_bounds__(MQ_WARPS * 3
         k0 = 0;
         k1 = w.cols;
     } else {
-        for (int i = threadIdx.x; i < NT8 * 8; i += blockDim.x) rin[i] = rout[i] = min(i, n - 1);
+        for (int i = threadIdx.x; i < NTOK; i += blockDim.x) rin[i] = rout[i] = min(i, n - 1);
         k0 = blockIdx.y * a.kper;
         k1 = min(k0 + a.kper, w.cols);
     }
+    return 1;
+}
+
+/* The warp's 16 rows' blocks of step kc (columns kc .. kc + MQ_KC, up to k1) into raw, SPAN bytes a row from
+ * the 16-byte boundary below each row's first block (cp.async; the caller commits) */
+template <int T>
+__device__ __forceinline__ void mq_rows_async(uint8_t *raw, const cu_w &w, int wrow0, int kc, int k1, int lane) {
+    constexpr int BS = gq<T>::BS, BB = gq<T>::BB, RB = mq_rb<T>(), SPAN = mq_span<T>(), NC = SPAN / 16;
+    int rb = min(RB, (k1 - kc) / BS * BB);
+    for (int i = lane; i < 16 * NC; i += 32) {
+        int r = i / NC, ch = i % NC, row = min(wrow0 + r, w.rows - 1);
+        const uint8_t *src = w.data + (long long)row * w.row_bytes + (long long)(kc / BS) * BB;
+        const uint8_t *p = (const uint8_t *)((uintptr_t)src & ~(uintptr_t)15);
+        if (16 * ch < (int)(src - p) + rb) mq_cp16(raw + r * SPAN + 16 * ch, p + 16 * ch, 16);
+    }
+}
+
+/* acc[j]: rows g and g + 8 of the warp's 16 (from wrow0), tokens 2 t4 and the next of tile j, into the
+ * launch's output rows rout (or the column split's partial sums); the bias where the sums are whole */
+template <int NT8, class A>
+__device__ __forceinline__ void mq_store(const A &a, const cu_w &w, int n, int wrow0, const int *rout,
+                                         const float (*acc)[4]) {
+    int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    bool whole = a.units || gridDim.y == 1; /* no partial sums: the bias goes in here */
+    float *out = a.units ? a.y + blockIdx.z * a.yz : gridDim.y == 1 ? a.y : a.part + (long long)blockIdx.y * n * w.rows;
+#pragma unroll
+    for (int j = 0; j < NT8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int r = wrow0 + g + (e >> 1) * 8, tok = j * 8 + 2 * t4 + (e & 1);
+            if (r < w.rows && tok < n)
+                out[(long long)rout[tok] * w.rows + r] = acc[j][e] + (whole && w.bias ? w.bias[r] : 0.0f);
+        }
+}
+
+/* EX: operands in bf16 halves, hi.hi + hi.lo + lo.hi summed in fp32 (near-fp32 products, for the weights
+ * marked exact, as the split GEMM); else one bf16 pass */
+template <int T, int NT8, int EX> __global__ void __launch_bounds__(MQ_WARPS * 32, 2) ggml_mmq_k(mmq_args a) {
+    constexpr int BS = gq<T>::BS, BB = gq<T>::BB, SPAN = mq_span<T>();
+    constexpr int STAGE = mq_stage<T, NT8 *(EX ? 2 : 1)>(), XT = NT8 * 8 * MQ_LD; /* one input tile */
+    extern __shared__ float4 smem4[];
+    __shared__ int rin[NT8 * 8], rout[NT8 * 8];
+    uint8_t *sm = (uint8_t *)smem4;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    cu_w w;
+    int n, k0, k1;
+    cu_pdl_enter();
+    if (!mq_block<NT8 * 8>(a, w, n, k0, k1, rin, rout)) return;
     __syncthreads();
     int row0 = blockIdx.x * MQ_ROWS, wrow0 = row0 + warp * 16;
     /* step kc into buffer b: the warp's 16 rows' bytes, and the block's input tile(s) */
     auto issue = [&](int kc, int b) {
-        uint8_t *raw = sm + b * STAGE + warp * 16 * SPAN;
-        int rb = min(RB, (k1 - kc) / BS * BB);
-        for (int i = lane; i < 16 * NC; i += 32) {
-            int r = i / NC, ch = i % NC, row = min(wrow0 + r, w.rows - 1);
-            const uint8_t *src = w.data + (long long)row * w.row_bytes + (long long)(kc / BS) * BB;
-            const uint8_t *p = (const uint8_t *)((uintptr_t)src & ~(uintptr_t)15);
-            if (16 * ch < (int)(src - p) + rb) mq_cp16(raw + r * SPAN + 16 * ch, p + 16 * ch, 16);
-        }
+        mq_rows_async<T>(sm + b * STAGE + warp * 16 * SPAN, w, wrow0, kc, k1, lane);
         __nv_bfloat16 *xs = (__nv_bfloat16 *)(sm + b * STAGE + MQ_ROWS * SPAN);
         for (int i = threadIdx.x; i < NT8 * 8 * (MQ_KC / 8) * (EX ? 2 : 1); i += MQ_WARPS * 32) {
             int half = i / (NT8 * 8 * (MQ_KC / 8)), j = i % (NT8 * 8 * (MQ_KC / 8));
@@ -927,17 +964,7 @@ template <int T, int NT8, int EX> __global__ void __launch_bounds__(MQ_WARPS * 3
         }
         __syncthreads(); /* buffer b is refilled by the next step's issue */
     }
-    /* acc[j]: rows g and g + 8 of the warp's 16, tokens 2 t4 and the next of tile j */
-    bool whole = a.units || gridDim.y == 1; /* no partial sums: the bias goes in here */
-    float *out = a.units ? a.y + blockIdx.z * a.yz : gridDim.y == 1 ? a.y : a.part + (long long)blockIdx.y * n * w.rows;
-#pragma unroll
-    for (int j = 0; j < NT8; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            int r = wrow0 + g + (e >> 1) * 8, tok = j * 8 + 2 * t4 + (e & 1);
-            if (r < w.rows && tok < n)
-                out[(long long)rout[tok] * w.rows + r] = acc[j][e] + (whole && w.bias ? w.bias[r] : 0.0f);
-        }
+    mq_store<NT8>(a, w, n, wrow0, rout, acc);
 }
 
 /* ---- Q4_K on integer tensor cores ----
@@ -990,43 +1017,21 @@ __device__ __forceinline__ void im_scale(unsigned s0, unsigned s1, unsigned s2, 
 }
 
 template <int NT8> __global__ void __launch_bounds__(MQ_WARPS * 32, 2) ggml_imma_k(imma_args a) {
-    constexpr int BS = 256, BB = 144, SPAN = mq_span<SL_GGML_Q4_K>(), NC = SPAN / 16, NTOK = NT8 * 8;
+    constexpr int BS = 256, SPAN = mq_span<SL_GGML_Q4_K>(), NTOK = NT8 * 8;
     constexpr int STAGE = im_stage<NT8>(), XCH = 2 * 16 + 2 + 4; /* 16-byte pieces of a token's step */
     extern __shared__ float4 smem4[];
     __shared__ int rin[NTOK], rout[NTOK];
     uint8_t *sm = (uint8_t *)smem4;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    cu_w w = a.w;
-    int n = a.n, k0, k1;
+    cu_w w;
+    int n, k0, k1;
     cu_pdl_enter();
-    if (a.units) {
-        int u = blockIdx.y;
-        if (u >= *a.count) return;
-        int4 un = a.units[u];
-        w = a.table[un.x].w[a.which + blockIdx.z];
-        n = un.z;
-        for (int i = threadIdx.x; i < NTOK; i += blockDim.x) {
-            int p = a.pairs[un.y + min(i, n - 1)];
-            rin[i] = p / a.x_div;
-            rout[i] = p;
-        }
-        k0 = 0;
-        k1 = w.cols;
-    } else {
-        for (int i = threadIdx.x; i < NTOK; i += blockDim.x) rin[i] = rout[i] = min(i, n - 1);
-        k0 = blockIdx.y * a.kper;
-        k1 = min(k0 + a.kper, w.cols);
-    }
+    if (!mq_block<NTOK>(a, w, n, k0, k1, rin, rout)) return;
     __syncthreads();
     int row0 = blockIdx.x * MQ_ROWS, wrow0 = row0 + warp * 16;
     auto issue = [&](int kc, int b) {
-        uint8_t *base = sm + b * STAGE, *raw = base + warp * 16 * SPAN;
-        for (int i = lane; i < 16 * NC; i += 32) {
-            int r = i / NC, ch = i % NC, row = min(wrow0 + r, w.rows - 1);
-            const uint8_t *src = w.data + (long long)row * w.row_bytes + (long long)(kc / BS) * BB;
-            const uint8_t *p = (const uint8_t *)((uintptr_t)src & ~(uintptr_t)15);
-            if (16 * ch < (int)(src - p) + BB) mq_cp16(raw + r * SPAN + 16 * ch, p + 16 * ch, 16);
-        }
+        uint8_t *base = sm + b * STAGE;
+        mq_rows_async<SL_GGML_Q4_K>(base + warp * 16 * SPAN, w, wrow0, kc, k1, lane);
         uint8_t *xh = base + MQ_ROWS * SPAN, *xl = xh + NTOK * IM_LDX;
         float *xd = (float *)(xl + NTOK * IM_LDX);
         int *xs = (int *)(xd + NTOK * 8);
@@ -1118,16 +1123,7 @@ template <int NT8> __global__ void __launch_bounds__(MQ_WARPS * 32, 2) ggml_imma
         }
         __syncthreads(); /* buffer b is refilled by the next step's issue */
     }
-    bool whole = a.units || gridDim.y == 1; /* no partial sums: the bias goes in here */
-    float *out = a.units ? a.y + blockIdx.z * a.yz : gridDim.y == 1 ? a.y : a.part + (long long)blockIdx.y * n * w.rows;
-#pragma unroll
-    for (int j = 0; j < NT8; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            int r = wrow0 + g + (e >> 1) * 8, tok = j * 8 + 2 * t4 + (e & 1);
-            if (r < w.rows && tok < n)
-                out[(long long)rout[tok] * w.rows + r] = acc[j][e] + (whole && w.bias ? w.bias[r] : 0.0f);
-        }
+    mq_store<NT8>(a, w, n, wrow0, rout, acc);
 }
 
 /* whether the integer kernel takes Q4_K weight w: whole blocks, and 4-byte aligned for its word reads */
