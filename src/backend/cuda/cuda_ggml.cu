@@ -967,7 +967,7 @@ template <int T, int NT8, int EX> __global__ void __launch_bounds__(MQ_WARPS * 3
     mq_store<NT8>(a, w, n, wrow0, rout, acc);
 }
 
-/* ---- Q4_K on integer tensor cores ----
+/* ---- Q4_K and Q6_K on integer tensor cores ----
  *
  * The same tiles as ggml_mmq_k, with the input in q16 (value = d (256 h + l) per 32, see cuda_mmvq.cu)
  * instead of bf16: a lane's four consecutive nibbles of a sub-block are four bytes of an A fragment of
@@ -978,8 +978,8 @@ template <int T, int NT8, int EX> __global__ void __launch_bounds__(MQ_WARPS * 3
  * decode. */
 #define IM_LDX 272 /* bytes per token row of an input plane in shared memory: 8 tokens' B loads miss no bank */
 
-template <int NT8> __host__ __device__ constexpr int im_stage() { /* one of the two buffers */
-    return MQ_ROWS * mq_span<SL_GGML_Q4_K>() + NT8 * 8 * (2 * IM_LDX + 8 * 4 + 16 * 4);
+template <int T, int NT8> __host__ __device__ constexpr int im_stage() { /* one of the two buffers */
+    return MQ_ROWS * mq_span<T>() + NT8 * 8 * (2 * IM_LDX + 8 * 4 + 16 * 4);
 }
 
 /* as mmq_args, with the input in q16 rows of cols values */
@@ -994,6 +994,24 @@ struct imma_args {
     float *y, *part;
     long long yz;
 };
+
+/* k = 16: two A registers, one B */
+__device__ __forceinline__ void im_mma16(int *c, const uint32_t *a, uint32_t b, bool sgn) {
+    if (sgn)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+                     : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(b));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.u8.u8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+                     : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(b));
+}
+
+/* four bytes at a 2-byte aligned address in shared memory */
+__device__ __forceinline__ uint32_t im_ld4(const uint8_t *p) {
+    const unsigned short *h = (const unsigned short *)p;
+    return (uint32_t)h[0] | ((uint32_t)h[1] << 16);
+}
 
 __device__ __forceinline__ void im_mma(int *c, const uint32_t *a, const uint32_t *b, bool sgn) {
     if (sgn)
@@ -1016,64 +1034,10 @@ __device__ __forceinline__ void im_scale(unsigned s0, unsigned s1, unsigned s2, 
     mn = s < 4 ? b1 & 63 : (b2 >> 4) | ((b1 >> 6) << 4);
 }
 
-template <int NT8> __global__ void __launch_bounds__(MQ_WARPS * 32, 2) ggml_imma_k(imma_args a) {
-    constexpr int BS = 256, SPAN = mq_span<SL_GGML_Q4_K>(), NTOK = NT8 * 8;
-    constexpr int STAGE = im_stage<NT8>(), XCH = 2 * 16 + 2 + 4; /* 16-byte pieces of a token's step */
-    extern __shared__ float4 smem4[];
-    __shared__ int rin[NTOK], rout[NTOK];
-    uint8_t *sm = (uint8_t *)smem4;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    cu_w w;
-    int n, k0, k1;
-    cu_pdl_enter();
-    if (!mq_block<NTOK>(a, w, n, k0, k1, rin, rout)) return;
-    __syncthreads();
-    int row0 = blockIdx.x * MQ_ROWS, wrow0 = row0 + warp * 16;
-    auto issue = [&](int kc, int b) {
-        uint8_t *base = sm + b * STAGE;
-        mq_rows_async<SL_GGML_Q4_K>(base + warp * 16 * SPAN, w, wrow0, kc, k1, lane);
-        uint8_t *xh = base + MQ_ROWS * SPAN, *xl = xh + NTOK * IM_LDX;
-        float *xd = (float *)(xl + NTOK * IM_LDX);
-        int *xs = (int *)(xd + NTOK * 8);
-        for (int i = threadIdx.x; i < NTOK * XCH; i += MQ_WARPS * 32) {
-            int tok = i / XCH, ch = i % XCH;
-            if (tok >= n) continue; /* its products land in output columns that are not written */
-            long long r = rin[tok];
-            if (ch < 16)
-                mq_cp16(xh + tok * IM_LDX + 16 * ch, a.x.h + r * a.cols + kc + 16 * ch, 16);
-            else if (ch < 32)
-                mq_cp16(xl + tok * IM_LDX + 16 * (ch - 16), a.x.l + r * a.cols + kc + 16 * (ch - 16), 16);
-            else if (ch < 34)
-                mq_cp16(xd + tok * 8 + 4 * (ch - 32), a.x.d + r * (a.cols / 32) + kc / 32 + 4 * (ch - 32), 16);
-            else
-                mq_cp16(xs + tok * 16 + 4 * (ch - 34), a.x.s + r * (a.cols / 16) + kc / 16 + 4 * (ch - 34), 16);
-        }
-        mq_commit();
-    };
-    float acc[NT8][4];
-#pragma unroll
-    for (int j = 0; j < NT8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0;
-    /* the warp's rows g and g + 8 (clamped as the copies are) and where their blocks start in a 16-byte piece */
-    int rg[2], off[2];
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        rg[h] = min(wrow0 + g + 8 * h, w.rows - 1);
-        off[h] = (int)((uintptr_t)(w.data + (long long)rg[h] * w.row_bytes) & 15);
-    }
-    if (k0 < k1) issue(k0, 0);
-    for (int kc = k0, b = 0; kc < k1; kc += BS, b ^= 1) {
-        if (kc + BS < k1) {
-            issue(kc + BS, b ^ 1);
-            mq_wait<1>();
-        } else {
-            mq_wait<0>();
-        }
-        __syncthreads();
-        const uint8_t *base = sm + b * STAGE;
-        const uint8_t *blk[2] = {base + (warp * 16 + g) * SPAN + off[0], base + (warp * 16 + g + 8) * SPAN + off[1]};
-        const uint8_t *xh = base + MQ_ROWS * SPAN, *xl = xh + NTOK * IM_LDX;
-        const float *xd = (const float *)(xl + NTOK * IM_LDX);
-        const int *xs = (const int *)(xd + NTOK * 8);
+/* One step (a block of 256 per row) of Q4_K: rows g and g + 8 of the warp's tile in blk[0], blk[1] */
+template <int NT8>
+__device__ __forceinline__ void im_q4k_step(const uint8_t *const *blk, const uint8_t *xh, const uint8_t *xl,
+                                            const float *xd, const int *xs, int n, int g, int t4, float (*acc)[4]) {
         float d[2], dmin[2];
         unsigned sw[2][3];
 #pragma unroll
@@ -1121,30 +1085,150 @@ template <int NT8> __global__ void __launch_bounds__(MQ_WARPS * 32, 2) ggml_imma
                 }
             }
         }
+}
+
+/* One step of Q6_K: 6-bit codes (4 low bits in ql, 2 high in qh) of value d sc (q - 32), a scale per 16.
+ * A lane's four codes of a sub-block half are four bytes of a k = 16 A fragment (two u16 loads, the block
+ * being 2-byte aligned); per 16 the integer sum of codes times input, less 32 times the input's sum, takes
+ * that half's scale. */
+template <int NT8>
+__device__ __forceinline__ void im_q6k_step(const uint8_t *const *blk, const uint8_t *xh, const uint8_t *xl,
+                                            const float *xd, const int *xs, int n, int g, int t4, float (*acc)[4]) {
+    float d[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) d[h] = __half2float(__ushort_as_half(*(const unsigned short *)(blk[h] + 208)));
+#pragma unroll
+    for (int sb = 0; sb < 8; sb++) { /* values 32 sb .. 32 sb + 31: half nh = sb / 4, quarter m = sb % 4 */
+        int nh = sb >> 2, m = sb & 3;
+        uint32_t af[2][2]; /* [half of the sub-block][row g, g + 8] */
+        float ds[2][2];    /* [row][half]: d sc */
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                int l = 16 * hf + 4 * t4;
+                uint32_t lo = im_ld4(blk[h] + 64 * nh + 32 * (m & 1) + l), hi = im_ld4(blk[h] + 128 + 32 * nh + l);
+                af[hf][h] = ((lo >> (4 * (m >> 1))) & 0x0F0F0F0Fu) | (((hi >> (2 * m)) & 0x03030303u) << 4);
+                ds[h][hf] = d[h] * (float)(int8_t)blk[h][192 + 2 * sb + hf];
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NT8; j++) {
+            if (j * 8 >= n) break;
+            int tb = (j * 8 + g) * IM_LDX + 32 * sb + 4 * t4;
+            int ch[2][4] = {}, cl[2][4] = {};
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                uint32_t ah[2] = {af[hf][0], af[hf][1]};
+                im_mma16(ch[hf], ah, *(const uint32_t *)(xh + tb + 16 * hf), true);
+                im_mma16(cl[hf], ah, *(const uint32_t *)(xl + tb + 16 * hf), false);
+            }
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int tok = j * 8 + 2 * t4 + (e & 1), h = e >> 1;
+                int i0 = ch[0][e] * 256 + cl[0][e] - 32 * xs[tok * 16 + 2 * sb];
+                int i1 = ch[1][e] * 256 + cl[1][e] - 32 * xs[tok * 16 + 2 * sb + 1];
+                acc[j][e] += xd[tok * 8 + sb] * (ds[h][0] * (float)i0 + ds[h][1] * (float)i1);
+            }
+        }
+    }
+}
+
+template <int T, int NT8> __global__ void __launch_bounds__(MQ_WARPS * 32, 2) ggml_imma_k(imma_args a) {
+    constexpr int BS = 256, SPAN = mq_span<T>(), NTOK = NT8 * 8;
+    constexpr int STAGE = im_stage<T, NT8>(), XCH = 2 * 16 + 2 + 4; /* 16-byte pieces of a token's step */
+    extern __shared__ float4 smem4[];
+    __shared__ int rin[NTOK], rout[NTOK];
+    uint8_t *sm = (uint8_t *)smem4;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    cu_w w;
+    int n, k0, k1;
+    cu_pdl_enter();
+    if (!mq_block<NTOK>(a, w, n, k0, k1, rin, rout)) return;
+    __syncthreads();
+    int row0 = blockIdx.x * MQ_ROWS, wrow0 = row0 + warp * 16;
+    auto issue = [&](int kc, int b) {
+        uint8_t *base = sm + b * STAGE;
+        mq_rows_async<T>(base + warp * 16 * SPAN, w, wrow0, kc, k1, lane);
+        uint8_t *xh = base + MQ_ROWS * SPAN, *xl = xh + NTOK * IM_LDX;
+        float *xd = (float *)(xl + NTOK * IM_LDX);
+        int *xs = (int *)(xd + NTOK * 8);
+        for (int i = threadIdx.x; i < NTOK * XCH; i += MQ_WARPS * 32) {
+            int tok = i / XCH, ch = i % XCH;
+            if (tok >= n) continue; /* its products land in output columns that are not written */
+            long long r = rin[tok];
+            if (ch < 16)
+                mq_cp16(xh + tok * IM_LDX + 16 * ch, a.x.h + r * a.cols + kc + 16 * ch, 16);
+            else if (ch < 32)
+                mq_cp16(xl + tok * IM_LDX + 16 * (ch - 16), a.x.l + r * a.cols + kc + 16 * (ch - 16), 16);
+            else if (ch < 34)
+                mq_cp16(xd + tok * 8 + 4 * (ch - 32), a.x.d + r * (a.cols / 32) + kc / 32 + 4 * (ch - 32), 16);
+            else
+                mq_cp16(xs + tok * 16 + 4 * (ch - 34), a.x.s + r * (a.cols / 16) + kc / 16 + 4 * (ch - 34), 16);
+        }
+        mq_commit();
+    };
+    float acc[NT8][4];
+#pragma unroll
+    for (int j = 0; j < NT8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0;
+    /* the warp's rows g and g + 8 (clamped as the copies are) and where their blocks start in a 16-byte piece */
+    int rg[2], off[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        rg[h] = min(wrow0 + g + 8 * h, w.rows - 1);
+        off[h] = (int)((uintptr_t)(w.data + (long long)rg[h] * w.row_bytes) & 15);
+    }
+    if (k0 < k1) issue(k0, 0);
+    for (int kc = k0, b = 0; kc < k1; kc += BS, b ^= 1) {
+        if (kc + BS < k1) {
+            issue(kc + BS, b ^ 1);
+            mq_wait<1>();
+        } else {
+            mq_wait<0>();
+        }
+        __syncthreads();
+        const uint8_t *base = sm + b * STAGE;
+        const uint8_t *blk[2] = {base + (warp * 16 + g) * SPAN + off[0], base + (warp * 16 + g + 8) * SPAN + off[1]};
+        const uint8_t *xh = base + MQ_ROWS * SPAN, *xl = xh + NTOK * IM_LDX;
+        const float *xd = (const float *)(xl + NTOK * IM_LDX);
+        const int *xs = (const int *)(xd + NTOK * 8);
+        if constexpr (T == SL_GGML_Q4_K)
+            im_q4k_step<NT8>(blk, xh, xl, xd, xs, n, g, t4, acc);
+        else
+            im_q6k_step<NT8>(blk, xh, xl, xd, xs, n, g, t4, acc);
         __syncthreads(); /* buffer b is refilled by the next step's issue */
     }
     mq_store<NT8>(a, w, n, wrow0, rout, acc);
 }
 
-/* whether the integer kernel takes Q4_K weight w: whole blocks, and 4-byte aligned for its word reads */
+/* whether the integer kernel takes GGML weight w: Q4_K (4-byte aligned for its word reads) or Q6_K
+ * (2-byte aligned), whole blocks */
 static int imma_takes(const cu_impl *c, const cu_w *w) {
-    return c->imma && w->gtype == SL_GGML_Q4_K && w->cols % 256 == 0 && (uintptr_t)w->data % 4 == 0 &&
-           w->row_bytes % 4 == 0;
+    uintptr_t al = w->gtype == SL_GGML_Q4_K ? 4 : 2;
+    return c->imma && (w->gtype == SL_GGML_Q4_K || w->gtype == SL_GGML_Q6_K) && w->cols % 256 == 0 &&
+           (uintptr_t)w->data % al == 0 && w->row_bytes % al == 0;
 }
 
-template <int NT8> static void imma_go(cu_impl *c, const imma_args &a, dim3 grid) {
-    size_t smem = 2 * (size_t)im_stage<NT8>();
+template <int T, int NT8> static void imma_type(cu_impl *c, const imma_args &a, dim3 grid) {
+    size_t smem = 2 * (size_t)im_stage<T, NT8>();
     if ((int)smem > c->smem_optin) {
-        cu_fail(c, "Q4_K integer tensor-core kernel: %zu bytes of shared memory, the GPU allows %d", smem,
+        cu_fail(c, "GGML integer tensor-core kernel: %zu bytes of shared memory, the GPU allows %d", smem,
                 c->smem_optin);
         return;
     }
-    if (smem > 48 * 1024 &&
-        cudaFuncSetAttribute(ggml_imma_k<NT8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {
-        cu_fail(c, "Q4_K integer tensor-core kernel: %zu bytes of shared memory refused", smem);
+    if (smem > 48 * 1024 && cudaFuncSetAttribute(ggml_imma_k<T, NT8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 (int)smem) != cudaSuccess) {
+        cu_fail(c, "GGML integer tensor-core kernel: %zu bytes of shared memory refused", smem);
         return;
     }
-    cu_launch(c, ggml_imma_k<NT8>, grid, MQ_WARPS * 32, smem, a);
+    cu_launch(c, ggml_imma_k<T, NT8>, grid, MQ_WARPS * 32, smem, a);
+}
+
+template <int NT8> static void imma_go(cu_impl *c, const imma_args &a, dim3 grid) {
+    if (a.w.gtype == SL_GGML_Q4_K)
+        imma_type<SL_GGML_Q4_K, NT8>(c, a, grid);
+    else
+        imma_type<SL_GGML_Q6_K, NT8>(c, a, grid);
 }
 
 /* y[t][r] = the splits' partial sums in order (+ bias) */
@@ -1269,7 +1353,7 @@ int cu_ggml_mmq_grouped(cu_impl *c, const cu_w *w0, const cu_expert *table, int 
         if (cu_q16_rows(c, x, u, n_x, w0->cols, &xq)) return -1;
         imma_args ia = {*w0, table, units, pairs, count, which, x_div, xq, w0->cols, 0, w0->cols, y, NULL, yz};
         imma_go<CU_MMQ_GROUP / 8>(c, ia, grid);
-        return cu_check_launch(c, "Q4_K grouped integer tensor-core kernel");
+        return cu_check_launch(c, "GGML grouped integer tensor-core kernel");
     }
     __nv_bfloat16 *xp, *xpl;
     if (mmq_input(c, x, u, n_x, w0->cols, exact, &xp, &xpl)) return -1;
