@@ -967,7 +967,7 @@ template <int T, int NT8, int EX> __global__ void __launch_bounds__(MQ_WARPS * 3
     mq_store<NT8>(a, w, n, wrow0, rout, acc);
 }
 
-/* ---- Q4_K and Q6_K on integer tensor cores ----
+/* ---- Q4_K, Q6_K and Q8_0 on integer tensor cores ----
  *
  * The same tiles as ggml_mmq_k, with the input in q16 (value = d (256 h + l) per 32, see cuda_mmvq.cu)
  * instead of bf16: a lane's four consecutive nibbles of a sub-block are four bytes of an A fragment of
@@ -1005,6 +1005,20 @@ __device__ __forceinline__ void im_mma16(int *c, const uint32_t *a, uint32_t b, 
         asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.u8.u8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
                      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
                      : "r"(a[0]), "r"(a[1]), "r"(b));
+}
+
+/* A signed bytes (Q8_0), B signed (the input's high bytes) or unsigned (its low bytes) */
+__device__ __forceinline__ void im_mma_s(int *c, const uint32_t *a, const uint32_t *b, bool sgn) {
+    if (sgn)
+        asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};"
+                     : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    else
+        asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};"
+                     : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
 /* four bytes at a 2-byte aligned address in shared memory */
@@ -1134,8 +1148,39 @@ __device__ __forceinline__ void im_q6k_step(const uint8_t *const *blk, const uin
     }
 }
 
+/* One step of Q8_0: eight 34-byte blocks a row (d, 32 signed codes), a scale per 32; the codes are A
+ * fragments as they lie (two u16 loads each, the blocks being 2-byte aligned) */
+template <int NT8>
+__device__ __forceinline__ void im_q80_step(const uint8_t *const *blk, const uint8_t *xh, const uint8_t *xl,
+                                            const float *xd, int n, int g, int t4, float (*acc)[4]) {
+#pragma unroll
+    for (int sb = 0; sb < 8; sb++) {
+        uint32_t af[4];
+        float dd[2];
+#pragma unroll
+        for (int q = 0; q < 4; q++) af[q] = im_ld4(blk[q & 1] + 34 * sb + 2 + 16 * (q >> 1) + 4 * t4);
+#pragma unroll
+        for (int h = 0; h < 2; h++) dd[h] = __half2float(__ushort_as_half(*(const unsigned short *)(blk[h] + 34 * sb)));
+#pragma unroll
+        for (int j = 0; j < NT8; j++) {
+            if (j * 8 >= n) break;
+            int tb = (j * 8 + g) * IM_LDX + 32 * sb + 4 * t4;
+            uint32_t bh[2] = {*(const uint32_t *)(xh + tb), *(const uint32_t *)(xh + tb + 16)};
+            uint32_t bl[2] = {*(const uint32_t *)(xl + tb), *(const uint32_t *)(xl + tb + 16)};
+            int ch[4] = {0, 0, 0, 0}, cl[4] = {0, 0, 0, 0};
+            im_mma_s(ch, af, bh, true);
+            im_mma_s(cl, af, bl, false);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int tok = j * 8 + 2 * t4 + (e & 1);
+                acc[j][e] += xd[tok * 8 + sb] * dd[e >> 1] * (float)(ch[e] * 256 + cl[e]);
+            }
+        }
+    }
+}
+
 template <int T, int NT8> __global__ void __launch_bounds__(MQ_WARPS * 32, 2) ggml_imma_k(imma_args a) {
-    constexpr int BS = 256, SPAN = mq_span<T>(), NTOK = NT8 * 8;
+    constexpr int SPAN = mq_span<T>(), NTOK = NT8 * 8;
     constexpr int STAGE = im_stage<T, NT8>(), XCH = 2 * 16 + 2 + 4; /* 16-byte pieces of a token's step */
     extern __shared__ float4 smem4[];
     __shared__ int rin[NTOK], rout[NTOK];
@@ -1179,9 +1224,9 @@ template <int T, int NT8> __global__ void __launch_bounds__(MQ_WARPS * 32, 2) gg
         off[h] = (int)((uintptr_t)(w.data + (long long)rg[h] * w.row_bytes) & 15);
     }
     if (k0 < k1) issue(k0, 0);
-    for (int kc = k0, b = 0; kc < k1; kc += BS, b ^= 1) {
-        if (kc + BS < k1) {
-            issue(kc + BS, b ^ 1);
+    for (int kc = k0, b = 0; kc < k1; kc += MQ_KC, b ^= 1) {
+        if (kc + MQ_KC < k1) {
+            issue(kc + MQ_KC, b ^ 1);
             mq_wait<1>();
         } else {
             mq_wait<0>();
@@ -1194,8 +1239,10 @@ template <int T, int NT8> __global__ void __launch_bounds__(MQ_WARPS * 32, 2) gg
         const int *xs = (const int *)(xd + NTOK * 8);
         if constexpr (T == SL_GGML_Q4_K)
             im_q4k_step<NT8>(blk, xh, xl, xd, xs, n, g, t4, acc);
-        else
+        else if constexpr (T == SL_GGML_Q6_K)
             im_q6k_step<NT8>(blk, xh, xl, xd, xs, n, g, t4, acc);
+        else
+            im_q80_step<NT8>(blk, xh, xl, xd, n, g, t4, acc);
         __syncthreads(); /* buffer b is refilled by the next step's issue */
     }
     mq_store<NT8>(a, w, n, wrow0, rout, acc);
@@ -1205,8 +1252,8 @@ template <int T, int NT8> __global__ void __launch_bounds__(MQ_WARPS * 32, 2) gg
  * (2-byte aligned), whole blocks */
 static int imma_takes(const cu_impl *c, const cu_w *w) {
     uintptr_t al = w->gtype == SL_GGML_Q4_K ? 4 : 2;
-    return c->imma && (w->gtype == SL_GGML_Q4_K || w->gtype == SL_GGML_Q6_K) && w->cols % 256 == 0 &&
-           (uintptr_t)w->data % al == 0 && w->row_bytes % al == 0;
+    return c->imma && (w->gtype == SL_GGML_Q4_K || w->gtype == SL_GGML_Q6_K || w->gtype == SL_GGML_Q8_0) &&
+           w->cols % 256 == 0 && (uintptr_t)w->data % al == 0 && w->row_bytes % al == 0;
 }
 
 template <int T, int NT8> static void imma_type(cu_impl *c, const imma_args &a, dim3 grid) {
@@ -1227,8 +1274,10 @@ template <int T, int NT8> static void imma_type(cu_impl *c, const imma_args &a, 
 template <int NT8> static void imma_go(cu_impl *c, const imma_args &a, dim3 grid) {
     if (a.w.gtype == SL_GGML_Q4_K)
         imma_type<SL_GGML_Q4_K, NT8>(c, a, grid);
-    else
+    else if (a.w.gtype == SL_GGML_Q6_K)
         imma_type<SL_GGML_Q6_K, NT8>(c, a, grid);
+    else
+        imma_type<SL_GGML_Q8_0, NT8>(c, a, grid);
 }
 
 /* y[t][r] = the splits' partial sums in order (+ bias) */
