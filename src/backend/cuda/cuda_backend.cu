@@ -511,6 +511,7 @@ static void cu_destroy(sl_backend *b) {
     free(c->tables);
     cudaFree(c->wtmp);
     cudaFree(c->q16buf);
+    cudaFree(c->dnbuf);
     cudaFree(c->xtmp);
     cudaFree(c->ids);
     cudaFree(c->att_part);
@@ -594,7 +595,7 @@ int sl_cuda_backend_create(int device, sl_backend **out, char *about, size_t abo
     const char *mv = getenv("SLUICE_CUDA_MMVQ");
     c->mmvq = !(mv && !strcmp(mv, "0"));
     const char *im = getenv("SLUICE_CUDA_IMMA");
-    c->imma = !(im && !strcmp(im, "0"));
+    c->imma = im && !strcmp(im, "0") ? 0 : im && !strcmp(im, "q4k") ? 2 : 1; /* 2: Q4_K only (to compare) */
     const char *fl = getenv("SLUICE_CUDA_FLASH");
     c->flash = !(fl && !strcmp(fl, "0"));
     /* decode attention partials for up to 128 heads of up to 256 dims, so recorded steps never grow them */

@@ -1216,13 +1216,10 @@ template <int T, int NT8> __global__ void __launch_bounds__(MQ_WARPS * 32, 2) gg
     float acc[NT8][4];
 #pragma unroll
     for (int j = 0; j < NT8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0;
-    /* the warp's rows g and g + 8 (clamped as the copies are) and where their blocks start in a 16-byte piece */
-    int rg[2], off[2];
+    /* the warp's rows g and g + 8, clamped as the copies are */
+    const uint8_t *rowp[2];
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        rg[h] = min(wrow0 + g + 8 * h, w.rows - 1);
-        off[h] = (int)((uintptr_t)(w.data + (long long)rg[h] * w.row_bytes) & 15);
-    }
+    for (int h = 0; h < 2; h++) rowp[h] = w.data + (long long)min(wrow0 + g + 8 * h, w.rows - 1) * w.row_bytes;
     if (k0 < k1) issue(k0, 0);
     for (int kc = k0, b = 0; kc < k1; kc += MQ_KC, b ^= 1) {
         if (kc + MQ_KC < k1) {
@@ -1233,7 +1230,12 @@ template <int T, int NT8> __global__ void __launch_bounds__(MQ_WARPS * 32, 2) gg
         }
         __syncthreads();
         const uint8_t *base = sm + b * STAGE;
-        const uint8_t *blk[2] = {base + (warp * 16 + g) * SPAN + off[0], base + (warp * 16 + g + 8) * SPAN + off[1]};
+        /* where the step's blocks start in their first 16-byte piece (a Q6_K step of 210 bytes moves it) */
+        const uint8_t *blk[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            blk[h] = base + (warp * 16 + g + 8 * h) * SPAN +
+                     (int)((uintptr_t)(rowp[h] + (long long)(kc / gq<T>::BS) * gq<T>::BB) & 15);
         const uint8_t *xh = base + MQ_ROWS * SPAN, *xl = xh + NTOK * IM_LDX;
         const float *xd = (const float *)(xl + NTOK * IM_LDX);
         const int *xs = (const int *)(xd + NTOK * 8);
@@ -1252,7 +1254,7 @@ template <int T, int NT8> __global__ void __launch_bounds__(MQ_WARPS * 32, 2) gg
  * (2-byte aligned), whole blocks */
 static int imma_takes(const cu_impl *c, const cu_w *w) {
     uintptr_t al = w->gtype == SL_GGML_Q4_K ? 4 : 2;
-    return c->imma && (w->gtype == SL_GGML_Q4_K || w->gtype == SL_GGML_Q6_K || w->gtype == SL_GGML_Q8_0) &&
+    return c->imma && (w->gtype == SL_GGML_Q4_K || (c->imma == 1 && (w->gtype == SL_GGML_Q6_K || w->gtype == SL_GGML_Q8_0))) &&
            w->cols % 256 == 0 && (uintptr_t)w->data % al == 0 && w->row_bytes % al == 0;
 }
 
