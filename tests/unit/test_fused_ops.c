@@ -796,6 +796,8 @@ Test(fused_ops, matmul_multi_conv) {
     matmul_multi_conv_case(32, 96, 3, 20, 1); /* a prefill batch */
     matmul_multi_conv_case(16, 32, 1, 3, 1);  /* no history */
     matmul_multi_conv_case(24, 64, 4, 3, 0);
+    matmul_multi_conv_case(48, 64, 4, 40, 0); /* a prompt's conv over slices of the tokens */
+    matmul_multi_conv_case(40, 32, 4, 17, 0);
 }
 
 /* host delta rule, token by token: S <- S exp(g); S <- S + k (beta (v - S^T k))^T; o = S^T q (q, k
@@ -878,4 +880,5 @@ Test(fused_ops, deltanet) {
     deltanet_case(2, 4, 64, 48, 1, 5, 1);     /* a short prompt, then a step */
     deltanet_case(1, 2, 128, 128, 0, 70, 33); /* chunks, a partial last one, and a second prompt */
     deltanet_case(2, 2, 32, 40, 1, 32, 31);
+    deltanet_case(2, 4, 40, 24, 0, 100, 65); /* key rows past the last full warp, several chunks */
 }

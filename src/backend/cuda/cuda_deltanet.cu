@@ -1,7 +1,7 @@
-/* Gated delta-net on the GPU: the causal depthwise conv + SiLU (one thread per channel walks the
- * tokens), and the delta rule with the state in registers: a block owns one value head and a tile of
- * state columns for the whole sequence, token by token for decode (deltanet_k) and a chunk of tokens at a
- * time for prefill (deltanet_chunk_k). */
+/* Gated delta-net on the GPU: the causal depthwise conv + SiLU (a thread per channel walks a slice of the
+ * tokens), and the delta rule: token by token with the state in registers for decode (deltanet_k), and in
+ * chunks for prefill (deltanet_prep_k for what each chunk's own tokens give, all chunks at once, then
+ * deltanet_state_k carrying the state across them). */
 #include <math.h>
 
 #include "backend/cuda/cuda_int.cuh"
@@ -39,12 +39,45 @@ __global__ void conv1d_silu_k(const float *x, int n, int channels, const float *
     }
 }
 
+#define CONV_TOK 16 /* tokens per thread of a prompt's conv */
+
+/* A prompt's conv: grid row y takes tokens [CONV_TOK y, CONV_TOK (y + 1)) of every channel, so the tokens
+ * run in parallel; only row 0 reads the old state (kernel - 1 <= CONV_TOK), and it advances the state
+ * after its own reads. x and out do not overlap. */
+__global__ void conv1d_silu_tok_k(const float *x, int n, int channels, const float *w, int kernel, float *state,
+                                  float *out) {
+    cu_pdl_enter();
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= channels) return;
+    int hist = kernel - 1, t0 = blockIdx.y * CONV_TOK, t1 = min(n, t0 + CONV_TOK);
+    const float *wc = w + (long long)c * kernel;
+    for (int t = t0; t < t1; t++) {
+        float s = 0;
+        for (int k = 0; k < kernel; k++) {
+            int src = t - hist + k;
+            float v = src >= 0 ? x[(long long)src * channels + c] : state[(long long)(hist + src) * channels + c];
+            s += wc[k] * v;
+        }
+        out[(long long)t * channels + c] = s * cu_sigmoid(s);
+    }
+    if (blockIdx.y) return;
+    for (int h = 0; h < hist; h++) {
+        int src = n - hist + h;
+        state[(long long)h * channels + c] =
+            src >= 0 ? x[(long long)src * channels + c] : state[(long long)(hist + src) * channels + c];
+    }
+}
+
 void cu_conv1d_silu(sl_backend *b, const float *x, int n, int channels, const float *w, int kernel, float *state,
                     float *out) {
     cu_impl *c = cu_of(b);
-    if (channels <= 0) return;
-    cu_launch(c, conv1d_silu_k, CU_BLOCKS(channels, 128), 128, 0, x, n, channels, w, kernel, state, out,
-              (const int *)NULL, 0LL);
+    if (channels <= 0 || n <= 0) return;
+    if (kernel - 1 <= CONV_TOK)
+        cu_launch(c, conv1d_silu_tok_k, dim3(CU_BLOCKS(channels, 128), CU_BLOCKS(n, CONV_TOK)), 128, 0, x, n,
+                  channels, w, kernel, state, out);
+    else
+        cu_launch(c, conv1d_silu_k, CU_BLOCKS(channels, 128), 128, 0, x, n, channels, w, kernel, state, out,
+                  (const int *)NULL, 0LL);
     cu_check_launch(c, "conv1d");
 }
 
@@ -160,154 +193,255 @@ __global__ void __launch_bounds__(DN_COLS *DN_MAXW)
     tile_store(Sg, kd, vd, r0, c, S);
 }
 
-#define DN_CHUNK 32      /* tokens per chunk of the chunked form */
-#define DN_CHUNK_MAXW 16 /* its warps per block: key dims up to 256 (its shared buffers grow with them) */
+#define DN_CHUNK 32      /* tokens per chunk of the chunked form: a warp's lanes span one */
+#define DN_CHUNK_MAXW 16 /* warps of the state kernel: key dims up to 256 */
 
-/* Shared memory of deltanet_chunk_k, in floats, for key dim kd and nw warps. */
-static size_t chunk_floats(int kd, int nw) {
-    const size_t C = DN_CHUNK;
-    return 2 * C * (size_t)(kd + 1) /* q, k */ + (size_t)nw * C * DN_COLS /* partial products */ +
-           2 * C * (C + 1) /* the two masked Gram matrices */ + 4 * C * DN_COLS /* K S0, Q S0, U, V */ + 3 * C;
+/* The delta rule in its chunked form, for prefill. With G_t the cumulative log decay inside a chunk and S0
+ * the state before it, the state after token t is exp(G_t) S0 + sum_{i<=t} exp(G_t - G_i) k_i u_i^T, where
+ * the pseudo-values solve the unit lower-triangular system (I + A) u = beta v - beta exp(G) K S0 with
+ * A[t][i] = beta_t exp(G_t - G_i) (k_t . k_i), i < t. So u = U0 - W S0, U0 = (I + A)^-1 beta v and
+ * W = (I + A)^-1 beta exp(G) K, which only the chunk's own tokens make; then
+ *   o_t = exp(G_t) S0^T q_t + sum_{i<=t} exp(G_t - G_i) (q_t . k_i) u_i,
+ *   S = exp(G_L) S0 + sum_i exp(G_L - G_i) k_i u_i^T.
+ * deltanet_prep_k makes every chunk's part of every value head at once (normalised q and k, the masked Gram
+ * matrices, the triangular solves); deltanet_state_k walks the chunks in order, three products per chunk
+ * with the state in registers. Before, one kernel did all of it per chunk, the solve on one warp while the
+ * state waited: 785 us per layer of 512 tokens (Qwen3.5-35B-A3B shape). q and k are normalised as in
+ * deltanet_k. */
+struct dn_chunks {
+    float *q;   /* [nv][n][kd]: normalised q times 1/sqrt(kd) */
+    float *w;   /* [nv][n][kd]: W */
+    float *k;   /* [nv][n][kd]: normalised k_i times exp(G_L - G_i) */
+    float *u;   /* [nv][n][vd]: U0 */
+    float *aqk; /* [nv][chunks][C][C]: exp(G_t - G_i) (q_t . k_i) for i <= t, else 0 */
+    float *eg;  /* [nv][n]: exp(G_t) */
+};
+
+static size_t dn_chunk_floats(const sl_deltanet_dims *d, int n) {
+    size_t nv = (size_t)d->n_v_heads, N = (size_t)n, ch = (N + DN_CHUNK - 1) / DN_CHUNK;
+    return nv * (3 * N * (size_t)d->k_dim + N * (size_t)d->v_dim + ch * DN_CHUNK * DN_CHUNK + N);
 }
 
-/* The delta rule in its chunked form, for prefill: the same state tile per block as deltanet_k, but
- * DN_CHUNK tokens at a time. With G_t the cumulative log decay inside the chunk and S0 the state before it,
- * the state after token t is exp(G_t) S0 + sum_{i<=t} exp(G_t - G_i) k_i u_i^T, where the pseudo-values
- * solve the unit lower-triangular system
- *   u_t = beta_t (v_t - exp(G_t) S0^T k_t) - sum_{i<t} beta_t exp(G_t - G_i) (k_t . k_i) u_i,
- * so o_t = exp(G_t) S0^T q_t + sum_{i<=t} exp(G_t - G_i) (q_t . k_i) u_i and the chunk ends with
- * S = exp(G_L) S0 + sum_i exp(G_L - G_i) k_i u_i^T. The products with S0 and the Gram matrices are
- * parallel over the chunk's tokens; only the triangular solve (one lane per state column) is sequential,
- * where deltanet_k waits on a block barrier several times per token. q and k are normalised as there. */
-__global__ void __launch_bounds__(DN_COLS *DN_CHUNK_MAXW, 1)
-    deltanet_chunk_k(sl_deltanet_dims d, const float *qkv, const float *a, const float *bb, const float *A_log,
-                     const float *dt_bias, float *state, int n, float *out) {
+/* shared floats of the two kernels */
+static size_t dn_prep_floats(int kd) {
+    return 2 * (size_t)DN_CHUNK * (size_t)(kd + 1) + (size_t)DN_CHUNK * (DN_CHUNK + 1) + 2 * DN_CHUNK;
+}
+static size_t dn_state_floats(int nw) { /* key rows padded to the warps' DN_ROWS each */
+    const size_t C = DN_CHUNK, KS = (size_t)nw * DN_ROWS;
+    return 3 * C * KS /* q, w, k */ + (size_t)nw * C * DN_COLS /* partial sums */ + 2 * C * DN_COLS /* u, q S0 */ +
+           C * C + C;
+}
+
+/* grid (value head, chunk), 256 threads */
+__global__ void __launch_bounds__(256) deltanet_prep_k(sl_deltanet_dims d, const float *qkv, const float *a,
+                                                       const float *bb, const float *A_log, const float *dt_bias,
+                                                       int n, dn_chunks o) {
     constexpr int C = DN_CHUNK, C1 = DN_CHUNK + 1;
     extern __shared__ float4 smem4[];
     int kd = d.k_dim, vd = d.v_dim, nk = d.n_k_heads, nv = d.n_v_heads, K1 = kd + 1;
-    int h = blockIdx.x, lane = threadIdx.x & 31, wp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    float *qs = (float *)smem4, *ks = qs + C * K1, *part = ks + C * K1, *Akk = part + nw * C * DN_COLS;
-    float *Aqk = Akk + C * C1, *kS = Aqk + C * C1, *qS = kS + C * DN_COLS, *U = qS + C * DN_COLS;
-    float *V = U + C * DN_COLS, *G = V + C * DN_COLS, *beta = G + C, *dec = beta + C;
+    int h = blockIdx.x, t0 = blockIdx.y * C, L = min(C, n - t0);
+    int lane = threadIdx.x & 31, wp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    float *qs = (float *)smem4, *ks = qs + C * K1, *akk = ks + C * K1, *G = akk + C * C1, *beta = G + C;
+    cu_pdl_enter();
+    int kh = d.tiled ? h % nk : h / (nv / nk);
+    int width = 2 * nk * kd + nv * vd;
+    for (int e = threadIdx.x; e < C * kd; e += blockDim.x) {
+        int t = e / kd, i = e - t * kd;
+        float q = 0, k = 0;
+        if (t < L) {
+            const float *row = qkv + (long long)(t0 + t) * width;
+            q = row[kh * kd + i];
+            k = row[(nk + kh) * kd + i];
+        }
+        qs[t * K1 + i] = q;
+        ks[t * K1 + i] = k;
+    }
+    if (wp == 0) { /* the decays' running sum inside the chunk by one warp's scan */
+        float g = 0, be = 0;
+        if (lane < L) {
+            g = -expf(A_log[h]) * softplus(a[(long long)(t0 + lane) * nv + h] + dt_bias[h]);
+            be = cu_sigmoid(bb[(long long)(t0 + lane) * nv + h]);
+        }
+#pragma unroll
+        for (int s = 1; s < 32; s <<= 1) {
+            float y = __shfl_up_sync(0xffffffffu, g, s);
+            if (lane >= s) g += y;
+        }
+        G[lane] = g;
+        beta[lane] = be;
+    }
+    __syncthreads();
+    float qscale = rsqrtf((float)kd);
+    for (int t = wp; t < L; t += nw) {
+        float sq = 0, sk = 0;
+        for (int i = lane; i < kd; i += 32) {
+            sq += qs[t * K1 + i] * qs[t * K1 + i];
+            sk += ks[t * K1 + i] * ks[t * K1 + i];
+        }
+        float nq = rsqrtf(warp_sum(sq) + 1e-6f) * qscale, nkk = rsqrtf(warp_sum(sk) + 1e-6f);
+        for (int i = lane; i < kd; i += 32) {
+            qs[t * K1 + i] *= nq;
+            ks[t * K1 + i] *= nkk;
+        }
+    }
+    __syncthreads();
+    /* the masked Gram matrices: a warp's lanes are the columns i of one row t */
+    float *aqk = o.aqk + ((long long)h * gridDim.y + blockIdx.y) * C * C;
+    for (int e = threadIdx.x; e < C * C; e += blockDim.x) {
+        int t = e / C, i = e % C;
+        bool in = t < L && i <= t;
+        float kk = 0, qk = 0;
+        if (in)
+            for (int j = 0; j < kd; j++) {
+                float ki = ks[i * K1 + j];
+                kk += ks[t * K1 + j] * ki;
+                qk += qs[t * K1 + j] * ki;
+            }
+        float f = in ? expf(G[t] - G[i]) : 0.0f;
+        akk[t * C1 + i] = i < t ? beta[t] * f * kk : 0.0f;
+        aqk[e] = f * qk;
+    }
+    __syncthreads();
+    /* (I + A) x = rhs by forward substitution, a thread per column of [beta v | beta exp(G) k] */
+    for (int j = threadIdx.x; j < vd + kd; j += blockDim.x) {
+        bool isv = j < vd;
+        float x[C];
+#pragma unroll
+        for (int t = 0; t < C; t++) {
+            float r0 = 0, r1 = 0; /* two partial sums: half the chain of dependent adds */
+            if (t < L)
+                r0 = isv ? beta[t] * qkv[(long long)(t0 + t) * width + 2 * nk * kd + h * vd + j]
+                         : beta[t] * expf(G[t]) * ks[t * K1 + j - vd];
+#pragma unroll
+            for (int i = 0; i + 1 < t; i += 2) {
+                r0 -= akk[t * C1 + i] * x[i];
+                r1 -= akk[t * C1 + i + 1] * x[i + 1];
+            }
+            if (t & 1) r0 -= akk[t * C1 + t - 1] * x[t - 1];
+            x[t] = r0 + r1;
+        }
+        for (int t = 0; t < L; t++) {
+            long long r = (long long)h * n + t0 + t;
+            if (isv)
+                o.u[r * vd + j] = x[t];
+            else
+                o.w[r * kd + j - vd] = x[t];
+        }
+    }
+    float gl = G[L - 1];
+    for (int e = threadIdx.x; e < L * kd; e += blockDim.x) {
+        int t = e / kd, i = e - t * kd;
+        long long r = ((long long)h * n + t0 + t) * kd + i;
+        o.q[r] = qs[t * K1 + i];
+        o.k[r] = ks[t * K1 + i] * expf(gl - G[t]);
+    }
+    if (threadIdx.x < L) o.eg[(long long)h * n + t0 + threadIdx.x] = expf(G[threadIdx.x]);
+}
+
+/* grid (value head, DN_COLS state columns), a warp per DN_ROWS key rows; the state tile is read before the
+ * wait (only an earlier step of this layer wrote it) */
+__global__ void __launch_bounds__(DN_COLS *DN_CHUNK_MAXW, 1)
+    deltanet_state_k(sl_deltanet_dims d, dn_chunks o, float *state, int n, float *out) {
+    constexpr int C = DN_CHUNK;
+    extern __shared__ float4 smem4[];
+    int kd = d.k_dim, vd = d.v_dim, nv = d.n_v_heads;
+    int h = blockIdx.x, lane = threadIdx.x & 31, wp = threadIdx.x >> 5, nw = blockDim.x >> 5, KS = nw * DN_ROWS;
+    float *qs = (float *)smem4, *ws = qs + C * KS, *ks = ws + C * KS, *part = ks + C * KS;
+    float *U = part + nw * C * DN_COLS, *QS = U + C * DN_COLS, *A = QS + C * DN_COLS, *eg = A + C * C;
     int c = blockIdx.y * DN_COLS + lane, r0 = wp * DN_ROWS;
     bool col = c < vd;
     float *Sg = state + (long long)h * kd * vd;
     float S[DN_ROWS];
     tile_load(Sg, kd, vd, r0, c, S);
     cu_pdl_enter();
-    int kh = d.tiled ? h % nk : h / (nv / nk);
-    int width = 2 * nk * kd + nv * vd;
-    float A = -expf(A_log[h]), qscale = rsqrtf((float)kd);
-    for (int t0 = 0; t0 < n; t0 += C) {
-        int L = min(C, n - t0);
-        /* q and k of the chunk, then each row normalised by one warp */
-        for (int e = threadIdx.x; e < L * kd; e += blockDim.x) {
-            int t = e / kd, i = e - t * kd;
-            const float *row = qkv + (long long)(t0 + t) * width;
-            qs[t * K1 + i] = row[kh * kd + i];
-            ks[t * K1 + i] = row[(nk + kh) * kd + i];
+    int chunks = (n + C - 1) / C;
+    for (int ch = 0; ch < chunks; ch++) {
+        int c0 = ch * C, L = min(C, n - c0);
+        long long base = (long long)h * n + c0;
+        for (int e = threadIdx.x; e < C * KS; e += blockDim.x) { /* rows past L and columns past kd as zeros */
+            int t = e / KS, i = e - t * KS;
+            bool in = t < L && i < kd;
+            long long r = (base + t) * kd + i;
+            qs[e] = in ? o.q[r] : 0.0f;
+            ws[e] = in ? o.w[r] : 0.0f;
+            ks[e] = in ? o.k[r] : 0.0f;
         }
-        for (int t = wp; t < L; t += nw) /* this block's value columns, for the triangular solve */
-            V[t * DN_COLS + lane] = col ? qkv[(long long)(t0 + t) * width + 2 * nk * kd + h * vd + c] : 0.0f;
-        if (threadIdx.x < L) {
-            int t = t0 + threadIdx.x;
-            G[threadIdx.x] = A * softplus(a[(long long)t * nv + h] + dt_bias[h]);
-            beta[threadIdx.x] = cu_sigmoid(bb[(long long)t * nv + h]);
-        }
+        for (int t = wp; t < L; t += nw) U[t * DN_COLS + lane] = col ? o.u[(base + t) * vd + c] : 0.0f;
+        const float *ag = o.aqk + ((long long)h * chunks + ch) * C * C;
+        for (int e = threadIdx.x; e < C * C; e += blockDim.x) A[e] = ag[e];
+        if (threadIdx.x < C) eg[threadIdx.x] = threadIdx.x < L ? o.eg[base + threadIdx.x] : 0.0f;
         __syncthreads();
-        for (int t = wp; t < L; t += nw) {
-            float sq = 0, sk = 0;
-            for (int i = lane; i < kd; i += 32) {
-                sq += qs[t * K1 + i] * qs[t * K1 + i];
-                sk += ks[t * K1 + i] * ks[t * K1 + i];
-            }
-            float nq = rsqrtf(warp_sum(sq) + 1e-6f) * qscale, nkk = rsqrtf(warp_sum(sk) + 1e-6f);
-            for (int i = lane; i < kd; i += 32) {
-                qs[t * K1 + i] *= nq;
-                ks[t * K1 + i] *= nkk;
-            }
-        }
-        if (threadIdx.x == 0) /* cumulative log decay: G[t] = g_0 + ... + g_t */
-            for (int t = 1; t < L; t++) G[t] += G[t - 1];
-        __syncthreads();
-        /* the masked Gram matrices, lane i of a row t, four rows of a warp at once (independent sums); then
-         * S0^T k_t, S0^T q_t partial over each warp's rows */
-        for (int tb = wp; tb < C; tb += 4 * nw) {
-            float kk[4] = {0, 0, 0, 0}, qk[4] = {0, 0, 0, 0};
-            if (lane < L)
-#pragma unroll 2
-                for (int j = 0; j < kd; j++) {
-                    float ki = ks[lane * K1 + j];
-#pragma unroll
-                    for (int m = 0; m < 4; m++) {
-                        int t = min(tb + m * nw, C - 1);
-                        kk[m] += ks[t * K1 + j] * ki;
-                        qk[m] += qs[t * K1 + j] * ki;
-                    }
-                }
-#pragma unroll
-            for (int m = 0; m < 4; m++) {
-                int t = tb + m * nw;
-                if (t >= C) break;
-                float f = t < L && lane <= t ? expf(G[t] - G[lane]) : 0.0f;
-                Akk[t * C1 + lane] = lane < t && t < L ? beta[t] * f * kk[m] : 0.0f;
-                Aqk[t * C1 + lane] = f * qk[m];
-            }
-        }
+        /* u = U0 - W S0, then q S0: each warp's rows, summed across warps in shared memory */
         for (int pass = 0; pass < 2; pass++) {
-            const float *src = pass ? qs : ks;
-            float *dst = pass ? qS : kS;
+            const float *src = pass ? qs : ws;
             for (int t = 0; t < L; t++) {
+                const float4 *v = (const float4 *)(src + t * KS + r0);
                 float p = 0;
 #pragma unroll
-                for (int r = 0; r < DN_ROWS; r++)
-                    if (r0 + r < kd) p += S[r] * src[t * K1 + r0 + r];
+                for (int r = 0; r < DN_ROWS / 4; r++) {
+                    float4 f = v[r];
+                    p += S[4 * r] * f.x + S[4 * r + 1] * f.y + S[4 * r + 2] * f.z + S[4 * r + 3] * f.w;
+                }
                 part[(wp * C + t) * DN_COLS + lane] = p;
             }
             __syncthreads();
             for (int t = wp; t < L; t += nw) {
                 float p = 0;
                 for (int w = 0; w < nw; w++) p += part[(w * C + t) * DN_COLS + lane];
-                dst[t * DN_COLS + lane] = p;
+                if (pass)
+                    QS[t * DN_COLS + lane] = p;
+                else
+                    U[t * DN_COLS + lane] -= p;
             }
             __syncthreads();
         }
-        /* the triangular solve for the pseudo-values, one lane per state column */
-        if (wp == 0) {
-            for (int t = 0; t < L; t++) {
-                /* four partial sums: the loads of a step go out together instead of one per dependent add */
-                float u0 = beta[t] * (V[t * DN_COLS + lane] - expf(G[t]) * kS[t * DN_COLS + lane]), u1 = 0, u2 = 0,
-                      u3 = 0;
-                int i = 0;
-                for (; i + 4 <= t; i += 4) {
-                    u0 -= Akk[t * C1 + i] * U[i * DN_COLS + lane];
-                    u1 -= Akk[t * C1 + i + 1] * U[(i + 1) * DN_COLS + lane];
-                    u2 -= Akk[t * C1 + i + 2] * U[(i + 2) * DN_COLS + lane];
-                    u3 -= Akk[t * C1 + i + 3] * U[(i + 3) * DN_COLS + lane];
-                }
-                for (; i < t; i++) u0 -= Akk[t * C1 + i] * U[i * DN_COLS + lane];
-                U[t * DN_COLS + lane] = (u0 + u1) + (u2 + u3);
-            }
-        }
-        if (threadIdx.x < L) dec[threadIdx.x] = expf(G[L - 1] - G[threadIdx.x]);
-        __syncthreads();
         for (int t = wp; t < L; t += nw) {
-            float o = expf(G[t]) * qS[t * DN_COLS + lane];
-            for (int i = 0; i <= t; i++) o += Aqk[t * C1 + i] * U[i * DN_COLS + lane];
-            if (col) out[(long long)(t0 + t) * nv * vd + h * vd + c] = o;
+            float y = eg[t] * QS[t * DN_COLS + lane];
+            for (int i = 0; i <= t; i++) y += A[t * C + i] * U[i * DN_COLS + lane];
+            if (col) out[(base - (long long)h * n + t) * nv * vd + h * vd + c] = y;
         }
-        float last = expf(G[L - 1]);
+        float last = eg[L - 1];
 #pragma unroll
         for (int r = 0; r < DN_ROWS; r++) S[r] *= last;
         for (int i = 0; i < L; i++) { /* the rows' sums are independent: one load of u per token */
-            float w = dec[i] * U[i * DN_COLS + lane];
+            float w = U[i * DN_COLS + lane];
+            const float4 *v = (const float4 *)(ks + i * KS + r0);
 #pragma unroll
-            for (int r = 0; r < DN_ROWS; r++)
-                if (r0 + r < kd) S[r] += ks[i * K1 + r0 + r] * w;
+            for (int r = 0; r < DN_ROWS / 4; r++) {
+                float4 f = v[r];
+                S[4 * r] += f.x * w;
+                S[4 * r + 1] += f.y * w;
+                S[4 * r + 2] += f.z * w;
+                S[4 * r + 3] += f.w * w;
+            }
         }
         __syncthreads(); /* the next chunk rewrites the shared buffers */
     }
     tile_store(Sg, kd, vd, r0, c, S);
+}
+
+/* the chunked form where its buffers fit; 0 when it does not take this layer */
+static int dn_chunked(cu_impl *c, const sl_deltanet_dims *d, const float *qkv, const float *a, const float *bb,
+                      const float *A_log, const float *dt_bias, float *state, int n, float *out, int warps) {
+    size_t sp = dn_prep_floats(d->k_dim) * sizeof(float), ss = dn_state_floats(warps) * sizeof(float);
+    if (warps > DN_CHUNK_MAXW || sp > (size_t)c->smem_optin || ss > (size_t)c->smem_optin ||
+        cudaFuncSetAttribute(deltanet_prep_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sp) != cudaSuccess ||
+        cudaFuncSetAttribute(deltanet_state_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ss) != cudaSuccess)
+        return 0;
+    if (cu_grow(c, &c->dnbuf, &c->dnbuf_len, dn_chunk_floats(d, n) * sizeof(float), "delta-rule chunks")) return -1;
+    size_t hn = (size_t)d->n_v_heads * (size_t)n, chunks = ((size_t)n + DN_CHUNK - 1) / DN_CHUNK;
+    dn_chunks o;
+    o.q = (float *)c->dnbuf;
+    o.w = o.q + hn * (size_t)d->k_dim;
+    o.k = o.w + hn * (size_t)d->k_dim;
+    o.u = o.k + hn * (size_t)d->k_dim;
+    o.aqk = o.u + hn * (size_t)d->v_dim;
+    o.eg = o.aqk + (size_t)d->n_v_heads * chunks * DN_CHUNK * DN_CHUNK;
+    cu_launch(c, deltanet_prep_k, dim3((unsigned)d->n_v_heads, (unsigned)chunks), 256, sp, *d, qkv, a, bb, A_log,
+              dt_bias, n, o);
+    cu_launch(c, deltanet_state_k, dim3((unsigned)d->n_v_heads, CU_BLOCKS(d->v_dim, DN_COLS)), 32 * warps, ss, *d, o,
+              state, n, out);
+    return 1;
 }
 
 void cu_deltanet(sl_backend *b, const sl_deltanet_dims *d, const float *qkv, const float *a, const float *bb,
@@ -318,15 +452,12 @@ void cu_deltanet(sl_backend *b, const sl_deltanet_dims *d, const float *qkv, con
         cu_fail(c, "deltanet: key head dim %d is above the CUDA kernel's limit of %d", d->k_dim, DN_ROWS * DN_MAXW);
         return;
     }
-    dim3 grid((unsigned)d->n_v_heads, CU_BLOCKS(d->v_dim, DN_COLS));
     /* decode steps take the recurrence; a prompt takes the chunked form where its buffers fit */
-    size_t smem = chunk_floats(d->k_dim, warps) * sizeof(float);
-    if (n > 1 && c->dn_chunked && warps <= DN_CHUNK_MAXW && smem <= (size_t)c->smem_optin &&
-        cudaFuncSetAttribute(deltanet_chunk_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) == cudaSuccess)
-        cu_launch(c, deltanet_chunk_k, grid, 32 * warps, smem, *d, qkv, a, bb, A_log, dt_bias, state, n, out);
-    else
-        cu_launch(c, deltanet_k, grid, 32 * warps, 0, *d, qkv, a, bb, A_log, dt_bias, state, n, out, (const int *)NULL,
-                  0LL);
+    int done = n > 1 && c->dn_chunked ? dn_chunked(c, d, qkv, a, bb, A_log, dt_bias, state, n, out, warps) : 0;
+    if (done < 0) return;
+    if (!done)
+        cu_launch(c, deltanet_k, dim3((unsigned)d->n_v_heads, CU_BLOCKS(d->v_dim, DN_COLS)), 32 * warps, 0, *d, qkv,
+                  a, bb, A_log, dt_bias, state, n, out, (const int *)NULL, 0LL);
     cu_check_launch(c, "deltanet");
 }
 

@@ -135,6 +135,8 @@ struct cu_impl {
     /* scratch that grows outside of recordings only */
     void *wtmp, *xtmp; /* bf16 weight and input for tensor-core GEMMs */
     size_t wtmp_len, xtmp_len;
+    void *dnbuf; /* the chunked delta rule's per-chunk products, between its two kernels */
+    size_t dnbuf_len;
     int32_t *ids;
     size_t ids_len;
     float *att_part; /* decode attention: per-split partial results */
