@@ -182,19 +182,22 @@ __global__ void moe_group_k(const int32_t *ids, int nk, int ne, int gsize, int *
     }
     __syncthreads();
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-    for (int e = warp; e < ne; e += nw) {
-        int c = cnt[e];
-        if (!c) continue;
-        int pos = pbase[e];
-        for (int i0 = 0; i0 < nk; i0 += 32) {
-            int i = i0 + lane;
-            bool m = i < nk && ids[i] == e;
-            unsigned b = __ballot_sync(0xffffffffu, m);
-            if (m) pairs[pos + __popc(b & ((1u << lane) - 1u))] = i;
-            pos += __popc(b);
-        }
-        for (int j = lane; j * gsize < c; j += 32)
-            units[ubase[e] + j] = make_int4(e, pbase[e] + j * gsize, min(gsize, c - j * gsize), 0);
+    unsigned below = (1u << lane) - 1u;
+    for (int e = warp; e < ne; e += nw) /* a warp owns experts warp, warp + nw, ... */
+        for (int j = lane; j * gsize < cnt[e]; j += 32)
+            units[ubase[e] + j] = make_int4(e, pbase[e] + j * gsize, min(gsize, cnt[e] - j * gsize), 0);
+    __syncwarp();
+    /* one pass over the ids per warp (not one per expert): lanes of the same owned expert take consecutive
+     * places, and that expert's next place moves past them */
+    for (int i0 = 0; i0 < nk; i0 += 32) {
+        int i = i0 + lane, e = i < nk ? ids[i] : -1;
+        bool mine = e >= 0 && e < ne && e % nw == warp;
+        unsigned m = __match_any_sync(0xffffffffu, mine ? e : -1);
+        int base = mine ? pbase[e] : 0;
+        if (mine) pairs[base + __popc(m & below)] = i;
+        __syncwarp();
+        if (mine && !(m & below)) pbase[e] = base + __popc(m);
+        __syncwarp();
     }
 }
 
