@@ -973,13 +973,17 @@ template <int T, int NT8, int EX> __global__ void __launch_bounds__(MQ_WARPS * 3
  * instead of bf16: a lane's four consecutive nibbles of a sub-block are four bytes of an A fragment of
  * mma m16n8k32 as they lie (one mask), the input's high and low byte planes are two B fragments, and the
  * two integer products give each sub-block's exact sum of weight codes times the 16-bit input. Per
- * sub-block, row and token the scales apply in fp32: d sc xd (256 H + L) - dmin mn xd S, S the input's
- * integer sum. Near fp32 (the input within 2^-16 of its block's largest value), and no per-value float
- * decode. */
+ * sub-block, row and token the scales apply in fp32: d sc xd (256 H + L) - dmin mn M, M = xd S the input's
+ * scaled integer sum, which its quantizer makes (a token's scale and sum are two loads per sub-block that
+ * serve both rows; reading the integer sums here was three, with bank conflicts between the tokens). Near
+ * fp32 (the input within 2^-16 of its block's largest value), and no per-value float decode. */
 #define IM_LDX 272 /* bytes per token row of an input plane in shared memory: 8 tokens' B loads miss no bank */
+/* floats per token row of the input's scales in shared memory: d per 32 (8), m = d times the integer sum per
+ * 16 (16), padding so that the four tokens 2 t4 + q of a load fall in different banks */
+#define IM_XS 28
 
 template <int T, int NT8> __host__ __device__ constexpr int im_stage() { /* one of the two buffers */
-    return MQ_ROWS * mq_span<T>() + NT8 * 8 * (2 * IM_LDX + 8 * 4 + 16 * 4);
+    return MQ_ROWS * mq_span<T>() + NT8 * 8 * (2 * IM_LDX + IM_XS * 4);
 }
 
 /* as mmq_args, with the input in q16 rows of cols values */
@@ -1051,7 +1055,7 @@ __device__ __forceinline__ void im_scale(unsigned s0, unsigned s1, unsigned s2, 
 /* One step (a block of 256 per row) of Q4_K: rows g and g + 8 of the warp's tile in blk[0], blk[1] */
 template <int NT8>
 __device__ __forceinline__ void im_q4k_step(const uint8_t *const *blk, const uint8_t *xh, const uint8_t *xl,
-                                            const float *xd, const int *xs, int n, int g, int t4, float (*acc)[4]) {
+                                            const float *xdm, int n, int g, int t4, float (*acc)[4]) {
         float d[2], dmin[2];
         unsigned sw[2][3];
 #pragma unroll
@@ -1091,11 +1095,15 @@ __device__ __forceinline__ void im_q4k_step(const uint8_t *const *blk, const uin
                 im_mma(ch, af, bh, true);
                 im_mma(cl, af, bl, false);
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int tok = j * 8 + 2 * t4 + (e & 1), h = e >> 1;
-                    float xv = xd[tok * 8 + sb];
-                    float xsum = (float)(xs[tok * 16 + 2 * sb] + xs[tok * 16 + 2 * sb + 1]);
-                    acc[j][e] += xv * (ds[h] * (float)(ch[e] * 256 + cl[e]) - dn[h] * xsum);
+                for (int q = 0; q < 2; q++) { /* token 2 t4 + q: its scale and sum read once for both rows */
+                    const float *xt = xdm + (j * 8 + 2 * t4 + q) * IM_XS;
+                    float xv = xt[sb];
+                    float2 m = *(const float2 *)(xt + 8 + 2 * sb);
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        int e = 2 * h + q;
+                        acc[j][e] += xv * ds[h] * (float)(ch[e] * 256 + cl[e]) - dn[h] * (m.x + m.y);
+                    }
                 }
             }
         }
@@ -1107,7 +1115,7 @@ __device__ __forceinline__ void im_q4k_step(const uint8_t *const *blk, const uin
  * that half's scale. */
 template <int NT8>
 __device__ __forceinline__ void im_q6k_step(const uint8_t *const *blk, const uint8_t *xh, const uint8_t *xl,
-                                            const float *xd, const int *xs, int n, int g, int t4, float (*acc)[4]) {
+                                            const float *xdm, int n, int g, int t4, float (*acc)[4]) {
     float d[2];
 #pragma unroll
     for (int h = 0; h < 2; h++) d[h] = __half2float(__ushort_as_half(*(const unsigned short *)(blk[h] + 208)));
@@ -1138,11 +1146,17 @@ __device__ __forceinline__ void im_q6k_step(const uint8_t *const *blk, const uin
                 im_mma16(cl[hf], ah, *(const uint32_t *)(xl + tb + 16 * hf), false);
             }
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int tok = j * 8 + 2 * t4 + (e & 1), h = e >> 1;
-                int i0 = ch[0][e] * 256 + cl[0][e] - 32 * xs[tok * 16 + 2 * sb];
-                int i1 = ch[1][e] * 256 + cl[1][e] - 32 * xs[tok * 16 + 2 * sb + 1];
-                acc[j][e] += xd[tok * 8 + sb] * (ds[h][0] * (float)i0 + ds[h][1] * (float)i1);
+            for (int q = 0; q < 2; q++) { /* codes less 32: 32 times the input's sums come off per 16 */
+                const float *xt = xdm + (j * 8 + 2 * t4 + q) * IM_XS;
+                float xv = xt[sb];
+                float2 m = *(const float2 *)(xt + 8 + 2 * sb);
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    int e = 2 * h + q;
+                    acc[j][e] += xv * (ds[h][0] * (float)(ch[0][e] * 256 + cl[0][e]) +
+                                       ds[h][1] * (float)(ch[1][e] * 256 + cl[1][e])) -
+                                 32.0f * (ds[h][0] * m.x + ds[h][1] * m.y);
+                }
             }
         }
     }
@@ -1152,7 +1166,7 @@ __device__ __forceinline__ void im_q6k_step(const uint8_t *const *blk, const uin
  * fragments as they lie (two u16 loads each, the blocks being 2-byte aligned) */
 template <int NT8>
 __device__ __forceinline__ void im_q80_step(const uint8_t *const *blk, const uint8_t *xh, const uint8_t *xl,
-                                            const float *xd, int n, int g, int t4, float (*acc)[4]) {
+                                            const float *xdm, int n, int g, int t4, float (*acc)[4]) {
 #pragma unroll
     for (int sb = 0; sb < 8; sb++) {
         uint32_t af[4];
@@ -1173,7 +1187,7 @@ __device__ __forceinline__ void im_q80_step(const uint8_t *const *blk, const uin
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int tok = j * 8 + 2 * t4 + (e & 1);
-                acc[j][e] += xd[tok * 8 + sb] * dd[e >> 1] * (float)(ch[e] * 256 + cl[e]);
+                acc[j][e] += xdm[tok * IM_XS + sb] * dd[e >> 1] * (float)(ch[e] * 256 + cl[e]);
             }
         }
     }
@@ -1196,8 +1210,7 @@ template <int T, int NT8> __global__ void __launch_bounds__(MQ_WARPS * 32, 2) gg
         uint8_t *base = sm + b * STAGE;
         mq_rows_async<T>(base + warp * 16 * SPAN, w, wrow0, kc, k1, lane);
         uint8_t *xh = base + MQ_ROWS * SPAN, *xl = xh + NTOK * IM_LDX;
-        float *xd = (float *)(xl + NTOK * IM_LDX);
-        int *xs = (int *)(xd + NTOK * 8);
+        float *xdm = (float *)(xl + NTOK * IM_LDX);
         for (int i = threadIdx.x; i < NTOK * XCH; i += MQ_WARPS * 32) {
             int tok = i / XCH, ch = i % XCH;
             if (tok >= n) continue; /* its products land in output columns that are not written */
@@ -1207,9 +1220,10 @@ template <int T, int NT8> __global__ void __launch_bounds__(MQ_WARPS * 32, 2) gg
             else if (ch < 32)
                 mq_cp16(xl + tok * IM_LDX + 16 * (ch - 16), a.x.l + r * a.cols + kc + 16 * (ch - 16), 16);
             else if (ch < 34)
-                mq_cp16(xd + tok * 8 + 4 * (ch - 32), a.x.d + r * (a.cols / 32) + kc / 32 + 4 * (ch - 32), 16);
+                mq_cp16(xdm + tok * IM_XS + 4 * (ch - 32), a.x.d + r * (a.cols / 32) + kc / 32 + 4 * (ch - 32), 16);
             else
-                mq_cp16(xs + tok * 16 + 4 * (ch - 34), a.x.s + r * (a.cols / 16) + kc / 16 + 4 * (ch - 34), 16);
+                mq_cp16(xdm + tok * IM_XS + 8 + 4 * (ch - 34), a.x.m + r * (a.cols / 16) + kc / 16 + 4 * (ch - 34),
+                        16);
         }
         mq_commit();
     };
@@ -1237,14 +1251,13 @@ template <int T, int NT8> __global__ void __launch_bounds__(MQ_WARPS * 32, 2) gg
             blk[h] = base + (warp * 16 + g + 8 * h) * SPAN +
                      (int)((uintptr_t)(rowp[h] + (long long)(kc / gq<T>::BS) * gq<T>::BB) & 15);
         const uint8_t *xh = base + MQ_ROWS * SPAN, *xl = xh + NTOK * IM_LDX;
-        const float *xd = (const float *)(xl + NTOK * IM_LDX);
-        const int *xs = (const int *)(xd + NTOK * 8);
+        const float *xdm = (const float *)(xl + NTOK * IM_LDX);
         if constexpr (T == SL_GGML_Q4_K)
-            im_q4k_step<NT8>(blk, xh, xl, xd, xs, n, g, t4, acc);
+            im_q4k_step<NT8>(blk, xh, xl, xdm, n, g, t4, acc);
         else if constexpr (T == SL_GGML_Q6_K)
-            im_q6k_step<NT8>(blk, xh, xl, xd, xs, n, g, t4, acc);
+            im_q6k_step<NT8>(blk, xh, xl, xdm, n, g, t4, acc);
         else
-            im_q80_step<NT8>(blk, xh, xl, xd, n, g, t4, acc);
+            im_q80_step<NT8>(blk, xh, xl, xdm, n, g, t4, acc);
         __syncthreads(); /* buffer b is refilled by the next step's issue */
     }
     mq_store<NT8>(a, w, n, wrow0, rout, acc);

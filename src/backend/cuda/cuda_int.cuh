@@ -498,7 +498,8 @@ struct cu_q16 {
     const int8_t *h;
     const uint8_t *l;
     const float *d;
-    const int *s; /* per 32 values: the sum of their 16-bit integers */
+    const int *s;   /* per 16 values: the sum of their 16-bit integers (the GEMV's form) */
+    const float *m; /* or (cu_q16_rows, for the tile kernels) d times that sum, s then NULL */
 };
 int cu_mmvq_takes(const cu_w *w);
 int cu_q16_quantize(cu_impl *c, const gg_call &g, int n, cu_q16 *x);

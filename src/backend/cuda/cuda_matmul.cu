@@ -991,7 +991,7 @@ static int gemv_ggml(cu_impl *c, const gv_call &g, int n) {
         cu_fail(c, "GGML weights have no fused GEMV kernel for this op");
         return 1;
     }
-    cu_q16 xq = {NULL, NULL, NULL, NULL}; /* the input in q16, made once for the weights that take it */
+    cu_q16 xq = {NULL, NULL, NULL, NULL, NULL}; /* the input in q16, made once for the weights that take it */
     gg_call run[SL_MATMUL_MULTI];         /* consecutive weights of one type for one integer GEMV launch */
     int nrun = 0;
     for (int i = 0; i <= g.set.nw; i++) {

@@ -22,7 +22,7 @@ extern "C" {
 
 /* one warp per 32 values: d = max|x| / 32767, q = round(x / d); with act the value is silu(x) * x[act_off] */
 __global__ void q16_quant_k(const float *x, long long xs, int n, int cols, int act, long long act_off, int rows,
-                            int8_t *qh, uint8_t *ql, float *d, int *sum) {
+                            int8_t *qh, uint8_t *ql, float *d, int *sum, int fsum) {
     cu_pdl_enter();
     int lane = threadIdx.x & 31;
     long long u = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), upr = cols / 32;
@@ -43,7 +43,12 @@ __global__ void q16_quant_k(const float *x, long long xs, int n, int cols, int a
 #pragma unroll
     for (int o = 8; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
     if (lane == 0) d[u] = s;
-    if ((lane & 15) == 0) sum[2 * u + (lane >> 4)] = t;
+    if ((lane & 15) == 0) {
+        if (fsum)
+            ((float *)sum)[2 * u + (lane >> 4)] = s * (float)t;
+        else
+            sum[2 * u + (lane >> 4)] = t;
+    }
 }
 
 /* ---- per-type dot of one unit with the q16 input ---- */
@@ -287,7 +292,7 @@ int cu_mmvq_takes(const cu_w *w) {
 
 /* rows of the input (row r at x + (r / n) xs + (r % n) cols) in q16 into the backend's q16 buffer */
 static int q16_make(cu_impl *c, const float *x, long long xs, int n, int cols, int act, long long act_off, int rows,
-                    cu_q16 *out) {
+                    int fsum, cu_q16 *out) {
     size_t plane = ((size_t)rows * (size_t)cols + 255) / 256 * 256,
            db = ((size_t)rows * (size_t)(cols / 32) * sizeof(float) + 255) / 256 * 256,
            sb = (size_t)rows * (size_t)(cols / 16) * sizeof(int);
@@ -299,18 +304,18 @@ static int q16_make(cu_impl *c, const float *x, long long xs, int n, int cols, i
     float *d = (float *)((uint8_t *)c->q16buf + 2 * plane);
     int *sum = (int *)((uint8_t *)c->q16buf + 2 * plane + db);
     long long units = (long long)rows * (cols / 32);
-    cu_launch(c, q16_quant_k, CU_BLOCKS(units, 8), 256, 0, x, xs, n, cols, act, act_off, rows, h, l, d, sum);
-    *out = {h, l, d, sum};
+    cu_launch(c, q16_quant_k, CU_BLOCKS(units, 8), 256, 0, x, xs, n, cols, act, act_off, rows, h, l, d, sum, fsum);
+    *out = {h, l, d, fsum ? NULL : sum, fsum ? (const float *)sum : NULL};
     return 0;
 }
 
 int cu_q16_quantize(cu_impl *c, const gg_call &g, int n, cu_q16 *x) {
     int groups = (g.slots + g.x_div - 1) / g.x_div;
-    return q16_make(c, g.x, g.x_stride, n, g.w->cols, g.act, g.act_off, groups * n, x);
+    return q16_make(c, g.x, g.x_stride, n, g.w->cols, g.act, g.act_off, groups * n, 0, x);
 }
 
 int cu_q16_rows(cu_impl *c, const float *x, const float *u, int rows, int cols, cu_q16 *out) {
-    return q16_make(c, x, cols, 1, cols, u != NULL, u ? (long long)(u - x) : 0, rows, out);
+    return q16_make(c, x, cols, 1, cols, u != NULL, u ? (long long)(u - x) : 0, rows, 1, out);
 }
 
 template <int NT, int T>
