@@ -195,6 +195,7 @@ __global__ void __launch_bounds__(DN_COLS *DN_MAXW)
 
 #define DN_CHUNK 32      /* tokens per chunk of the chunked form: a warp's lanes span one */
 #define DN_CHUNK_MAXW 16 /* warps of the state kernel: key dims up to 256 */
+#define DN_SCOLS 16      /* state columns per block of the state kernel */
 
 /* The delta rule in its chunked form, for prefill. With G_t the cumulative log decay inside a chunk and S0
  * the state before it, the state after token t is exp(G_t) S0 + sum_{i<=t} exp(G_t - G_i) k_i u_i^T, where
@@ -228,7 +229,7 @@ static size_t dn_prep_floats(int kd) {
 }
 static size_t dn_state_floats(int nw) { /* key rows padded to the warps' DN_ROWS each */
     const size_t C = DN_CHUNK, KS = (size_t)nw * DN_ROWS;
-    return 3 * C * KS /* q, w, k */ + (size_t)nw * C * DN_COLS /* partial sums */ + 2 * C * DN_COLS /* u, q S0 */ +
+    return 3 * C * KS /* q, w, k */ + (size_t)nw * C * DN_SCOLS /* partial sums */ + 2 * C * DN_SCOLS /* u, q S0 */ +
            C * C + C;
 }
 
@@ -338,21 +339,23 @@ __global__ void __launch_bounds__(256) deltanet_prep_k(sl_deltanet_dims d, const
     if (threadIdx.x < L) o.eg[(long long)h * n + t0 + threadIdx.x] = expf(G[threadIdx.x]);
 }
 
-/* grid (value head, DN_COLS state columns), a warp per DN_ROWS key rows; the state tile is read before the
- * wait (only an earlier step of this layer wrote it) */
-__global__ void __launch_bounds__(DN_COLS *DN_CHUNK_MAXW, 1)
+/* grid (value head, DN_SCOLS state columns), a warp per DN_ROWS key rows: lanes l and l + 16 hold column l
+ * of the warp's first and second eight rows (twice the blocks of a 32-column tile, for a GPU of more SMs
+ * than value heads x column tiles); the state tile is read before the wait (only an earlier step of this
+ * layer wrote it) */
+__global__ void __launch_bounds__(32 * DN_CHUNK_MAXW, 1)
     deltanet_state_k(sl_deltanet_dims d, dn_chunks o, float *state, int n, float *out) {
-    constexpr int C = DN_CHUNK;
+    constexpr int C = DN_CHUNK, SC = DN_SCOLS, HR = DN_ROWS / 2;
     extern __shared__ float4 smem4[];
     int kd = d.k_dim, vd = d.v_dim, nv = d.n_v_heads;
     int h = blockIdx.x, lane = threadIdx.x & 31, wp = threadIdx.x >> 5, nw = blockDim.x >> 5, KS = nw * DN_ROWS;
     float *qs = (float *)smem4, *ws = qs + C * KS, *ks = ws + C * KS, *part = ks + C * KS;
-    float *U = part + nw * C * DN_COLS, *QS = U + C * DN_COLS, *A = QS + C * DN_COLS, *eg = A + C * C;
-    int c = blockIdx.y * DN_COLS + lane, r0 = wp * DN_ROWS;
-    bool col = c < vd;
+    float *U = part + nw * C * SC, *QS = U + C * SC, *A = QS + C * SC, *eg = A + C * C;
+    int cl = lane & 15, c = blockIdx.y * SC + cl, r0 = wp * DN_ROWS + HR * (lane >> 4);
     float *Sg = state + (long long)h * kd * vd;
-    float S[DN_ROWS];
-    tile_load(Sg, kd, vd, r0, c, S);
+    float S[HR];
+#pragma unroll
+    for (int r = 0; r < HR; r++) S[r] = c < vd && r0 + r < kd ? Sg[(long long)(r0 + r) * vd + c] : 0.0f;
     cu_pdl_enter();
     int chunks = (n + C - 1) / C;
     for (int ch = 0; ch < chunks; ch++) {
@@ -366,58 +369,64 @@ __global__ void __launch_bounds__(DN_COLS *DN_CHUNK_MAXW, 1)
             ws[e] = in ? o.w[r] : 0.0f;
             ks[e] = in ? o.k[r] : 0.0f;
         }
-        for (int t = wp; t < L; t += nw) U[t * DN_COLS + lane] = col ? o.u[(base + t) * vd + c] : 0.0f;
+        for (int e = threadIdx.x; e < L * SC; e += blockDim.x) {
+            int col = blockIdx.y * SC + (e & (SC - 1));
+            U[e] = col < vd ? o.u[(base + e / SC) * vd + col] : 0.0f;
+        }
         const float *ag = o.aqk + ((long long)h * chunks + ch) * C * C;
         for (int e = threadIdx.x; e < C * C; e += blockDim.x) A[e] = ag[e];
         if (threadIdx.x < C) eg[threadIdx.x] = threadIdx.x < L ? o.eg[base + threadIdx.x] : 0.0f;
         __syncthreads();
-        /* u = U0 - W S0, then q S0: each warp's rows, summed across warps in shared memory */
+        /* u = U0 - W S0, then q S0: each warp's rows (its two halves met by a shuffle), summed across warps in
+         * shared memory */
         for (int pass = 0; pass < 2; pass++) {
             const float *src = pass ? qs : ws;
             for (int t = 0; t < L; t++) {
                 const float4 *v = (const float4 *)(src + t * KS + r0);
-                float p = 0;
-#pragma unroll
-                for (int r = 0; r < DN_ROWS / 4; r++) {
-                    float4 f = v[r];
-                    p += S[4 * r] * f.x + S[4 * r + 1] * f.y + S[4 * r + 2] * f.z + S[4 * r + 3] * f.w;
-                }
-                part[(wp * C + t) * DN_COLS + lane] = p;
+                float4 f0 = v[0], f1 = v[1];
+                float p = S[0] * f0.x + S[1] * f0.y + S[2] * f0.z + S[3] * f0.w + S[4] * f1.x + S[5] * f1.y +
+                          S[6] * f1.z + S[7] * f1.w;
+                p += __shfl_xor_sync(0xffffffffu, p, 16);
+                if (lane < SC) part[(wp * C + t) * SC + lane] = p;
             }
             __syncthreads();
-            for (int t = wp; t < L; t += nw) {
+            for (int e = threadIdx.x; e < L * SC; e += blockDim.x) {
                 float p = 0;
-                for (int w = 0; w < nw; w++) p += part[(w * C + t) * DN_COLS + lane];
+                for (int w = 0; w < nw; w++) p += part[w * C * SC + e];
                 if (pass)
-                    QS[t * DN_COLS + lane] = p;
+                    QS[e] = p;
                 else
-                    U[t * DN_COLS + lane] -= p;
+                    U[e] -= p;
             }
             __syncthreads();
         }
-        for (int t = wp; t < L; t += nw) {
-            float y = eg[t] * QS[t * DN_COLS + lane];
-            for (int i = 0; i <= t; i++) y += A[t * C + i] * U[i * DN_COLS + lane];
-            if (col) out[(base - (long long)h * n + t) * nv * vd + h * vd + c] = y;
+        for (int e = threadIdx.x; e < L * SC; e += blockDim.x) {
+            int t = e / SC, j = e & (SC - 1), col = blockIdx.y * SC + j;
+            float y = eg[t] * QS[e];
+            for (int i = 0; i <= t; i++) y += A[t * C + i] * U[i * SC + j];
+            if (col < vd) out[(long long)(c0 + t) * nv * vd + h * vd + col] = y;
         }
         float last = eg[L - 1];
 #pragma unroll
-        for (int r = 0; r < DN_ROWS; r++) S[r] *= last;
+        for (int r = 0; r < HR; r++) S[r] *= last;
         for (int i = 0; i < L; i++) { /* the rows' sums are independent: one load of u per token */
-            float w = U[i * DN_COLS + lane];
+            float w = U[i * SC + cl];
             const float4 *v = (const float4 *)(ks + i * KS + r0);
-#pragma unroll
-            for (int r = 0; r < DN_ROWS / 4; r++) {
-                float4 f = v[r];
-                S[4 * r] += f.x * w;
-                S[4 * r + 1] += f.y * w;
-                S[4 * r + 2] += f.z * w;
-                S[4 * r + 3] += f.w * w;
-            }
+            float4 f0 = v[0], f1 = v[1];
+            S[0] += f0.x * w;
+            S[1] += f0.y * w;
+            S[2] += f0.z * w;
+            S[3] += f0.w * w;
+            S[4] += f1.x * w;
+            S[5] += f1.y * w;
+            S[6] += f1.z * w;
+            S[7] += f1.w * w;
         }
         __syncthreads(); /* the next chunk rewrites the shared buffers */
     }
-    tile_store(Sg, kd, vd, r0, c, S);
+#pragma unroll
+    for (int r = 0; r < HR; r++)
+        if (c < vd && r0 + r < kd) Sg[(long long)(r0 + r) * vd + c] = S[r];
 }
 
 /* the chunked form where its buffers fit; 0 when it does not take this layer */
@@ -439,7 +448,7 @@ static int dn_chunked(cu_impl *c, const sl_deltanet_dims *d, const float *qkv, c
     o.eg = o.aqk + (size_t)d->n_v_heads * chunks * DN_CHUNK * DN_CHUNK;
     cu_launch(c, deltanet_prep_k, dim3((unsigned)d->n_v_heads, (unsigned)chunks), 256, sp, *d, qkv, a, bb, A_log,
               dt_bias, n, o);
-    cu_launch(c, deltanet_state_k, dim3((unsigned)d->n_v_heads, CU_BLOCKS(d->v_dim, DN_COLS)), 32 * warps, ss, *d, o,
+    cu_launch(c, deltanet_state_k, dim3((unsigned)d->n_v_heads, CU_BLOCKS(d->v_dim, DN_SCOLS)), 32 * warps, ss, *d, o,
               state, n, out);
     return 1;
 }
