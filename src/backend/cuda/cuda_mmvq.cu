@@ -83,15 +83,21 @@ __device__ __forceinline__ int dot16s(int4 a, const x16 &x) {
     int dl = dp4su(a.x, x.l.x, dp4su(a.y, x.l.y, dp4su(a.z, x.l.z, dp4su(a.w, x.l.w, 0))));
     return dh * 256 + dl;
 }
-/* 16 bytes from a 2-byte aligned address */
-__device__ __forceinline__ int4 ld16_u16(const uint8_t *p) {
-    const unsigned short *h = (const unsigned short *)p;
-    int4 r;
-    r.x = (int)(h[0] | ((unsigned)h[1] << 16));
-    r.y = (int)(h[2] | ((unsigned)h[3] << 16));
-    r.z = (int)(h[4] | ((unsigned)h[5] << 16));
-    r.w = (int)(h[6] | ((unsigned)h[7] << 16));
-    return r;
+/* the same 16 bytes at a 2-byte aligned p from the one or two aligned 16-byte pieces they lie in: two wide
+ * loads and funnel shifts instead of eight 16-bit loads (Q6_K and Q8_0 blocks are 210 and 34 bytes, so
+ * their fields sit at every even offset); the second piece is read only when the bytes reach into it */
+__device__ __forceinline__ int4 ld16_win(const uint8_t *p) {
+    uintptr_t a = (uintptr_t)p;
+    const int4 *b = (const int4 *)(a & ~(uintptr_t)15);
+    int s = (int)(a & 15), q = s >> 2, r = 8 * (s & 3);
+    int4 A = b[0], B = s ? b[1] : A;
+    unsigned w[8] = {(unsigned)A.x, (unsigned)A.y, (unsigned)A.z, (unsigned)A.w,
+                     (unsigned)B.x, (unsigned)B.y, (unsigned)B.z, (unsigned)B.w};
+    unsigned v[5];
+#pragma unroll
+    for (int i = 0; i < 5; i++) v[i] = q == 0 ? w[i] : q == 1 ? w[i + 1] : q == 2 ? w[i + 2] : w[i + 3];
+    return make_int4((int)__funnelshift_r(v[0], v[1], r), (int)__funnelshift_r(v[1], v[2], r),
+                     (int)__funnelshift_r(v[2], v[3], r), (int)__funnelshift_r(v[3], v[4], r));
 }
 __device__ __forceinline__ int4 mask4(int4 a, int sh, unsigned m) {
     return make_int4((int)(((unsigned)a.x >> sh) & m), (int)(((unsigned)a.y >> sh) & m),
@@ -161,12 +167,11 @@ template <> struct mq<SL_GGML_Q6_K> {
     static __device__ __forceinline__ unit_t load(const uint8_t *b, int u) {
         int n = u >> 1, c = u & 1;
         unit_t r;
-        r.la = ld16_u16(b + 64 * n + 16 * c);
-        r.lb = ld16_u16(b + 64 * n + 32 + 16 * c);
-        r.hb = ld16_u16(b + 128 + 32 * n + 16 * c);
-        const int8_t *s = (const int8_t *)(b + 192 + 8 * n + c);
-        r.sc = (unsigned)(uint8_t)s[0] | ((unsigned)(uint8_t)s[2] << 8) | ((unsigned)(uint8_t)s[4] << 16) |
-               ((unsigned)(uint8_t)s[6] << 24);
+        r.la = ld16_win(b + 64 * n + 16 * c);
+        r.lb = ld16_win(b + 64 * n + 32 + 16 * c);
+        r.hb = ld16_win(b + 128 + 32 * n + 16 * c);
+        int4 s = ld16_win(b + 192); /* the unit's scales: bytes 8 n + c, + 2, + 4, + 6 */
+        r.sc = __byte_perm((unsigned)(n ? s.z : s.x), (unsigned)(n ? s.w : s.y), c ? 0x7531 : 0x6420);
         r.d = __half2float(__ushort_as_half(*(const unsigned short *)(b + 208)));
         return r;
     }
@@ -199,8 +204,8 @@ template <> struct mq<SL_GGML_Q8_0> {
     static __device__ __forceinline__ unit_t load(const uint8_t *b, int) {
         unit_t r;
         r.d = __half2float(__ushort_as_half(*(const unsigned short *)b));
-        r.a = ld16_u16(b + 2);
-        r.b = ld16_u16(b + 18);
+        r.a = ld16_win(b + 2);
+        r.b = ld16_win(b + 18);
         return r;
     }
     static __device__ __forceinline__ float dot(const unit_t &w, int, const int8_t *xh, const uint8_t *xl,
