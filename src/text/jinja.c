@@ -7,7 +7,8 @@
 #include "text/jinja_parse.h"
 
 struct sl_jinja {
-    jarena arena; /* owns the AST and its strings */
+    jarena arena;     /* owns the AST and its strings */
+    size_t max_bytes; /* a render's memory bound, 0: JX_MAX_BYTES */
     jnode **body;
     size_t n;
 };
@@ -30,7 +31,7 @@ void sl_jinja_free(sl_jinja *t) {
 }
 
 int sl_jinja_render_at(const sl_jinja *t, json_t *vars, time_t now, char **out, size_t *len, sl_err *e) {
-    jarena a = {0};
+    jarena a = {.limit = t->max_bytes ? t->max_bytes : JX_MAX_BYTES};
     jbuf b = {0};
     int r = jeval_render(&a, t->body, t->n, vars, now, &b, e);
     ja_free(&a);
@@ -42,6 +43,10 @@ int sl_jinja_render_at(const sl_jinja *t, json_t *vars, time_t now, char **out, 
     *out = b.p;
     if (len) *len = b.n;
     return 0;
+}
+
+void sl_jinja_set_max_bytes(sl_jinja *t, size_t bytes) {
+    t->max_bytes = bytes;
 }
 
 int sl_jinja_render(const sl_jinja *t, json_t *vars, char **out, size_t *len, sl_err *e) {

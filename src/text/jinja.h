@@ -22,5 +22,8 @@ void sl_jinja_free(sl_jinja *t);
 int sl_jinja_render(const sl_jinja *t, json_t *vars, char **out, size_t *len, sl_err *e);
 /* As sl_jinja_render, with strftime_now() reading the clock value `now` (local time) instead. */
 int sl_jinja_render_at(const sl_jinja *t, json_t *vars, time_t now, char **out, size_t *len, sl_err *e);
+/* The memory one render may hold, its values and output together (default 1 GiB): past it the render fails
+ * with a MemoryError instead of growing until the process runs out. */
+void sl_jinja_set_max_bytes(sl_jinja *t, size_t bytes);
 
 #endif

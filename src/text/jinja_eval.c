@@ -499,6 +499,10 @@ static int eval(evalctx *x, jscope *s, const jnode *n, jv *out) {
 
 static int exec(evalctx *x, jscope *s, jnode *const *body, size_t nb, jbuf *out) {
     if (deeper(&x->c)) return -1;
+    if (x->c.a->total + out->n > x->c.a->limit) { /* every loop iteration passes here */
+        x->c.nest--;
+        return jx_fail(&x->c, "MemoryError: rendering the template takes more than %zu MB", x->c.a->limit >> 20);
+    }
     int r = 0;
     for (size_t i = 0; i < nb && !r; i++) r = exec_one(x, s, body[i], out);
     x->c.nest--;

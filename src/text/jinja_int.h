@@ -14,6 +14,8 @@ typedef struct ja_block ja_block;
 typedef struct jarena {
     ja_block *head;
     size_t used, cap; /* bump position within head */
+    size_t total;     /* bytes handed out, for the render's memory bound */
+    size_t limit;     /* a render's bound on total plus its output (JX_MAX_BYTES unless set) */
 } jarena;
 void *ja_alloc(jarena *a, size_t n); /* zeroed; aborts when memory runs out */
 char *ja_strndup(jarena *a, const char *s, size_t n);
@@ -217,6 +219,9 @@ typedef struct jctx {
 
 /* Evaluation depth: room for the macro recursion limit (200) times a few levels each. */
 #define JX_MAX_NEST 3000
+/* Memory a render may hold (its values and its output): nested loops over strings or ranges grow without
+ * bound where Python would run until memory ran out. Chat templates over long conversations stay far below. */
+#define JX_MAX_BYTES ((size_t)1 << 30)
 /* Widths, indents and precisions a template may ask for (Python's would build any size memory allows). */
 #define JX_MAX_WIDTH (1 << 20)
 

@@ -16,6 +16,7 @@ enum { JA_BLOCK = 32768, JA_BIG = 4096 };
 
 void *ja_alloc(jarena *a, size_t n) {
     n = (n + sizeof(max_align_t) - 1) / sizeof(max_align_t) * sizeof(max_align_t);
+    a->total += n;
     if (n > JA_BIG) { /* big ones get their own block behind the current one */
         ja_block *b = calloc(1, sizeof *b + n);
         if (!b) abort(); /* no sensible way to continue a render without memory */
@@ -56,6 +57,7 @@ void ja_free(jarena *a) {
     }
     a->head = NULL;
     a->used = a->cap = 0;
+    a->total = 0;
 }
 
 void jb_put(jbuf *b, const char *s, size_t n) {

@@ -226,6 +226,35 @@ static const jcase error_cases[] = {
     {"{% endfor %}", "{}", NULL},       /* TemplateSyntaxError: Encountered unknown tag 'endfor'. */
 };
 
+/* loops that would grow without bound stop at the render's memory bound with an error, not an abort */
+static int render_bounded(const char *tmpl, const char *vars, sl_err *e) {
+    sl_jinja *t;
+    cr_assert_eq(sl_jinja_parse(tmpl, strlen(tmpl), &t, e), 0, "%s", e->msg);
+    sl_jinja_set_max_bytes(t, (size_t)16 << 20);
+    json_t *v = json_loads(vars, 0, NULL);
+    char *out = NULL;
+    int r = sl_jinja_render_at(t, v, fixed_now, &out, NULL, e);
+    free(out);
+    json_decref(v);
+    sl_jinja_free(t);
+    return r;
+}
+
+Test(jinja, render_memory_is_bounded) {
+    sl_err e = {0};
+    cr_assert_neq(
+        render_bounded("{% for a in range(100000) %}{% for b in range(100000) %}{{ a }}{% endfor %}{% endfor %}", "{}",
+                       &e),
+        0);
+    cr_expect(strstr(e.msg, "MemoryError"), "%s", e.msg);
+    cr_assert_neq(render_bounded("{% for c in s %}{% for d in s %}{% for f in s %}{{ s * 8 }}{% endfor %}{% endfor %}"
+                                 "{% endfor %}",
+                                 "{\"s\": \"abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz\"}", &e),
+                  0);
+    cr_expect(strstr(e.msg, "MemoryError"), "%s", e.msg);
+    cr_assert_eq(render_bounded("{% for a in range(10) %}{{ a }}{% endfor %}", "{}", &e), 0, "%s", e.msg);
+}
+
 Test(jinja, whitespace_control) {
     RUN(whitespace_cases);
 }
