@@ -10,46 +10,28 @@
 #define DN_ROWS 16 /* key rows per warp, in registers */
 #define DN_MAXW 32 /* warps per block: key dims up to 512 */
 
-/* With seq set, a decode batch: grid row y is token y, alone in sequence seq[y] (state + seq[y] * sstride). */
+#define CONV_TOK 16 /* tokens per thread of a prompt's conv */
+
+/* The causal conv + SiLU, a thread per channel. Without seq, grid row y takes tokens [tok y, tok (y + 1))
+ * of the n, so a prompt's tokens run in parallel: tok >= kernel - 1 keeps every read of the old state in
+ * row 0, which advances the state after its own reads (x and out do not overlap). With seq set, a decode
+ * batch: grid row y is token y, alone in sequence seq[y] (state + seq[y] * sstride, n = 1), and each row
+ * advances its own sequence's state. */
 __global__ void conv1d_silu_k(const float *x, int n, int channels, const float *w, int kernel, float *state, float *out,
-                              const int *seq, long long sstride) {
+                              const int *seq, long long sstride, int tok) {
     cu_pdl_enter();
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= channels) return;
+    int t0 = 0, t1 = n;
     if (seq) {
         x += (long long)blockIdx.y * channels;
         out += (long long)blockIdx.y * channels;
         state += seq[blockIdx.y] * sstride;
+    } else {
+        t0 = blockIdx.y * tok;
+        t1 = min(n, t0 + tok);
     }
     int hist = kernel - 1;
-    const float *wc = w + (long long)c * kernel;
-    for (int t = 0; t < n; t++) {
-        float s = 0;
-        for (int k = 0; k < kernel; k++) {
-            int src = t - hist + k;
-            float v = src >= 0 ? x[(long long)src * channels + c] : state[(long long)(hist + src) * channels + c];
-            s += wc[k] * v;
-        }
-        out[(long long)t * channels + c] = s * cu_sigmoid(s);
-    }
-    for (int h = 0; h < hist; h++) { /* row h reads only rows > h of the old state */
-        int src = n - hist + h;
-        state[(long long)h * channels + c] =
-            src >= 0 ? x[(long long)src * channels + c] : state[(long long)(hist + src) * channels + c];
-    }
-}
-
-#define CONV_TOK 16 /* tokens per thread of a prompt's conv */
-
-/* A prompt's conv: grid row y takes tokens [CONV_TOK y, CONV_TOK (y + 1)) of every channel, so the tokens
- * run in parallel; only row 0 reads the old state (kernel - 1 <= CONV_TOK), and it advances the state
- * after its own reads. x and out do not overlap. */
-__global__ void conv1d_silu_tok_k(const float *x, int n, int channels, const float *w, int kernel, float *state,
-                                  float *out) {
-    cu_pdl_enter();
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= channels) return;
-    int hist = kernel - 1, t0 = blockIdx.y * CONV_TOK, t1 = min(n, t0 + CONV_TOK);
     const float *wc = w + (long long)c * kernel;
     for (int t = t0; t < t1; t++) {
         float s = 0;
@@ -60,8 +42,8 @@ __global__ void conv1d_silu_tok_k(const float *x, int n, int channels, const flo
         }
         out[(long long)t * channels + c] = s * cu_sigmoid(s);
     }
-    if (blockIdx.y) return;
-    for (int h = 0; h < hist; h++) {
+    if (t0) return;
+    for (int h = 0; h < hist; h++) { /* row h reads only rows > h of the old state */
         int src = n - hist + h;
         state[(long long)h * channels + c] =
             src >= 0 ? x[(long long)src * channels + c] : state[(long long)(hist + src) * channels + c];
@@ -72,12 +54,9 @@ void cu_conv1d_silu(sl_backend *b, const float *x, int n, int channels, const fl
                     float *out) {
     cu_impl *c = cu_of(b);
     if (channels <= 0 || n <= 0) return;
-    if (kernel - 1 <= CONV_TOK)
-        cu_launch(c, conv1d_silu_tok_k, dim3(CU_BLOCKS(channels, 128), CU_BLOCKS(n, CONV_TOK)), 128, 0, x, n,
-                  channels, w, kernel, state, out);
-    else
-        cu_launch(c, conv1d_silu_k, CU_BLOCKS(channels, 128), 128, 0, x, n, channels, w, kernel, state, out,
-                  (const int *)NULL, 0LL);
+    int tok = kernel - 1 <= CONV_TOK ? CONV_TOK : n; /* a longer history: one row walks all the tokens */
+    cu_launch(c, conv1d_silu_k, dim3(CU_BLOCKS(channels, 128), CU_BLOCKS(n, tok)), 128, 0, x, n, channels, w, kernel,
+              state, out, (const int *)NULL, 0LL, tok);
     cu_check_launch(c, "conv1d");
 }
 
@@ -86,7 +65,7 @@ void cu_conv1d_silu_seqs(sl_backend *b, const float *x, int channels, const floa
     cu_impl *c = cu_of(b);
     if (channels <= 0 || bm->n <= 0) return;
     cu_launch(c, conv1d_silu_k, dim3(CU_BLOCKS(channels, 128), (unsigned)bm->n), 128, 0, x, 1, channels, w, kernel,
-              state, out, (const int *)bm->seq, (long long)stride);
+              state, out, (const int *)bm->seq, (long long)stride, 1);
     cu_check_launch(c, "conv1d");
 }
 

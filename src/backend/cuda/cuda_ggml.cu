@@ -1011,38 +1011,31 @@ __device__ __forceinline__ void im_mma16(int *c, const uint32_t *a, uint32_t b, 
                      : "r"(a[0]), "r"(a[1]), "r"(b));
 }
 
-/* A signed bytes (Q8_0), B signed (the input's high bytes) or unsigned (its low bytes) */
-__device__ __forceinline__ void im_mma_s(int *c, const uint32_t *a, const uint32_t *b, bool sgn) {
-    if (sgn)
-        asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};"
-                     : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-    else
-        asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};"
-                     : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 /* four bytes at a 2-byte aligned address in shared memory */
 __device__ __forceinline__ uint32_t im_ld4(const uint8_t *p) {
     const unsigned short *h = (const unsigned short *)p;
     return (uint32_t)h[0] | ((uint32_t)h[1] << 16);
 }
 
+/* k = 32: A unsigned (Q4_K, Q6_K codes) or, with AS, signed bytes (Q8_0); B signed (the input's high bytes)
+ * or unsigned (its low bytes) */
+#define IM_MMA32(AT, BT)                                                                                            \
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32." AT "." BT ".s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "  \
+                 "{%0,%1,%2,%3};"                                                                                  \
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])                                                  \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]))
+template <bool AS = false>
 __device__ __forceinline__ void im_mma(int *c, const uint32_t *a, const uint32_t *b, bool sgn) {
-    if (sgn)
-        asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};"
-                     : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    if (AS && sgn)
+        IM_MMA32("s8", "s8");
+    else if (AS)
+        IM_MMA32("s8", "u8");
+    else if (sgn)
+        IM_MMA32("u8", "s8");
     else
-        asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};"
-                     : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+        IM_MMA32("u8", "u8");
 }
+#undef IM_MMA32
 
 /* sub-block s's scale and minimum codes from a Q4_K block's 12 scale bytes (three words) */
 __device__ __forceinline__ void im_scale(unsigned s0, unsigned s1, unsigned s2, int s, int &sc, int &mn) {
@@ -1182,8 +1175,8 @@ __device__ __forceinline__ void im_q80_step(const uint8_t *const *blk, const uin
             uint32_t bh[2] = {*(const uint32_t *)(xh + tb), *(const uint32_t *)(xh + tb + 16)};
             uint32_t bl[2] = {*(const uint32_t *)(xl + tb), *(const uint32_t *)(xl + tb + 16)};
             int ch[4] = {0, 0, 0, 0}, cl[4] = {0, 0, 0, 0};
-            im_mma_s(ch, af, bh, true);
-            im_mma_s(cl, af, bl, false);
+            im_mma<true>(ch, af, bh, true);
+            im_mma<true>(cl, af, bl, false);
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int tok = j * 8 + 2 * t4 + (e & 1);
@@ -1263,8 +1256,8 @@ template <int T, int NT8> __global__ void __launch_bounds__(MQ_WARPS * 32, 2) gg
     mq_store<NT8>(a, w, n, wrow0, rout, acc);
 }
 
-/* whether the integer kernel takes GGML weight w: Q4_K (4-byte aligned for its word reads) or Q6_K
- * (2-byte aligned), whole blocks */
+/* whether the integer kernel takes GGML weight w: Q4_K (4-byte aligned for its word reads), or Q6_K and Q8_0
+ * (2-byte aligned) unless SLUICE_CUDA_IMMA=q4k, whole blocks */
 static int imma_takes(const cu_impl *c, const cu_w *w) {
     uintptr_t al = w->gtype == SL_GGML_Q4_K ? 4 : 2;
     return c->imma && (w->gtype == SL_GGML_Q4_K || (c->imma == 1 && (w->gtype == SL_GGML_Q6_K || w->gtype == SL_GGML_Q8_0))) &&

@@ -117,7 +117,8 @@ struct cu_impl {
     cublasHandle_t blas;
     int sms;
     int mmvq;     /* GGML decode GEMVs in integer arithmetic where they can (SLUICE_CUDA_MMVQ=0: never) */
-    int imma;     /* Q4_K small batches and grouped experts on integer tensor cores (SLUICE_CUDA_IMMA=0: never) */
+    int imma; /* Q4_K, Q6_K, Q8_0 small batches and grouped experts on integer tensor cores (SLUICE_CUDA_IMMA=0:
+               * never; 2 with =q4k: Q4_K only) */
     void *q16buf; /* their q16 input */
     size_t q16len;
     int flash;      /* prompt runs take the tensor-core attention kernel (SLUICE_CUDA_FLASH=0: never) */

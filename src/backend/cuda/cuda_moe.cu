@@ -141,8 +141,9 @@ static const cu_table *find_table(cu_impl *c, const sl_expert_table *t) {
 }
 
 /* The routed pairs grouped by expert, in pair order within each expert, so that a group's results do
- * not depend on timing: per expert (a warp each) the count, the pairs (a ballot over the ids) and groups
- * of up to gsize of them. ids < 0 (pairs another pass computes) are left out. One block. */
+ * not depend on timing: the counts (atomics), where each expert's pairs and groups start (one warp's scan),
+ * then per warp its experts' groups of up to gsize and their pairs (one pass over the ids). ids < 0 (pairs
+ * another pass computes) are left out. One block. */
 __global__ void moe_group_k(const int32_t *ids, int nk, int ne, int gsize, int *count, int4 *units, int *pairs) {
     cu_pdl_enter();
     extern __shared__ int gs[];
