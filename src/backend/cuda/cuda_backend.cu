@@ -593,7 +593,7 @@ int sl_cuda_backend_create(int device, sl_backend **out, char *about, size_t abo
     const char *mq = getenv("SLUICE_CUDA_MMQ"), *mqm = getenv("SLUICE_CUDA_MMQ_MIN");
     c->mmq_min = mq && !strcmp(mq, "0") ? 0 : mqm && atoi(mqm) > 1 ? atoi(mqm) : 2;
     const char *mv = getenv("SLUICE_CUDA_MMVQ");
-    c->mmvq = !(mv && !strcmp(mv, "0"));
+    c->mmvq = mv && !strcmp(mv, "0") ? 0 : mv && !strcmp(mv, "rows1") ? 2 : 1; /* 2: a row per warp (to compare) */
     const char *im = getenv("SLUICE_CUDA_IMMA");
     c->imma = im && !strcmp(im, "0") ? 0 : im && !strcmp(im, "q4k") ? 2 : 1; /* 2: Q4_K only (to compare) */
     const char *fl = getenv("SLUICE_CUDA_FLASH");

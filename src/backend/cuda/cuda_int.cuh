@@ -443,6 +443,10 @@ struct gg_call {
     long long x_stride, act_off;
     float *y;
     long long y_stride, yz;
+    /* the integer GEMV's epilogue, one token (see cu_mmvq_epilogue): with cd, y = sum of cw[q] cd[q] over
+     * q < ck + sigmoid(*ysc) Wx; with ysc alone y += sigmoid(*ysc) Wx */
+    const float *ysc, *cd, *cw;
+    int ck;
 };
 
 /* matmul core, shared with the MoE: y[slot] = w(slot) x[slot / x_div], one weight per grid row `slot`
@@ -506,6 +510,9 @@ int cu_mmvq_takes(const cu_w *w);
 int cu_q16_quantize(cu_impl *c, const gg_call &g, int n, cu_q16 *x);
 /* rows of x [rows][cols] in q16 (with u, of silu(x) u) */
 int cu_q16_rows(cu_impl *c, const float *x, const float *u, int rows, int cols, cu_q16 *out);
+/* 1 when the integer GEMV takes w for one token with the epilogue of gg_call (a shared expert's down
+ * projection joining the routed experts' outputs and its gate) */
+int cu_mmvq_epilogue(const cu_impl *c, const sl_weight *w, int n);
 /* nw weights of one GGML type and one input (the calls differ only in w and y; one when table is set) */
 void cu_mmvq(cu_impl *c, const gg_call *gs, int nw, const cu_q16 &x, int n);
 void cu_ggml_dequant_split(cu_impl *c, const cu_w *w, __nv_bfloat16 *hi, __nv_bfloat16 *lo);

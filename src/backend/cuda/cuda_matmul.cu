@@ -987,7 +987,9 @@ static int gemv_ggml(cu_impl *c, const gv_call &g, int n) {
     int any = 0;
     for (int i = 0; i < g.set.nw; i++) any |= g.set.w[i].fmt == SL_WF_GGML;
     if (!any) return 0;
-    if (g.rl || g.gz || g.conv_w || g.ysc || g.cd || (g.xu && g.xmode != XM_SWIGLU)) {
+    int epi = g.ysc || g.cd; /* the integer GEMV's epilogue: one weight, one token (cu_mmvq_epilogue) */
+    if (g.rl || g.gz || g.conv_w || (g.xu && g.xmode != XM_SWIGLU) ||
+        (epi && !(g.set.nw == 1 && n == 1 && !g.table && c->mmvq && cu_mmvq_takes(&g.set.w[0])))) {
         cu_fail(c, "GGML weights have no fused GEMV kernel for this op");
         return 1;
     }
@@ -1018,7 +1020,11 @@ static int gemv_ggml(cu_impl *c, const gv_call &g, int n) {
                      g.xu ? (long long)(g.xu - g.x) : 0,
                      g.set.y[i],
                      g.y_stride,
-                     g.yz};
+                     g.yz,
+                     g.ysc,
+                     g.cd,
+                     g.cw,
+                     g.ck};
         if (mq) {
             if (!xq.h && cu_q16_quantize(c, q, n, &xq)) return 1;
             run[nrun++] = q;
@@ -1384,7 +1390,7 @@ void cu_swiglu_matmul(sl_backend *b, const sl_weight *sw, const float *gt, const
     /* Forming the SwiGLU while staging pays when the input is staged once per block; wider inputs are
      * restaged per row group and per chunk (an MLP's down projection: 1.4 ms/token slower on llama3-8b
      * than the separate SwiGLU), so those and tensor-core batches take it from a scratch buffer. */
-    if (n > gemv_max(c, sw) || !has_kernel(sw) || sw->cols > chunk_for(8)) {
+    if (!cu_mmvq_epilogue(c, sw, n) && (n > gemv_max(c, sw) || !has_kernel(sw) || sw->cols > chunk_for(8))) {
         size_t len = (size_t)n * (size_t)sw->cols, out = gate ? (size_t)n * (size_t)sw->rows : 0;
         if (cu_grow(c, (void **)&c->act, &c->act_len, (len + out) * sizeof(float), "SwiGLU input")) return;
         cu_swiglu(b, gt, u, len, c->act);

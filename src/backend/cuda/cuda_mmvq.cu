@@ -224,13 +224,32 @@ struct mq_set {
     int nw;
 };
 
+/* Lanes per weight row: a warp takes 32 / G rows of fewer than 64 units, so that every lane holds two units
+ * in flight (a 512-wide expert down projection has 16 Q4_K or 8 Q6_K units a row, a 2048-wide Q6_K output
+ * head 32: one row per warp left half to three quarters of the lanes idle or one unit deep). pack 0 keeps a
+ * row per warp. */
+__host__ __device__ __forceinline__ int mq_lanes(int units, int pack) {
+    int g = 32;
+    while (pack && g > 1 && 2 * g > units) g >>= 1;
+    return g;
+}
+
 /* y[slot][t][rows] = W(slot) . x[slot / x_div][t], with the grid and arguments of ggml_gemv_k: table
  * entries give the weight per slot (one weight in the set), grid z picks weight `which + z`. x holds the
- * q16 input rows in the order q16_quant_k writes them (slot group, then token), from row t0 on. */
-template <int NT, int T>
-__global__ void __launch_bounds__(MQ_WARPS * 32, NT == 1 ? 3 : 1)
+ * q16 input rows in the order q16_quant_k writes them (slot group, then token), from row t0 on. A block
+ * takes MQ_WARPS * 32 / G rows (mq_lanes). One-token launches run at MB = 4 blocks per SM (64 registers;
+ * Q6_K 3, whose units spill at 64): measured against 3, 5 and 6, and against four units a lane in flight
+ * (synthetic qwen3.5-35b-a3b and llama3-8b Q4_K decode, H200). The epilogue ep (gg_call's) serves a shared
+ * expert's down projection: the routed outputs' weighted sum and its gate, in place of two more launches. */
+struct mq_epi { /* gg_call's epilogue */
+    const float *ysc, *cd, *cw;
+    int ck;
+};
+
+template <int NT, int T, int MB>
+__global__ void __launch_bounds__(MQ_WARPS * 32, MB)
     mmvq_k(mq_set set, const cu_expert *table, const int32_t *ids, int which, int x_div, cu_q16 x, int t0, int n_x,
-           int n, long long ys, long long yz) {
+           int n, long long ys, long long yz, int pack, mq_epi ep) {
     constexpr int BS = mq<T>::BS, BB = mq<T>::BB, UPB = mq<T>::UPB;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = blockIdx.y;
     /* the weight of this block, by selects (no indexing into the parameters) */
@@ -249,10 +268,11 @@ __global__ void __launch_bounds__(MQ_WARPS * 32, NT == 1 ? 3 : 1)
         if (ids[slot] < 0) return; /* a pair another pass computes */
         w = table[ids[slot]].w[which + blockIdx.z];
     }
-    int row = blk * MQ_WARPS + warp;
-    if (row >= w.rows) return;
-    const uint8_t *wr = w.data + (long long)row * w.row_bytes;
-    int units = w.cols / BS * UPB;
+    int units = w.cols / BS * UPB, G = mq_lanes(units, pack), li = lane & (G - 1);
+    int row0 = (blk * MQ_WARPS + warp) * (32 / G), row = row0 + lane / G;
+    if (row0 >= w.rows) return; /* the whole warp: its lanes meet in the shuffles below */
+    int ok = row < w.rows;
+    const uint8_t *wr = w.data + (long long)(ok ? row : row0) * w.row_bytes;
     if (!table) cu_pdl_enter(); /* the weights never depend on the previous kernel, the input does */
     /* this launch's first q16 row of the input: its values, scales (per 32) and sums (per 16) */
     long long xrow = (long long)(slot / x_div) * n_x + t0;
@@ -263,8 +283,8 @@ __global__ void __launch_bounds__(MQ_WARPS * 32, NT == 1 ? 3 : 1)
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = 0;
-    for (int u0 = lane; u0 < units; u0 += 64) {
-        int u1 = u0 + 32;
+    for (int u0 = li; ok && u0 < units; u0 += 2 * G) {
+        int u1 = u0 + G;
         typename mq<T>::unit_t a = mq<T>::load(wr + (long long)(u0 / UPB) * BB, u0 % UPB), b;
         if (u1 < units) b = mq<T>::load(wr + (long long)(u1 / UPB) * BB, u1 % UPB);
         int c0 = u0 / UPB * BS, c1 = u1 / UPB * BS;
@@ -280,9 +300,23 @@ __global__ void __launch_bounds__(MQ_WARPS * 32, NT == 1 ? 3 : 1)
     y += (long long)slot * ys + (long long)blockIdx.z * yz;
 #pragma unroll
     for (int t = 0; t < NT; t++) {
-        float v = warp_sum(acc[t]);
-        if (lane == 0 && t < n) y[(long long)t * w.rows + row] = v + (w.bias ? w.bias[row] : 0.0f);
-    }
+        float v = acc[t];
+        for (int o = G >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (li == 0 && ok && t < n) {
+                float *o = y + (long long)t * w.rows + row;
+                v += w.bias ? w.bias[row] : 0.0f;
+                if (ep.cd) { /* the routed experts' outputs, weighted, in the order moe_combine_k adds them */
+                    float base = 0;
+                    for (int q = 0; q < ep.ck; q++)
+                        base += ep.cw[t * ep.ck + q] * ep.cd[((long long)t * ep.ck + q) * w.rows + row];
+                    *o = base + (ep.ysc ? cu_sigmoid(ep.ysc[t]) : 1.0f) * v;
+                } else if (ep.ysc) {
+                    *o += cu_sigmoid(ep.ysc[t]) * v;
+                } else {
+                    *o = v;
+                }
+            }
+        }
 }
 
 int cu_mmvq_takes(const cu_w *w) {
@@ -327,19 +361,21 @@ template <int NT, int T>
 static void mmvq_go(cu_impl *c, const gg_call *gs, int nw, const cu_q16 &x, int t0, int n_x, int n) {
     mq_set set;
     memset(&set, 0, sizeof set);
-    int blocks = 0;
+    int blocks = 0, pack = c->mmvq != 2;
+    int rpb = MQ_WARPS * 32 / mq_lanes(gs[0].w->cols / mq<T>::BS * mq<T>::UPB, pack); /* rows per block */
     for (int i = 0; i < nw; i++) {
         set.w[i] = *gs[i].w;
         set.y[i] = gs[i].y + (long long)t0 * gs[i].w->rows;
         set.b0[i] = blocks;
-        blocks += (int)CU_BLOCKS(gs[i].w->rows, MQ_WARPS);
+        blocks += (int)CU_BLOCKS(gs[i].w->rows, rpb);
     }
     set.b0[nw] = blocks;
     set.nw = nw;
     const gg_call &g = gs[0];
     dim3 grid((unsigned)blocks, (unsigned)g.slots, (unsigned)g.nz);
-    cu_launch(c, mmvq_k<NT, T>, grid, MQ_WARPS * 32, 0, set, g.table, g.ids, g.which, g.x_div, x, t0, n_x, n,
-              g.y_stride, g.yz);
+    mq_epi ep = {g.ysc, g.cd, g.cw, g.ck};
+    cu_launch(c, mmvq_k<NT, T, NT == 1 ? (T == SL_GGML_Q6_K ? 3 : 4) : 1>, grid, MQ_WARPS * 32, 0, set, g.table, g.ids,
+              g.which, g.x_div, x, t0, n_x, n, g.y_stride, g.yz, pack, ep);
 }
 
 template <int T> static void mmvq_type(cu_impl *c, const gg_call *gs, int nw, const cu_q16 &x, int n) {
@@ -356,7 +392,17 @@ template <int T> static void mmvq_type(cu_impl *c, const gg_call *gs, int nw, co
     }
 }
 
+
+int cu_mmvq_epilogue(const cu_impl *c, const sl_weight *w, int n) {
+    cu_w cw = cu_w_of(w);
+    return c->mmvq && w->fmt == SL_WF_GGML && cu_mmvq_takes(&cw) && n == 1;
+}
+
 void cu_mmvq(cu_impl *c, const gg_call *gs, int nw, const cu_q16 &x, int n) {
+    if ((gs[0].ysc || gs[0].cd) && (n != 1 || nw != 1)) {
+        cu_fail(c, "integer GEMV: an epilogue takes one weight and one token");
+        return;
+    }
     if (nw < 1 || nw > MQ_SET || (nw > 1 && gs[0].table)) {
         cu_fail(c, "integer GEMV: %d weights in one launch (1 with a table, at most %d)", nw, MQ_SET);
         return;
