@@ -26,7 +26,10 @@ static void usage(FILE *f) {
         "there, as sampling at a temperature does). The ids are the same on every run. With -r R the\n"
         "whole prefill+decode is repeated R times from an empty cache and the best (fastest) time of each\n"
         "phase is reported. With -d D the cache first holds D tokens (prefilled, not timed), so both\n"
-        "phases are measured at that depth, as llama-bench -d does.\n\n"
+        "phases are measured at that depth, as llama-bench -d does. An untimed run (the same depth and\n"
+        "prompt, two decoded tokens) comes first, as llama-bench's warm-up does, so that one-time costs\n"
+        "(kernel loading, library set-up, recording decode steps) stay out of -r 1; not with streamed\n"
+        "experts, whose first run is part of what is measured (--no-warmup skips it).\n\n"
         "Decode bandwidth counts the weight bytes one token reads: every matrix once, one row of the\n"
         "embedding table (the whole table when it is tied to the output head), and top_k of n_experts\n"
         "routed experts per MoE layer. Prefill GFLOP/s counts 2 x active parameters x tokens, the output\n"
@@ -58,6 +61,7 @@ static void usage(FILE *f) {
                "  -n M          decoded tokens (default 128; 0 skips decode)\n"
                "  -d D          cache depth: D tokens in the cache before the timed prompt (default 0)\n"
                "  -r R          runs, best reported (default 1)\n"
+               "  --no-warmup   no untimed run first\n"
                "  --threads T   CPU threads (default: all cores)\n"
                "  --backend B   cpu, cuda or auto (default: SLUICE_BACKEND, else auto)\n" CLI_STREAM_HELP CLI_KV_HELP
                "  --json        one JSON object instead of the table\n"
@@ -465,7 +469,7 @@ static int run_once(sl_session *s, const int32_t *prompt, bench_result *r, float
 int cmd_bench(int argc, char **argv) {
     const char *model = NULL;
     bench_result r = {.prompt = 512, .gen = 128, .runs = 1};
-    int json = 0, threads = 0, layers = 0;
+    int json = 0, threads = 0, layers = 0, warmup = 1;
     const char *synth = NULL, *quant = NULL, *dir = NULL, *backend = NULL;
     sl_model_opts o = {0};
     int par[16], n_par = 0;
@@ -497,6 +501,8 @@ int cmd_bench(int argc, char **argv) {
             json = 1;
         } else if (!strcmp(a, "--host-logits")) {
             r.host_logits = 1;
+        } else if (!strcmp(a, "--no-warmup")) {
+            warmup = 0;
         } else if (!strcmp(a, "--synthetic") && i + 1 < argc) {
             synth = argv[++i];
         } else if (!strcmp(a, "--quant") && i + 1 < argc) {
@@ -628,6 +634,12 @@ int cmd_bench(int argc, char **argv) {
         sl_bench_parallel_print(m, res, n_par, r.prompt, r.gen);
         rc = 0;
         goto done;
+    }
+    if (warmup && !m->store) { /* untimed: its times and counts go to a copy */
+        bench_result w = r;
+        double pre = 0, dec = 0;
+        w.gen = r.gen < 2 ? r.gen : 2;
+        if (run_once(s, prompt, &w, logits, &pre, &dec, 1, &e)) goto done;
     }
     for (int k = 0; k < r.runs; k++) {
         double pre = 0, dec = 0;

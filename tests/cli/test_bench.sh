@@ -22,6 +22,11 @@ for m in qwen3 qwen3_moe; do
          and .bytes_per_token <= .weight_bytes' <<<"$json" >/dev/null || fail "$m: --json: $json"
 done
 
+# --no-warmup: the same rows without the untimed first run; --help names it
+out=$("$SLUICE_BIN" bench "$SLUICE_FIXTURES/models/qwen3" -p 16 -n 4 --threads 2 --no-warmup)
+grep -Eq "^  decode +4 tokens in .* tok/s" <<<"$out" || fail "--no-warmup: no decode row in:"$'\n'"$out"
+grep -q -- "--no-warmup" <<<"$("$SLUICE_BIN" bench --help)" || fail "--help has no --no-warmup"
+
 # --kv-type: the KV row names the type and bytes per token (f32 on the CPU unless asked); f16 halves them
 out=$("$SLUICE_BIN" bench "$SLUICE_FIXTURES/models/qwen3" -p 16 -n 4 --threads 2)
 grep -Eq "^  kv cache +f32, [0-9.]+ [KMG]?i?B/token" <<<"$out" || fail "no 'kv cache f32' row in:"$'\n'"$out"
