@@ -747,6 +747,17 @@ __device__ __forceinline__ void mq_commit() {
 template <int N> __device__ __forceinline__ void mq_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N));
 }
+/* Double-buffered steps of MQ_KC columns: before step kc's arithmetic (buffer b), the next step's copies are
+ * issued into the other buffer (issue(kc', b')) and step kc's awaited, then the block meets. */
+template <class F> __device__ __forceinline__ void mq_next_step(F &issue, int kc, int k1, int b) {
+    if (kc + MQ_KC < k1) {
+        issue(kc + MQ_KC, b ^ 1);
+        mq_wait<1>();
+    } else {
+        mq_wait<0>();
+    }
+    __syncthreads();
+}
 __device__ __forceinline__ void mq_ldsm2(uint32_t *r, const void *p) {
     unsigned a = (unsigned)__cvta_generic_to_shared(p);
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
@@ -904,13 +915,7 @@ template <int T, int NT8, int EX> __global__ void __launch_bounds__(MQ_WARPS * 3
     for (int j = 0; j < NT8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0;
     if (k0 < k1) issue(k0, 0);
     for (int kc = k0, b = 0; kc < k1; kc += MQ_KC, b ^= 1) {
-        if (kc + MQ_KC < k1) {
-            issue(kc + MQ_KC, b ^ 1);
-            mq_wait<1>();
-        } else {
-            mq_wait<0>();
-        }
-        __syncthreads();
+        mq_next_step(issue, kc, k1, b);
         const uint8_t *raw = sm + b * STAGE + warp * 16 * SPAN;
         const __nv_bfloat16 *xs = (const __nv_bfloat16 *)(sm + b * STAGE + MQ_ROWS * SPAN);
 #pragma unroll
@@ -1229,13 +1234,7 @@ template <int T, int NT8> __global__ void __launch_bounds__(MQ_WARPS * 32, 2) gg
     for (int h = 0; h < 2; h++) rowp[h] = w.data + (long long)min(wrow0 + g + 8 * h, w.rows - 1) * w.row_bytes;
     if (k0 < k1) issue(k0, 0);
     for (int kc = k0, b = 0; kc < k1; kc += MQ_KC, b ^= 1) {
-        if (kc + MQ_KC < k1) {
-            issue(kc + MQ_KC, b ^ 1);
-            mq_wait<1>();
-        } else {
-            mq_wait<0>();
-        }
-        __syncthreads();
+        mq_next_step(issue, kc, k1, b);
         const uint8_t *base = sm + b * STAGE;
         /* where the step's blocks start in their first 16-byte piece (a Q6_K step of 210 bytes moves it) */
         const uint8_t *blk[2];

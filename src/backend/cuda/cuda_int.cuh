@@ -237,6 +237,22 @@ __device__ __forceinline__ float cu_sigmoid(float v) {
     return 1.0f / (1.0f + expf(-v));
 }
 
+/* A GEMV's output v of row r for token t, at o: with cd (ck routed outputs of rows values per token, weights
+ * cw), their weighted sum plus sigmoid(ysc[t]) v (v alone without ysc), the order moe_combine_k adds them
+ * in; with ysc alone o += sigmoid(ysc[t]) v; else o = v. */
+__device__ __forceinline__ void cu_gemv_store(float *o, float v, int t, long long r, long long rows, const float *ysc,
+                                              const float *cd, const float *cw, int ck) {
+    if (cd) {
+        float base = 0;
+        for (int q = 0; q < ck; q++) base += cw[t * ck + q] * cd[((long long)t * ck + q) * rows + r];
+        *o = base + (ysc ? cu_sigmoid(ysc[t]) : 1.0f) * v;
+    } else if (ysc) {
+        *o += cu_sigmoid(ysc[t]) * v;
+    } else {
+        *o = v;
+    }
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;

@@ -827,13 +827,9 @@ __global__ void __launch_bounds__(GV_WARPS * 32, (NT == 1 && K == K2) || FX == 4
                 if (t >= n) break;
                 float v = mine[t] + bv;
                 float *o = y + (FX == 4 ? (long long)gp[t] * ys : (long long)t * w.rows) + r;
-                if (FX && cd) {
-                    float base = 0;
-                    for (int q = 0; q < ck; q++) base += cw[t * ck + q] * cd[((long long)t * ck + q) * w.rows + r];
-                    *o = base + cu_sigmoid(ysc[t]) * v;
-                } else if (FX && ysc) {
-                    *o += cu_sigmoid(ysc[t]) * v;
-                } else
+                if (FX)
+                    cu_gemv_store(o, v, t, r, w.rows, ysc, cd, cw, ck);
+                else
                     *o = v;
             }
         }

@@ -302,21 +302,10 @@ __global__ void __launch_bounds__(MQ_WARPS * 32, MB)
     for (int t = 0; t < NT; t++) {
         float v = acc[t];
         for (int o = G >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-            if (li == 0 && ok && t < n) {
-                float *o = y + (long long)t * w.rows + row;
-                v += w.bias ? w.bias[row] : 0.0f;
-                if (ep.cd) { /* the routed experts' outputs, weighted, in the order moe_combine_k adds them */
-                    float base = 0;
-                    for (int q = 0; q < ep.ck; q++)
-                        base += ep.cw[t * ep.ck + q] * ep.cd[((long long)t * ep.ck + q) * w.rows + row];
-                    *o = base + (ep.ysc ? cu_sigmoid(ep.ysc[t]) : 1.0f) * v;
-                } else if (ep.ysc) {
-                    *o += cu_sigmoid(ep.ysc[t]) * v;
-                } else {
-                    *o = v;
-                }
-            }
-        }
+        if (li == 0 && ok && t < n)
+            cu_gemv_store(y + (long long)t * w.rows + row, v + (w.bias ? w.bias[row] : 0.0f), t, row, w.rows, ep.ysc,
+                          ep.cd, ep.cw, ep.ck);
+    }
 }
 
 int cu_mmvq_takes(const cu_w *w) {
@@ -391,7 +380,6 @@ template <int T> static void mmvq_type(cu_impl *c, const gg_call *gs, int nw, co
             mmvq_go<8, T>(c, gs, nw, x, t0, n, m);
     }
 }
-
 
 int cu_mmvq_epilogue(const cu_impl *c, const sl_weight *w, int n) {
     cu_w cw = cu_w_of(w);

@@ -465,25 +465,20 @@ void cu_moe_shared(sl_backend *b, const sl_expert_table *t, const float *logits,
                    int32_t *ids, float *weights, const float *x, int n, int hidden, const sl_weight *sh_down,
                    const float *g, const float *u, const float *gate, float *out) {
     cu_impl *c = cu_of(b);
-    if (n_experts == t->n_experts && !shared_fused(c, t, n, hidden, sh_down, k) && sh_down->rows == hidden &&
-        cu_mmvq_epilogue(c, sh_down, n)) {
-        /* a GGML shared expert of one token: the routed outputs' combine and its gate in its down
-         * projection's epilogue, the SwiGLU in its input's quantization */
-        cu_route(b, logits, n, n_experts, k, renorm, ids, weights);
-        const float *d = experts(c, t, x, n, hidden, ids, k, NULL, 0, 0, NULL);
-        if (d) cu_shared_down(c, sh_down, g, u, n, gate, d, weights, k, out);
-        cu_check_launch(c, "moe");
-        return;
-    }
-    if (n_experts != t->n_experts || !shared_fused(c, t, n, hidden, sh_down, k)) {
+    int same = n_experts == t->n_experts, fused = same && shared_fused(c, t, n, hidden, sh_down, k);
+    /* a GGML shared expert of one token: the routed outputs' combine and its gate in its down projection's
+     * epilogue, the SwiGLU in its input's quantization; the routing, as for GGML experts, a kernel of its own */
+    int epi = same && !fused && sh_down->rows == hidden && cu_mmvq_epilogue(c, sh_down, n);
+    if (!fused && !epi) {
         cu_route(b, logits, n, n_experts, k, renorm, ids, weights);
         cu_moe(b, t, x, n, hidden, ids, weights, k, out);
         cu_swiglu_matmul(b, sh_down, g, u, n, gate, out);
         return;
     }
-    /* routing happens in the experts' gate/up launch and the combine of their outputs in the shared
-     * expert's down projection */
-    const float *d = experts(c, t, x, n, hidden, ids, k, logits, n_experts, renorm, weights);
+    if (epi) cu_route(b, logits, n, n_experts, k, renorm, ids, weights);
+    /* fused: routing happens in the experts' gate/up launch; either way the combine of their outputs is in
+     * the shared expert's down projection */
+    const float *d = experts(c, t, x, n, hidden, ids, k, epi ? NULL : logits, epi ? 0 : n_experts, renorm, weights);
     if (d) cu_shared_down(c, sh_down, g, u, n, gate, d, weights, k, out);
     cu_check_launch(c, "moe");
 }
