@@ -30,6 +30,13 @@ template <typename T> struct att_args {
 };
 
 /* Slices per decode token in a recorded step of n tokens: enough blocks to fill the GPU at any length. */
+/* slices of a cache of len keys out of a launch of splits, at least keys keys a slice (1: every slice that
+ * has a key): short caches take fewer, decided on the device, so that a recorded step, launched for the
+ * most, spends nothing on the rest and its merge reads only those used (SLUICE_CUDA_DEC_KEYS, default 32) */
+__host__ __device__ __forceinline__ int dec_used(int len, int splits, int keys) {
+    return min(max((len + keys - 1) / keys, 1), splits);
+}
+
 static int rec_splits(int n) {
     int s = DEC_SPLITS / (n > 0 ? n : 1);
     return s < 4 ? 4 : s;
@@ -152,7 +159,8 @@ template <int OFF> __device__ __forceinline__ void dec_scatter(float *x, int lan
  * (V - 1 shuffles for V values, instead of 5 per value), which leaves lane i the score of key i / HG for head
  * i % HG, so the softmax runs one value per lane. Warps split the group's heads into chunks of HG and the
  * slice's keys (interleaved U at a time); the key-splitting warps merge in shared memory at the end. */
-template <typename T, int VPL> __global__ void att_decode_k(att_args<T> a, int splits, int hc, float *part) {
+template <typename T, int VPL>
+__device__ __forceinline__ void att_decode(const att_args<T> &a, int splits, int keys, int hc, float *part) {
     cu_pdl_enter();
     constexpr int HG = dec_shape<VPL>::HG, U = dec_shape<VPL>::U, V = HG * U;
     extern __shared__ float sm[];
@@ -161,8 +169,9 @@ template <typename T, int VPL> __global__ void att_decode_k(att_args<T> a, int s
     int kvh = blockIdx.y, sp = blockIdx.x, z = blockIdx.z, ti = a.tok ? a.tok[z] : z;
     int p = a.bm.pos[ti], sq = a.bm.seq[ti];
     int lo = a.window > 0 ? max(0, p - a.window + 1) : 0;
-    int len = p - lo + 1, per = (len + splits - 1) / splits;
-    int b0 = lo + sp * per, b1 = min(b0 + per, p + 1);
+    int len = p - lo + 1, su = dec_used(len, splits, keys);
+    if (sp >= su) return; /* the merge reads only the slices used */
+    int per = (len + su - 1) / su, b0 = lo + sp * per, b1 = min(b0 + per, p + 1);
     int kw = a.n_kv * hd, h0 = hci * HG, d0 = lane * VPL;
     bool lane_on = d0 < hd;
     float qr[HG][VPL], o[HG][VPL];
@@ -271,19 +280,31 @@ template <typename T, int VPL> __global__ void att_decode_k(att_args<T> a, int s
     }
 }
 
+template <typename T, int VPL> __global__ void att_decode_k(att_args<T> a, int splits, int keys, int hc, float *part) {
+    att_decode<T, VPL>(a, splits, keys, hc, part);
+}
+/* 16-bit caches with head_dim 128 at 128 registers, four blocks of four warps a SM: left to itself the
+ * compiler takes one or two more, and three blocks a SM read a long cache the slower */
+template <typename T>
+__global__ void __launch_bounds__(256, 2) att_decode128_k(att_args<T> a, int splits, int keys, int hc, float *part) {
+    att_decode<T, 4>(a, splits, keys, hc, part);
+}
+
 /* The slices of one head of one token: a thread per slice finds the weights, then a thread per output
  * value sums the slices' values (independent loads, coalesced across the threads). */
-__global__ void att_merge_k(const float *part, int splits, int hd, const int *tok, const float *sinks, float *out) {
+__global__ void att_merge_k(const float *part, int splits, int keys, int hd, const int *tok, const int *pos,
+                            int window, const float *sinks, float *out) {
     cu_pdl_enter();
     __shared__ float ws[DEC_SPLITS], red[32];
     int h = blockIdx.x, z = blockIdx.y, ti = tok ? tok[z] : z, st = hd + 2;
     const float *ph = part + ((long long)z * gridDim.x + h) * splits * st;
+    int p = pos[ti], lo = window > 0 ? max(0, p - window + 1) : 0, used = dec_used(p - lo + 1, splits, keys);
     float mx = -INFINITY;
-    for (int s = threadIdx.x; s < splits; s += blockDim.x) mx = fmaxf(mx, ph[s * st + hd]);
+    for (int s = threadIdx.x; s < used; s += blockDim.x) mx = fmaxf(mx, ph[s * st + hd]);
     float M = block_max(mx, red);
     if (sinks) M = fmaxf(M, sinks[h]);
     float lsum = 0;
-    for (int s = threadIdx.x; s < splits; s += blockDim.x) {
+    for (int s = threadIdx.x; s < used; s += blockDim.x) {
         float ms = ph[s * st + hd], w = ms == -INFINITY ? 0.0f : expf(ms - M);
         ws[s] = w;
         lsum += ph[s * st + hd + 1] * w;
@@ -292,7 +313,7 @@ __global__ void att_merge_k(const float *part, int splits, int hd, const int *to
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float v = 0;
 #pragma unroll 8
-        for (int s = 0; s < splits; s++) v += ph[s * st + d] * ws[s];
+        for (int s = 0; s < used; s++) v += ph[s * st + d] * ws[s];
         out[((long long)ti * gridDim.x + h) * hd + d] = v / L;
     }
 }
@@ -315,8 +336,11 @@ static int decode_launch_v(cu_impl *c, const att_args<T> &a, int n_dec, int spli
         return -1;
     }
     size_t smem = (size_t)nw * HG * (2 + (size_t)a.hd) * sizeof(float);
-    cu_launch(c, att_decode_k<T, VPL>, dim3((unsigned)splits, (unsigned)a.n_kv, (unsigned)n_dec), nw * 32, smem, a,
-              splits, hc, c->att_part);
+    dim3 grid((unsigned)splits, (unsigned)a.n_kv, (unsigned)n_dec);
+    if constexpr (VPL == 4 && sizeof(T) == 2)
+        cu_launch(c, att_decode128_k<T>, grid, nw * 32, smem, a, splits, c->dec_keys, hc, c->att_part);
+    else
+        cu_launch(c, att_decode_k<T, VPL>, grid, nw * 32, smem, a, splits, c->dec_keys, hc, c->att_part);
     return 0;
 }
 
@@ -378,8 +402,7 @@ static void attention_t(cu_impl *c, const float *q, const T *kc, const T *vc, sl
          * take fewer */
         int splits = rec_splits(n_dec);
         if (!c->capturing) {
-            int s = (longest + 127) / 128;
-            splits = s < 1 ? 1 : s > splits ? splits : s;
+            splits = dec_used(longest, splits, c->dec_keys > 1 ? c->dec_keys : 128);
             /* a recording of this many tokens later finds its partials ready */
             if (cu_attention_reserve(c, n_dec)) return;
         }
@@ -393,8 +416,8 @@ static void attention_t(cu_impl *c, const float *q, const T *kc, const T *vc, sl
             a.tok = c->att_tok;
         }
         if (decode_launch<T>(c, a, n_dec, splits, n_heads / n_kv, head_dim)) return;
-        cu_launch(c, att_merge_k, dim3((unsigned)n_heads, (unsigned)n_dec), 128, 0, c->att_part, splits, head_dim,
-                  a.tok, sinks, out);
+        cu_launch(c, att_merge_k, dim3((unsigned)n_heads, (unsigned)n_dec), 128, 0, c->att_part, splits, c->dec_keys,
+                  head_dim, a.tok, a.bm.pos, window, sinks, out);
     }
 }
 

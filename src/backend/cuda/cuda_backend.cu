@@ -592,8 +592,11 @@ int sl_cuda_backend_create(int device, sl_backend **out, char *about, size_t abo
     c->gemm_exact = pf && !strcmp(pf, "exact") ? 1 : pf && !strcmp(pf, "bf16") ? -1 : 0;
     const char *mq = getenv("SLUICE_CUDA_MMQ"), *mqm = getenv("SLUICE_CUDA_MMQ_MIN");
     c->mmq_min = mq && !strcmp(mq, "0") ? 0 : mqm && atoi(mqm) > 1 ? atoi(mqm) : 2;
+    const char *dk = getenv("SLUICE_CUDA_DEC_KEYS");
+    c->dec_keys = dk && atoi(dk) > 1 ? atoi(dk) : dk ? 1 : 32;
     const char *mv = getenv("SLUICE_CUDA_MMVQ");
-    c->mmvq = mv && !strcmp(mv, "0") ? 0 : mv && !strcmp(mv, "rows1") ? 2 : 1; /* 2: a row per warp (to compare) */
+    /* to compare: 2 a row per warp, 3 a row per lane, 4 Q6_K also two rows per lane */
+    c->mmvq = !mv ? 1 : !strcmp(mv, "0") ? 0 : !strcmp(mv, "rows1") ? 2 : !strcmp(mv, "r1") ? 3 : !strcmp(mv, "q6r2") ? 4 : 1;
     const char *im = getenv("SLUICE_CUDA_IMMA");
     c->imma = im && !strcmp(im, "0") ? 0 : im && !strcmp(im, "q4k") ? 2 : 1; /* 2: Q4_K only (to compare) */
     const char *fl = getenv("SLUICE_CUDA_FLASH");

@@ -116,6 +116,7 @@ struct cu_impl {
     cudaStream_t st;
     cublasHandle_t blas;
     int sms;
+    int dec_keys; /* decode attention: fewest keys a slice (SLUICE_CUDA_DEC_KEYS; 0 or 1: every slice) */
     int mmvq;     /* GGML decode GEMVs in integer arithmetic where they can (SLUICE_CUDA_MMVQ=0: never) */
     int imma; /* Q4_K, Q6_K, Q8_0 small batches and grouped experts on integer tensor cores (SLUICE_CUDA_IMMA=0:
                * never; 2 with =q4k: Q4_K only) */

@@ -4,8 +4,9 @@
  * sums), and scales apply per 32 values in fp32. The quantizer also keeps each 16 values' integer sum, which
  * the types with an offset (Q4_K's minimum, Q6_K's 32) multiply once instead of summing the input again. 16 bits, not
  * the 8 other engines use: an 8-bit input moved MoE routing in the fixtures (decode rel-L2 0.2 on qwen3_5_moe-Q4_K_M),
- * 16 bits keeps the input within 2^-16 of its block's largest value, as close as the fp32 kernels. One warp per weight
- * row; each lane takes whole units of a block (16 bytes of Q4_K nibbles, 64 Q6_K values or one Q8_0 block) straight
+ * 16 bits keeps the input within 2^-16 of its block's largest value, as close as the fp32 kernels. A warp takes one
+ * weight row, or two adjacent rows for one token (each input value then loaded once for both), or several short rows;
+ * each lane takes whole units of a block (16 bytes of Q4_K nibbles, 64 Q6_K values or one Q8_0 block) straight
  * from global memory, so there is no shared-memory staging and every load is in flight at once. Four times fewer
  * instructions per weight than decoding to fp32, which is what held the fp32 kernels (cuda_ggml.cu) at a third of the
  * memory bandwidth. */
@@ -71,9 +72,28 @@ struct x16 {
 __device__ __forceinline__ x16 ldx(const int8_t *h, const uint8_t *l) {
     return {*(const int4 *)h, *(const int4 *)l};
 }
+/* 16 weight bytes read once: not kept in L1, where they would push out the input that every row reads again */
+__device__ __forceinline__ int4 ldw16(const void *p) {
+    int4 r;
+    asm("ld.global.nc.L1::no_allocate.v4.s32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(p));
+    return r;
+}
 /* dot of 16 unsigned weight bytes (< 128) with the input */
 __device__ __forceinline__ int dot16u(int4 a, const x16 &x) {
     int dh = dp4(a.x, x.h.x, dp4(a.y, x.h.y, dp4(a.z, x.h.z, dp4(a.w, x.h.w, 0))));
+    int dl = dp4u(a.x, x.l.x, dp4u(a.y, x.l.y, dp4u(a.z, x.l.z, dp4u(a.w, x.l.w, 0))));
+    return dh * 256 + dl;
+}
+/* dot of 16 unsigned weight bytes with the input: bytes up to 255, where dot16u takes them below 128 (the
+ * signed dp4a) */
+__device__ __forceinline__ int dot16u16(int4 a, const x16 &x) {
+    int dh;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(dh) : "r"(a.x), "r"(x.h.x), "r"(0));
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(dh) : "r"(a.y), "r"(x.h.y), "r"(dh));
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(dh) : "r"(a.z), "r"(x.h.z), "r"(dh));
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(dh) : "r"(a.w), "r"(x.h.w), "r"(dh));
     int dl = dp4u(a.x, x.l.x, dp4u(a.y, x.l.y, dp4u(a.z, x.l.z, dp4u(a.w, x.l.w, 0))));
     return dh * 256 + dl;
 }
@@ -123,34 +143,48 @@ template <> struct mq<SL_GGML_Q4_K> {
         int4 q;
         unsigned dm, s0, s1, s2;
     };
+    struct in_t { /* the input of unit u: both sub-blocks' 16 values, scales and sums */
+        x16 a, b;
+        float da, db;
+        int sa, sb;
+    };
     static __device__ __forceinline__ unit_t load(const uint8_t *b, int u) {
         unit_t r;
-        const unsigned *w = (const unsigned *)b;
-        r.dm = __ldg(w);
-        r.s0 = __ldg(w + 1);
-        r.s1 = __ldg(w + 2);
-        r.s2 = __ldg(w + 3);
-        r.q = __ldg((const int4 *)(b + 16 + 16 * u));
+        int4 hd = ldw16(b); /* d, dmin and the 12 scale bytes in one load */
+        r.dm = (unsigned)hd.x;
+        r.s0 = (unsigned)hd.y;
+        r.s1 = (unsigned)hd.z;
+        r.s2 = (unsigned)hd.w;
+        r.q = ldw16(b + 16 + 16 * u);
         return r;
     }
-    static __device__ __forceinline__ float dot(const unit_t &w, int u, const int8_t *xh, const uint8_t *xl,
-                                                const float *xd, const int *xs) {
+    static __device__ __forceinline__ in_t load_in(int u, const int8_t *xh, const uint8_t *xl, const float *xd,
+                                                   const int *xs) {
         int p = u >> 1, h = u & 1, s0 = 2 * p, s1 = s0 + 1;
+        return {ldx(xh + s0 * 32 + 16 * h, xl + s0 * 32 + 16 * h), ldx(xh + s1 * 32 + 16 * h, xl + s1 * 32 + 16 * h),
+                xd[s0], xd[s1], xs[2 * s0 + h], xs[2 * s1 + h]};
+    }
+    /* Unit u's sub-blocks 2p and 2p + 1 (p = u / 2): their 6-bit scales and minimums are bytes 2p % 4 and
+     * the next of one word each, built for all four of a half block at once (the scale bytes of sub-blocks
+     * 4-7 take their high two bits from those of 0-3). The high nibbles are dotted in place (bytes up to
+     * 240: 16 times their value, unsigned), and the scale codes multiply the integer sums (below 2^29)
+     * before their one conversion each: half the int-to-float conversions (a quarter-rate instruction) and
+     * a third fewer instructions per unit than decoding each scale apart. */
+    static __device__ __forceinline__ float dot(const unit_t &w, int u, const in_t &x) {
+        int p = u >> 1, k0 = 2 * (p & 1);
+        unsigned scw = p < 2 ? w.s0 & 0x3F3F3F3Fu : (w.s2 & 0x0F0F0F0Fu) | ((w.s0 >> 2) & 0x30303030u);
+        unsigned mnw = p < 2 ? w.s1 & 0x3F3F3F3Fu : ((w.s2 >> 4) & 0x0F0F0F0Fu) | ((w.s1 >> 2) & 0x30303030u);
+        int sc0 = (int)__byte_perm(scw, 0, 0x4440 + k0), sc1 = (int)__byte_perm(scw, 0, 0x4441 + k0);
+        int mn0 = (int)__byte_perm(mnw, 0, 0x4440 + k0), mn1 = (int)__byte_perm(mnw, 0, 0x4441 + k0);
         float d = __half2float(__ushort_as_half((unsigned short)w.dm)),
               dmin = __half2float(__ushort_as_half((unsigned short)(w.dm >> 16)));
-        int sc[2], mn[2];
-#pragma unroll
-        for (int k = 0; k < 2; k++) {
-            int s = s0 + k, j = 8 * (s & 3);
-            int b0 = (w.s0 >> j) & 255, b1 = (w.s1 >> j) & 255, b2 = (w.s2 >> j) & 255;
-            sc[k] = s < 4 ? b0 & 63 : (b2 & 15) | ((b0 >> 6) << 4);
-            mn[k] = s < 4 ? b1 & 63 : (b2 >> 4) | ((b1 >> 6) << 4);
-        }
-        x16 xa = ldx(xh + s0 * 32 + 16 * h, xl + s0 * 32 + 16 * h),
-            xb = ldx(xh + s1 * 32 + 16 * h, xl + s1 * 32 + 16 * h);
-        int4 lo = mask4(w.q, 0, 0x0F0F0F0Fu), hi = mask4(w.q, 4, 0x0F0F0F0Fu);
-        int ia = dot16u(lo, xa), ib = dot16u(hi, xb), sa = xs[2 * s0 + h], sb = xs[2 * s1 + h];
-        return xd[s0] * (d * sc[0] * ia - dmin * mn[0] * sa) + xd[s1] * (d * sc[1] * ib - dmin * mn[1] * sb);
+        int4 lo = make_int4(w.q.x & 0x0F0F0F0F, w.q.y & 0x0F0F0F0F, w.q.z & 0x0F0F0F0F, w.q.w & 0x0F0F0F0F);
+        int4 hi = make_int4((int)(w.q.x & 0xF0F0F0F0u), (int)(w.q.y & 0xF0F0F0F0u), (int)(w.q.z & 0xF0F0F0F0u),
+                            (int)(w.q.w & 0xF0F0F0F0u));
+        int ia = dot16u(lo, x.a), ib = dot16u16(hi, x.b) >> 4; /* 16 times the high nibbles' dot, exactly */
+        float v = x.da * (float)(sc0 * ia) + x.db * (float)(sc1 * ib);
+        float m = x.da * (float)(mn0 * x.sa) + x.db * (float)(mn1 * x.sb);
+        return d * v - dmin * m;
     }
 };
 
@@ -175,9 +209,25 @@ template <> struct mq<SL_GGML_Q6_K> {
         r.d = __half2float(__ushort_as_half(*(const unsigned short *)(b + 208)));
         return r;
     }
-    static __device__ __forceinline__ float dot(const unit_t &w, int u, const int8_t *xh, const uint8_t *xl,
-                                                const float *xd, const int *xs) {
+    struct in_t { /* the input of unit u: its four groups' 16 values, scales and sums */
+        x16 x[4];
+        float d[4];
+        int s[4];
+    };
+    static __device__ __forceinline__ in_t load_in(int u, const int8_t *xh, const uint8_t *xl, const float *xd,
+                                                   const int *xs) {
         int n = u >> 1, c = u & 1;
+        in_t r;
+#pragma unroll
+        for (int g = 0; g < 4; g++) {
+            int blk = 4 * n + g; /* the input's 32-value block */
+            r.x[g] = ldx(xh + 32 * blk + 16 * c, xl + 32 * blk + 16 * c);
+            r.d[g] = xd[blk];
+            r.s[g] = xs[2 * blk + c];
+        }
+        return r;
+    }
+    static __device__ __forceinline__ float dot(const unit_t &w, int, const in_t &x) {
         int4 q[4] = {or4(mask4(w.la, 0, 0x0F0F0F0Fu), shl_mask4(w.hb, 4, 0x30303030u)),
                      or4(mask4(w.lb, 0, 0x0F0F0F0Fu), shl_mask4(w.hb, 2, 0x30303030u)),
                      or4(mask4(w.la, 4, 0x0F0F0F0Fu), shl_mask4(w.hb, 0, 0x30303030u)),
@@ -185,10 +235,8 @@ template <> struct mq<SL_GGML_Q6_K> {
         float acc = 0;
 #pragma unroll
         for (int g = 0; g < 4; g++) {
-            int blk = 4 * n + g; /* the input's 32-value block */
-            x16 x = ldx(xh + 32 * blk + 16 * c, xl + 32 * blk + 16 * c);
-            int v = dot16u(q[g], x) - 32 * xs[2 * blk + c];
-            acc += xd[blk] * (float)(int)(signed char)(w.sc >> (8 * g)) * (float)v;
+            int v = dot16u(q[g], x.x[g]) - 32 * x.s[g];
+            acc += x.d[g] * (float)(int)(signed char)(w.sc >> (8 * g)) * (float)v;
         }
         return w.d * acc;
     }
@@ -208,9 +256,16 @@ template <> struct mq<SL_GGML_Q8_0> {
         r.b = ld16_win(b + 18);
         return r;
     }
-    static __device__ __forceinline__ float dot(const unit_t &w, int, const int8_t *xh, const uint8_t *xl,
-                                                const float *xd, const int *) {
-        return w.d * xd[0] * (float)(dot16s(w.a, ldx(xh, xl)) + dot16s(w.b, ldx(xh + 16, xl + 16)));
+    struct in_t {
+        x16 a, b;
+        float d;
+    };
+    static __device__ __forceinline__ in_t load_in(int, const int8_t *xh, const uint8_t *xl, const float *xd,
+                                                   const int *) {
+        return {ldx(xh, xl), ldx(xh + 16, xl + 16), xd[0]};
+    }
+    static __device__ __forceinline__ float dot(const unit_t &w, int, const in_t &x) {
+        return w.d * x.d * (float)(dot16s(w.a, x.a) + dot16s(w.b, x.b));
     }
 };
 
@@ -237,20 +292,25 @@ __host__ __device__ __forceinline__ int mq_lanes(int units, int pack) {
 /* y[slot][t][rows] = W(slot) . x[slot / x_div][t], with the grid and arguments of ggml_gemv_k: table
  * entries give the weight per slot (one weight in the set), grid z picks weight `which + z`. x holds the
  * q16 input rows in the order q16_quant_k writes them (slot group, then token), from row t0 on. A block
- * takes MQ_WARPS * 32 / G rows (mq_lanes). One-token launches run at MB = 4 blocks per SM (64 registers;
- * Q6_K 3, whose units spill at 64): measured against 3, 5 and 6, and against four units a lane in flight
- * (synthetic qwen3.5-35b-a3b and llama3-8b Q4_K decode, H200). The epilogue ep (gg_call's) serves a shared
- * expert's down projection: the routed outputs' weighted sum and its gate, in place of two more launches. */
+ * takes MQ_WARPS * 32 / G * R rows (mq_lanes; R rows a lane group). One-token launches of a row a lane run at
+ * MB = 4 blocks per SM (64 registers; Q6_K 3, whose units spill at 64): measured against 3, 5 and 6, and
+ * against four units a lane in flight; two rows a lane at 3 (80 registers; 2 measured no better), which
+ * halves the input's loads per weight (synthetic qwen3.5-35b-a3b and llama3-8b Q4_K decode, H200). The
+ * weights bypass L1 (read once, they would push out the input every row reads), and a lane's first units
+ * are requested before the wait for the previous kernel, whose output is the input, never the weights.
+ * The epilogue ep (gg_call's) serves a shared expert's down projection: the routed outputs' weighted sum
+ * and its gate, in place of two more launches. */
 struct mq_epi { /* gg_call's epilogue */
     const float *ysc, *cd, *cw;
     int ck;
 };
 
-template <int NT, int T, int MB>
+template <int NT, int T, int MB, int R>
 __global__ void __launch_bounds__(MQ_WARPS * 32, MB)
     mmvq_k(mq_set set, const cu_expert *table, const int32_t *ids, int which, int x_div, cu_q16 x, int t0, int n_x,
            int n, long long ys, long long yz, int pack, mq_epi ep) {
     constexpr int BS = mq<T>::BS, BB = mq<T>::BB, UPB = mq<T>::UPB;
+    static_assert(R == 1 || NT == 1, "rows per lane beyond one are for one token");
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = blockIdx.y;
     /* the weight of this block, by selects (no indexing into the parameters) */
     cu_w w = set.w[0];
@@ -268,44 +328,66 @@ __global__ void __launch_bounds__(MQ_WARPS * 32, MB)
         if (ids[slot] < 0) return; /* a pair another pass computes */
         w = table[ids[slot]].w[which + blockIdx.z];
     }
+    /* a lane group of G lanes takes R adjacent rows */
     int units = w.cols / BS * UPB, G = mq_lanes(units, pack), li = lane & (G - 1);
-    int row0 = (blk * MQ_WARPS + warp) * (32 / G), row = row0 + lane / G;
+    int row0 = (blk * MQ_WARPS + warp) * (32 / G) * R, row = row0 + lane / G * R;
     if (row0 >= w.rows) return; /* the whole warp: its lanes meet in the shuffles below */
     int ok = row < w.rows;
-    const uint8_t *wr = w.data + (long long)(ok ? row : row0) * w.row_bytes;
-    if (!table) cu_pdl_enter(); /* the weights never depend on the previous kernel, the input does */
+    const uint8_t *wr[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) wr[r] = w.data + (long long)min(ok ? row + r : row0, w.rows - 1) * w.row_bytes;
+    /* the first units' weights are requested before waiting for the previous kernel (which the input
+     * depends on, the weights never do), so their latency overlaps its end */
+    typename mq<T>::unit_t a[R], b[R];
+    auto fetch = [&](int u0) {
+        int u1 = u0 + G;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            a[r] = mq<T>::load(wr[r] + (long long)(u0 / UPB) * BB, u0 % UPB);
+            if (u1 < units) b[r] = mq<T>::load(wr[r] + (long long)(u1 / UPB) * BB, u1 % UPB);
+        }
+    };
+    if (!table && ok && li < units) fetch(li);
+    if (!table) cu_pdl_enter();
     /* this launch's first q16 row of the input: its values, scales (per 32) and sums (per 16) */
     long long xrow = (long long)(slot / x_div) * n_x + t0;
     const int8_t *xh = x.h + xrow * w.cols;
     const uint8_t *xl = x.l + xrow * w.cols;
     const float *xd = x.d + xrow * (w.cols / 32);
     const int *xs = x.s + xrow * (w.cols / 16);
-    float acc[NT];
+    float acc[NT * R];
 #pragma unroll
-    for (int t = 0; t < NT; t++) acc[t] = 0;
+    for (int t = 0; t < NT * R; t++) acc[t] = 0;
     for (int u0 = li; ok && u0 < units; u0 += 2 * G) {
         int u1 = u0 + G;
-        typename mq<T>::unit_t a = mq<T>::load(wr + (long long)(u0 / UPB) * BB, u0 % UPB), b;
-        if (u1 < units) b = mq<T>::load(wr + (long long)(u1 / UPB) * BB, u1 % UPB);
+        if (table || u0 != li) fetch(u0);
         int c0 = u0 / UPB * BS, c1 = u1 / UPB * BS;
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             if (t >= n) break;
             int o = t * w.cols;
-            acc[t] += mq<T>::dot(a, u0 % UPB, xh + o + c0, xl + o + c0, xd + (o + c0) / 32, xs + (o + c0) / 16);
-            if (u1 < units)
-                acc[t] += mq<T>::dot(b, u1 % UPB, xh + o + c1, xl + o + c1, xd + (o + c1) / 32, xs + (o + c1) / 16);
+            typename mq<T>::in_t xi =
+                mq<T>::load_in(u0 % UPB, xh + o + c0, xl + o + c0, xd + (o + c0) / 32, xs + (o + c0) / 16);
+#pragma unroll
+            for (int r = 0; r < R; r++) acc[t * R + r] += mq<T>::dot(a[r], u0 % UPB, xi);
+            if (u1 < units) {
+                xi = mq<T>::load_in(u1 % UPB, xh + o + c1, xl + o + c1, xd + (o + c1) / 32, xs + (o + c1) / 16);
+#pragma unroll
+                for (int r = 0; r < R; r++) acc[t * R + r] += mq<T>::dot(b[r], u1 % UPB, xi);
+            }
         }
     }
     y += (long long)slot * ys + (long long)blockIdx.z * yz;
 #pragma unroll
-    for (int t = 0; t < NT; t++) {
-        float v = acc[t];
-        for (int o = G >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (li == 0 && ok && t < n)
-            cu_gemv_store(y + (long long)t * w.rows + row, v + (w.bias ? w.bias[row] : 0.0f), t, row, w.rows, ep.ysc,
-                          ep.cd, ep.cw, ep.ck);
-    }
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            float v = acc[t * R + r];
+            for (int o = G >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (li == 0 && ok && row + r < w.rows && t < n)
+                cu_gemv_store(y + (long long)t * w.rows + row + r, v + (w.bias ? w.bias[row + r] : 0.0f), t, row + r,
+                              w.rows, ep.ysc, ep.cd, ep.cw, ep.ck);
+        }
 }
 
 int cu_mmvq_takes(const cu_w *w) {
@@ -346,12 +428,25 @@ int cu_q16_rows(cu_impl *c, const float *x, const float *u, int rows, int cols, 
     return q16_make(c, x, cols, 1, cols, u != NULL, u ? (long long)(u - x) : 0, rows, 1, out);
 }
 
-template <int NT, int T>
+/* rows per lane: two for one token on rows of 64 units or more (each input value loaded once for both rows,
+ * halving the input's loads per weight) */
+template <int T> static int mq_rows(const cu_impl *c, const gg_call *gs, int nw, int n) {
+    if (n != 1 || c->mmvq == 3 || mq_lanes(gs[0].w->cols / mq<T>::BS * mq<T>::UPB, c->mmvq != 2) != 32) return 1;
+    (void)nw;
+    return T == SL_GGML_Q6_K && c->mmvq != 4 ? 1 : 2;
+}
+
+/* blocks per SM: see mmvq_k */
+static constexpr int mq_mb(int nt, int t, int r) {
+    return nt > 1 ? 1 : r == 2 ? (t == SL_GGML_Q6_K ? 2 : 3) : t == SL_GGML_Q6_K ? 3 : 4;
+}
+
+template <int NT, int T, int R>
 static void mmvq_go(cu_impl *c, const gg_call *gs, int nw, const cu_q16 &x, int t0, int n_x, int n) {
     mq_set set;
     memset(&set, 0, sizeof set);
     int blocks = 0, pack = c->mmvq != 2;
-    int rpb = MQ_WARPS * 32 / mq_lanes(gs[0].w->cols / mq<T>::BS * mq<T>::UPB, pack); /* rows per block */
+    int rpb = MQ_WARPS * 32 / mq_lanes(gs[0].w->cols / mq<T>::BS * mq<T>::UPB, pack) * R; /* rows per block */
     for (int i = 0; i < nw; i++) {
         set.w[i] = *gs[i].w;
         set.y[i] = gs[i].y + (long long)t0 * gs[i].w->rows;
@@ -363,21 +458,25 @@ static void mmvq_go(cu_impl *c, const gg_call *gs, int nw, const cu_q16 &x, int 
     const gg_call &g = gs[0];
     dim3 grid((unsigned)blocks, (unsigned)g.slots, (unsigned)g.nz);
     mq_epi ep = {g.ysc, g.cd, g.cw, g.ck};
-    cu_launch(c, mmvq_k<NT, T, NT == 1 ? (T == SL_GGML_Q6_K ? 3 : 4) : 1>, grid, MQ_WARPS * 32, 0, set, g.table, g.ids,
-              g.which, g.x_div, x, t0, n_x, n, g.y_stride, g.yz, pack, ep);
+    cu_launch(c, mmvq_k<NT, T, mq_mb(NT, T, R), R>, grid, MQ_WARPS * 32, 0, set, g.table, g.ids, g.which, g.x_div, x,
+              t0, n_x, n, g.y_stride, g.yz, pack, ep);
 }
 
 template <int T> static void mmvq_type(cu_impl *c, const gg_call *gs, int nw, const cu_q16 &x, int n) {
+    if (mq_rows<T>(c, gs, nw, n) == 2) {
+        mmvq_go<1, T, 2>(c, gs, nw, x, 0, n, 1);
+        return;
+    }
     for (int t0 = 0; t0 < n; t0 += 8) {
         int m = n - t0 < 8 ? n - t0 : 8;
         if (m == 1)
-            mmvq_go<1, T>(c, gs, nw, x, t0, n, m);
+            mmvq_go<1, T, 1>(c, gs, nw, x, t0, n, m);
         else if (m == 2)
-            mmvq_go<2, T>(c, gs, nw, x, t0, n, m);
+            mmvq_go<2, T, 1>(c, gs, nw, x, t0, n, m);
         else if (m <= 4)
-            mmvq_go<4, T>(c, gs, nw, x, t0, n, m);
+            mmvq_go<4, T, 1>(c, gs, nw, x, t0, n, m);
         else
-            mmvq_go<8, T>(c, gs, nw, x, t0, n, m);
+            mmvq_go<8, T, 1>(c, gs, nw, x, t0, n, m);
     }
 }
 
