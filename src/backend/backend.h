@@ -61,16 +61,23 @@ typedef struct sl_backend sl_backend;
 
 /* Element type of the attention KV caches: stores round to nearest even, attention widens to float32.
  * SL_KV_AUTO is for options only (sessions, model loads): the backend's default, f16 on CUDA (half the
- * bytes to keep and to read), f32 on the CPU reference. Ops always get one of the others. */
-typedef enum sl_kv_type { SL_KV_AUTO, SL_KV_F32, SL_KV_F16, SL_KV_BF16 } sl_kv_type;
+ * bytes to keep and to read), f32 on the CPU reference. Ops always get one of the others. SL_KV_Q8_0 is an
+ * approximation, asked for by name only: blocks of 32 values as GGML's Q8_0 (an fp16 scale, the largest
+ * magnitude over 127, and 32 signed bytes), 34 bytes where f16 takes 64; a row's heads start on a block
+ * (head_dim a multiple of 32). */
+typedef enum sl_kv_type { SL_KV_AUTO, SL_KV_F32, SL_KV_F16, SL_KV_BF16, SL_KV_Q8_0 } sl_kv_type;
 
-/* Bytes of one cache element. */
-static inline size_t sl_kv_type_size(sl_kv_type t) {
-    return t == SL_KV_F16 || t == SL_KV_BF16 ? 2 : 4;
+#define SL_KV_Q8_BLOCK 32 /* values of a q8_0 block */
+#define SL_KV_Q8_BYTES 34 /* its bytes */
+
+/* Bytes of n cache values (n a multiple of 32 for q8_0). */
+static inline size_t sl_kv_bytes(sl_kv_type t, size_t n) {
+    if (t == SL_KV_Q8_0) return n / SL_KV_Q8_BLOCK * SL_KV_Q8_BYTES;
+    return n * (t == SL_KV_F16 || t == SL_KV_BF16 ? 2 : 4);
 }
-/* "f32", "f16", "bf16" ("auto" for SL_KV_AUTO). */
+/* "f32", "f16", "bf16", "q8_0" ("auto" for SL_KV_AUTO). */
 const char *sl_kv_type_name(sl_kv_type t);
-/* One of "f32", "f16", "bf16" into *out; -1 for anything else. */
+/* One of "f32", "f16", "bf16", "q8_0" into *out; -1 for anything else. */
 int sl_kv_type_parse(const char *s, sl_kv_type *out);
 /* t itself, or for SL_KV_AUTO the default of backend b. */
 sl_kv_type sl_kv_type_resolve(const sl_backend *b, sl_kv_type t);

@@ -438,6 +438,18 @@ void sl_ggml_dequant_block(int t, const uint8_t *blk, float *dst) {
     if (f) f(blk, dst);
 }
 
+void sl_ggml_quant_q8_0_row(const float *src, void *dst, int64_t cols) {
+    uint8_t *o = dst;
+    for (int64_t b = 0; b < cols / 32; b++, src += 32, o += 34) {
+        float amax = 0;
+        for (int i = 0; i < 32; i++) amax = fabsf(src[i]) > amax ? fabsf(src[i]) : amax;
+        float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+        uint16_t h = sl_f32_to_f16(d);
+        memcpy(o, &h, 2);
+        for (int i = 0; i < 32; i++) o[2 + i] = (uint8_t)(int8_t)roundf(src[i] * id);
+    }
+}
+
 void sl_ggml_dequant_row(int t, const void *src, float *dst, int64_t cols) {
     const uint8_t *p = src;
     switch (t) {

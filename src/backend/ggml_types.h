@@ -61,6 +61,9 @@ size_t sl_ggml_row_bytes(int t, int64_t cols);
 void sl_ggml_dequant_row(int t, const void *src, float *dst, int64_t cols);
 /* Dequantises one block of a block-quantised supported type into dst[block size]. */
 void sl_ggml_dequant_block(int t, const uint8_t *blk, float *dst);
+/* Quantises `cols` values (a multiple of 32) into Q8_0 blocks at dst, as GGML's reference does: per 32, the
+ * scale d = max |x| / 127 stored in fp16, and each value round(x / d) (halves away from zero). */
+void sl_ggml_quant_q8_0_row(const float *src, void *dst, int64_t cols);
 
 /* Fills *w for a [rows, cols] matrix of type t stored row-major at data: F32/F16/BF16 become the plain
  * formats, every other supported type SL_WF_GGML. Fails, naming `tensor`, when the type is unknown or

@@ -49,14 +49,14 @@ int sl_backend_open(const char *name, int threads, sl_backend **out, char *note,
 #endif
 }
 
-static const char *const kv_names[] = {"auto", "f32", "f16", "bf16"};
+static const char *const kv_names[] = {"auto", "f32", "f16", "bf16", "q8_0"};
 
 const char *sl_kv_type_name(sl_kv_type t) {
     return (unsigned)t < sizeof kv_names / sizeof kv_names[0] ? kv_names[t] : "?";
 }
 
 int sl_kv_type_parse(const char *s, sl_kv_type *out) {
-    for (int t = SL_KV_F32; t <= SL_KV_BF16; t++)
+    for (int t = SL_KV_F32; t <= SL_KV_Q8_0; t++)
         if (s && !strcmp(s, kv_names[t])) {
             *out = (sl_kv_type)t;
             return 0;

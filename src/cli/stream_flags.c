@@ -41,7 +41,7 @@ int cli_stream_flag(const char *cmd, const char *flag, const char *val, sl_model
     }
     if (!strcmp(flag, "--kv-type")) {
         if (!val || sl_kv_type_parse(val, &o->kv_type)) {
-            fprintf(stderr, "%s: --kv-type is f32, f16 or bf16, got '%s'\n", cmd, val ? val : "");
+            fprintf(stderr, "%s: --kv-type is f32, f16, bf16 or q8_0, got '%s'\n", cmd, val ? val : "");
             return -1;
         }
         return 2;

@@ -100,9 +100,9 @@ typedef struct sl_state_layout {
     size_t fixed[SL_STATE_BUFS];
 } sl_state_layout;
 
-/* Bytes of one paged element of layout lay in a session whose KV type is kt (resolved). */
-static inline size_t sl_state_paged_elem(const sl_state_layout *lay, sl_kv_type kt) {
-    return lay->kv_typed ? sl_kv_type_size(kt) : sizeof(float);
+/* Bytes of one paged row (one position) of layout lay in a session whose KV type is kt (resolved). */
+static inline size_t sl_state_paged_row(const sl_state_layout *lay, sl_kv_type kt) {
+    return lay->kv_typed ? sl_kv_bytes(kt, (size_t)lay->row) : (size_t)lay->row * sizeof(float);
 }
 
 /* --- scratch ---------------------------------------------------------------------------------------- */

@@ -139,7 +139,7 @@ static int64_t session_reserve(const sl_model *m, int ctx) {
     for (int l = 0; l < c->n_layers; l++) {
         sl_state_layout st;
         sl_layer_layout(m, l, &st);
-        kv += (int64_t)ctx * st.row * st.n_paged * (int64_t)sl_state_paged_elem(&st, kt);
+        kv += (int64_t)ctx * st.n_paged * (int64_t)sl_state_paged_row(&st, kt);
         for (int i = 0; i < st.n_fixed; i++) kv += (int64_t)st.fixed[i] * 4;
     }
     int64_t scratch = (int64_t)256 * (c->hidden * 8 + sl_config_q_width(c) * 6 + c->vocab_size / 16) * 4;

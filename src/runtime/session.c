@@ -37,7 +37,7 @@ size_t sl_session_kv_bytes_per_token(const sl_model *m, sl_kv_type kt) {
     for (int l = 0; l < m->cfg.n_layers; l++) {
         sl_state_layout st;
         sl_layer_layout(m, l, &st);
-        bytes += (size_t)st.row * (size_t)st.n_paged * sl_state_paged_elem(&st, kt);
+        bytes += (size_t)st.n_paged * sl_state_paged_row(&st, kt);
     }
     return bytes;
 }
@@ -67,12 +67,23 @@ int sl_session_create_opts(sl_model *m, const sl_session_opts *o, sl_session **o
     const sl_config *c = &m->cfg;
     int max_ctx = o->max_ctx > 0 ? o->max_ctx : c->max_pos;
     int n_seqs = o->n_seqs > 0 ? o->n_seqs : 1;
+    sl_kv_type kt = sl_model_kv_type(m, o->kv_type);
+    if (kt == SL_KV_Q8_0 && strcmp(m->be->ops->name, "cpu"))
+        return sl_fail(e, "--kv-type q8_0 is for the CPU backend; the %s backend keeps f32, f16 or bf16",
+                       m->be->ops->name);
+    for (int l = 0; kt == SL_KV_Q8_0 && l < c->n_layers; l++) { /* each KV head's row starts on a block */
+        sl_state_layout st;
+        sl_layer_layout(m, l, &st);
+        if (st.kv_typed && c->head_dim % SL_KV_Q8_BLOCK)
+            return sl_fail(e, "--kv-type q8_0 needs head_dim a multiple of %d (this model's: %d)", SL_KV_Q8_BLOCK,
+                           c->head_dim);
+    }
     sl_session *s = calloc(1, sizeof *s);
     if (!s) return sl_fail(e, "out of memory");
     s->m = m;
     s->max_ctx = max_ctx;
     s->n_seqs = n_seqs;
-    s->kv_type = sl_model_kv_type(m, o->kv_type);
+    s->kv_type = kt;
     s->max_batch = o->max_batch > 0 ? (o->max_batch < MAX_BATCH ? o->max_batch : MAX_BATCH) : MAX_BATCH;
     s->logit_row = -1;
     s->logit_cap = imax(LOGIT_ROWS, imax(n_seqs, s->max_batch < 64 ? s->max_batch : 64));
@@ -112,8 +123,8 @@ int sl_session_create_opts(sl_model *m, const sl_session_opts *o, sl_session **o
     for (int l = 0; l < L; l++) {
         sl_layer_state *ls = &s->state[l];
         sl_layer_layout(m, l, &ls->lay);
-        ls->elem = sl_state_paged_elem(&ls->lay, s->kv_type);
-        size_t pool = (size_t)s->n_pages * SL_KV_PAGE * (size_t)ls->lay.row * ls->elem;
+        ls->row_bytes = sl_state_paged_row(&ls->lay, s->kv_type);
+        size_t pool = (size_t)s->n_pages * SL_KV_PAGE * ls->row_bytes;
         for (int i = 0; i < ls->lay.n_paged; i++)
             if (!(ls->paged[i] = balloc(s, pool))) goto oom;
         for (int i = 0; i < ls->lay.n_fixed; i++)
@@ -230,12 +241,13 @@ static int32_t page_get(sl_session *s, const uint8_t *busy) {
 _Static_assert(SL_KV_PAGE % 2 == 0, "pages of 16-bit elements are copied as float32 words");
 
 /* Copies page src into page dst in every layer's pools, as float32 words whatever the element type (a
- * page of 16-bit elements has an even count: SL_KV_PAGE is). */
+ * page of 16-bit elements has an even count: SL_KV_PAGE is; a page of q8_0 rows SL_KV_PAGE times a whole
+ * number of 34-byte blocks). */
 static void page_copy(sl_session *s, int32_t dst, int32_t src) {
     sl_backend *be = s->m->be;
     for (int l = 0; l < s->m->cfg.n_layers; l++) {
         const sl_layer_state *ls = &s->state[l];
-        size_t bytes = (size_t)SL_KV_PAGE * (size_t)ls->lay.row * ls->elem, w = bytes / sizeof(float);
+        size_t bytes = (size_t)SL_KV_PAGE * ls->row_bytes, w = bytes / sizeof(float);
         for (int i = 0; i < ls->lay.n_paged; i++) {
             char *pool = ls->paged[i];
             be->ops->copy_rows(be, (float *)(pool + (size_t)dst * bytes), (int)w,

@@ -37,12 +37,12 @@ struct sl_scratch {
     float *logits;
 };
 
-/* The state of one layer: its kind's layout, the paged caches [n_pages * SL_KV_PAGE][lay.row] (elements
- * of elem bytes: the session's KV type, or float32) and the fixed buffers of every sequence slot
- * [n_seqs][lay.fixed[i]]. */
+/* The state of one layer: its kind's layout, the paged caches [n_pages * SL_KV_PAGE][lay.row] (rows of
+ * row_bytes: lay.row values of the session's KV type, or float32) and the fixed buffers of every sequence
+ * slot [n_seqs][lay.fixed[i]]. */
 typedef struct sl_layer_state {
     sl_state_layout lay;
-    size_t elem;
+    size_t row_bytes;
     void *paged[SL_STATE_BUFS];
     float *fixed[SL_STATE_BUFS];
 } sl_layer_state;

@@ -37,8 +37,12 @@ jq -e --argjson b "$(jq .kv_bytes_per_token <<<"$j32")" '.kv_type == "f16" and .
      and .kv_bytes_per_token * 2 == $b' <<<"$j16" >/dev/null || fail "--kv-type f16: $j16"
 "$SLUICE_BIN" bench "$SLUICE_FIXTURES/models/qwen3" -p 8 -n 2 --kv-type bf16 | grep -Eq "^  kv cache +bf16," ||
   fail "--kv-type bf16"
+# q8_0 (an approximation, on the CPU): 34 bytes for 32 values where f32 takes 128
+j8=$("$SLUICE_BIN" bench "$SLUICE_FIXTURES/models/qwen3" -p 16 -n 4 --kv-type q8_0 --json) || fail "--kv-type q8_0"
+jq -e --argjson b "$(jq .kv_bytes_per_token <<<"$j32")" '.kv_type == "q8_0" and .decode_tok_s > 0
+     and .kv_bytes_per_token * 128 == $b * 34' <<<"$j8" >/dev/null || fail "--kv-type q8_0: $j8"
 if err=$("$SLUICE_BIN" bench "$SLUICE_FIXTURES/models/qwen3" --kv-type q8 2>&1); then fail "--kv-type q8 accepted"; fi
-grep -q -- "--kv-type is f32, f16 or bf16, got 'q8'" <<<"$err" || fail "--kv-type q8: $err"
+grep -q -- "--kv-type is f32, f16, bf16 or q8_0, got 'q8'" <<<"$err" || fail "--kv-type q8: $err"
 grep -q -- "--kv-type" <<<"$("$SLUICE_BIN" bench --help)" || fail "--help has no --kv-type"
 
 # MoE: a token reads top_k of n_experts experts, so less than the whole checkpoint

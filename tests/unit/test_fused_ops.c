@@ -363,7 +363,7 @@ static float kv_round(float x, sl_kv_type kt) {
 
 /* n cache elements of type kt downloaded and widened to float32 */
 static float *download_kv(sl_backend *be, const void *d, sl_kv_type kt, size_t n) {
-    size_t es = sl_kv_type_size(kt);
+    size_t es = sl_kv_bytes(kt, 1);
     unsigned char *raw = malloc(n * es);
     be->ops->download(be, raw, d, n * es);
     float *h = malloc(n * sizeof *h);
@@ -400,7 +400,7 @@ static void qk_rope_store_case(int n, int nh, int nkv, int hd, int rot_dim, int 
     float *q = dev_rand(be, qlen, &st, &hq), *k = dev_rand(be, klen, &st, &hk), *v = dev_rand(be, klen, &st, &hv);
     float *qn = dev_rand(be, (size_t)hd, &st, &hqn), *kn = dev_rand(be, (size_t)hd, &st, &hkn);
     float *freq = dev_rand(be, (size_t)rot_dim / 2, &st, &hf);
-    void *kc = be->ops->alloc(be, clen * sl_kv_type_size(kt)), *vc = be->ops->alloc(be, clen * sl_kv_type_size(kt));
+    void *kc = be->ops->alloc(be, sl_kv_bytes(kt, clen)), *vc = be->ops->alloc(be, sl_kv_bytes(kt, clen));
     float *hqg = NULL, *qg = gated ? dev_rand(be, 2 * qlen, &st, &hqg) : NULL;
     float *gate = gated ? be->ops->alloc(be, qlen * sizeof *gate) : NULL;
     if (gated) /* the queries the op must take from qg, the first half of each head's row */

@@ -1,19 +1,26 @@
 /* The KV cache of each element type on the backend SLUICE_BACKEND picks (the CPU without a GPU): kv_store
- * rounds to nearest even (bit for bit what the host's conversions give), and attention reads back what was
- * stored, widened: a lone position returns its value row exactly (CPU), and a prompt run and a decode token
- * match host attention over the rounded keys and values. */
+ * rounds to nearest even (bit for bit what the host's conversions give; q8_0 as GGML's reference quantizer),
+ * and attention reads back what was stored, widened: a lone position returns its value row exactly (CPU),
+ * and a prompt run and a decode token match host attention over the rounded keys and values. q8_0 caches
+ * are the CPU backend's only. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/ggml_types.h"
 #include "core/half.h"
 #include "testutil.h"
 
 static float widen(const unsigned char *raw, sl_kv_type kt, size_t i) {
     uint16_t u;
     float f;
+    if (kt == SL_KV_Q8_0) { /* whole rows of whole blocks: value i is in block i / 32 */
+        const unsigned char *b = raw + i / 32 * 34;
+        memcpy(&u, b, 2);
+        return sl_f16_to_f32(u) * (float)(int8_t)b[2 + i % 32];
+    }
     if (kt == SL_KV_F32) {
         memcpy(&f, raw + i * 4, 4);
         return f;
@@ -22,10 +29,19 @@ static float widen(const unsigned char *raw, sl_kv_type kt, size_t i) {
     return kt == SL_KV_F16 ? sl_f16_to_f32(u) : sl_bf16_to_f32(u);
 }
 
-static float round_kv(float x, sl_kv_type kt) {
-    if (kt == SL_KV_F16) return sl_f16_to_f32(sl_f32_to_f16(x));
-    if (kt == SL_KV_BF16) return sl_bf16_to_f32(sl_f32_to_bf16(x));
-    return x;
+/* row[0..n) as the cache of type kt keeps it, widened */
+static void round_row(const float *row, size_t n, sl_kv_type kt, float *out) {
+    if (kt == SL_KV_Q8_0) {
+        unsigned char *q = malloc(n / 32 * 34);
+        sl_ggml_quant_q8_0_row(row, q, (int64_t)n);
+        sl_ggml_dequant_row(SL_GGML_Q8_0, q, out, (int64_t)n);
+        free(q);
+        return;
+    }
+    for (size_t j = 0; j < n; j++)
+        out[j] = kt == SL_KV_F16    ? sl_f16_to_f32(sl_f32_to_f16(row[j]))
+                 : kt == SL_KV_BF16 ? sl_bf16_to_f32(sl_f32_to_bf16(row[j]))
+                                    : row[j];
 }
 
 /* Host attention of query q (one head of hd) at position p over widened cache rows kc/vc (row r of head kvh
@@ -61,8 +77,8 @@ static void round_trip_heads(sl_kv_type kt, int hd, int n, int nh, int nkv) {
     char note[256];
     cr_assert_eq(sl_backend_open(NULL, 2, &be, note, sizeof note, &e), 0, "%s", e.msg);
     const int P = 8, np = (n + 1 + P - 1) / P + 1;
-    size_t es = sl_kv_type_size(kt), kw = (size_t)nkv * (size_t)hd, qw = (size_t)nh * (size_t)hd;
-    size_t clen = (size_t)np * (size_t)P * kw;
+    size_t kw = (size_t)nkv * (size_t)hd, qw = (size_t)nh * (size_t)hd;
+    size_t clen = (size_t)np * (size_t)P * kw, cb = sl_kv_bytes(kt, clen);
     unsigned st = (unsigned)(hd * 7 + n + kt);
     float *hk = malloc((size_t)(n + 1) * kw * 4), *hv = malloc((size_t)(n + 1) * kw * 4),
           *hq = malloc((size_t)(n + 1) * qw * 4);
@@ -70,7 +86,7 @@ static void round_trip_heads(sl_kv_type kt, int hd, int n, int nh, int nkv) {
     for (size_t i = 0; i < (size_t)(n + 1) * qw; i++) hq[i] = 4.0f * tu_frand(&st);
     float *k = be->ops->alloc(be, (size_t)(n + 1) * kw * 4), *v = be->ops->alloc(be, (size_t)(n + 1) * kw * 4),
           *q = be->ops->alloc(be, (size_t)(n + 1) * qw * 4), *out = be->ops->alloc(be, (size_t)(n + 1) * qw * 4);
-    void *kc = be->ops->alloc(be, clen * es), *vc = be->ops->alloc(be, clen * es);
+    void *kc = be->ops->alloc(be, cb), *vc = be->ops->alloc(be, cb);
     be->ops->upload(be, k, hk, (size_t)(n + 1) * kw * 4);
     be->ops->upload(be, v, hv, (size_t)(n + 1) * kw * 4);
     be->ops->upload(be, q, hq, (size_t)(n + 1) * qw * 4);
@@ -94,21 +110,21 @@ static void round_trip_heads(sl_kv_type kt, int hd, int n, int nh, int nkv) {
     be->ops->attention(be, q + (size_t)n * qw, kc, vc, kt, &m.bm, nh, nkv, hd, 0, scale, NULL, out + (size_t)n * qw);
     be->ops->download(be, got + (size_t)n * qw, out + (size_t)n * qw, qw * 4);
     tu_map_free(&m);
-    unsigned char *rk = malloc(clen * es), *rv = malloc(clen * es);
-    be->ops->download(be, rk, kc, clen * es);
-    be->ops->download(be, rv, vc, clen * es);
+    unsigned char *rk = malloc(cb), *rv = malloc(cb);
+    be->ops->download(be, rk, kc, cb);
+    be->ops->download(be, rv, vc, cb);
     cr_assert_eq(be->ops->check(be, &e), 0, "%s", e.msg);
 
-    /* every stored element is the input rounded to nearest even */
-    float *wk = calloc(clen, 4), *wv = calloc(clen, 4);
+    /* every stored element is the input rounded to nearest even (q8_0: as the reference quantizer) */
+    float *wk = calloc(clen, 4), *wv = calloc(clen, 4), *ek = malloc(kw * 4), *ev = malloc(kw * 4);
     for (int t = 0; t <= n; t++) {
         size_t r = (size_t)hpages[t / P] * (size_t)P + (size_t)(t % P);
+        round_row(hk + (size_t)t * kw, kw, kt, ek);
+        round_row(hv + (size_t)t * kw, kw, kt, ev);
         for (size_t j = 0; j < kw; j++) {
             float gk = widen(rk, kt, r * kw + j), gv = widen(rv, kt, r * kw + j);
-            cr_assert_eq(gk, round_kv(hk[(size_t)t * kw + j], kt), "%s: k at position %d element %zu",
-                         sl_kv_type_name(kt), t, j);
-            cr_assert_eq(gv, round_kv(hv[(size_t)t * kw + j], kt), "%s: v at position %d element %zu",
-                         sl_kv_type_name(kt), t, j);
+            cr_assert_eq(gk, ek[j], "%s: k at position %d element %zu", sl_kv_type_name(kt), t, j);
+            cr_assert_eq(gv, ev[j], "%s: v at position %d element %zu", sl_kv_type_name(kt), t, j);
             wk[r * kw + j] = gk;
             wv[r * kw + j] = gv;
         }
@@ -137,8 +153,8 @@ static void round_trip_heads(sl_kv_type kt, int hd, int n, int nh, int nkv) {
         }
     void *dv[] = {k, v, q, out, kc, vc};
     for (int i = 0; i < 6; i++) be->ops->free(be, dv[i]);
-    void *hp[] = {hk, hv, hq, got, rk, rv, wk, wv, hpos, hseq, hpages};
-    for (int i = 0; i < 11; i++) free(hp[i]);
+    void *hp[] = {hk, hv, hq, got, rk, rv, wk, wv, ek, ev, hpos, hseq, hpages};
+    for (int i = 0; i < 13; i++) free(hp[i]);
     sl_backend_destroy(be);
 }
 
@@ -146,8 +162,13 @@ static void round_trip(sl_kv_type kt, int hd, int n) {
     round_trip_heads(kt, hd, n, 4, 2);
 }
 
+/* the types of the backend under test: q8_0 on the CPU only */
+static sl_kv_type last_type(void) {
+    return tu_on_gpu() ? SL_KV_BF16 : SL_KV_Q8_0;
+}
+
 Test(kv_cache, round_trip) {
-    for (sl_kv_type kt = SL_KV_F32; kt <= SL_KV_BF16; kt++) {
+    for (sl_kv_type kt = SL_KV_F32; kt <= last_type(); kt++) {
         round_trip(kt, 64, 20);  /* a prompt run of 16 or more: the tensor-core kernel on CUDA */
         round_trip(kt, 128, 5);  /* a short run: the fp32 prompt kernel */
         round_trip(kt, 256, 17); /* the largest head the kernels take */
@@ -158,7 +179,7 @@ Test(kv_cache, round_trip) {
 /* Decode over longer caches, where the GPU splits each token's cache in slices and a group's query heads
  * in chunks (groups of 1 to 16 heads, some not a power of two) */
 Test(kv_cache, long_decode) {
-    for (sl_kv_type kt = SL_KV_F32; kt <= SL_KV_BF16; kt++) {
+    for (sl_kv_type kt = SL_KV_F32; kt <= last_type(); kt++) {
         round_trip_heads(kt, 128, 700, 32, 8);
         round_trip_heads(kt, 128, 300, 16, 2);
         round_trip_heads(kt, 64, 400, 12, 2);
@@ -178,9 +199,14 @@ Test(kv_cache, names) {
     cr_assert_eq(t, SL_KV_F32);
     cr_assert_eq(sl_kv_type_parse("fp16", &t), -1);
     cr_assert_eq(sl_kv_type_parse("auto", &t), -1);
+    cr_assert_eq(sl_kv_type_parse("q8_0", &t), 0);
+    cr_assert_eq(t, SL_KV_Q8_0);
+    cr_assert_eq(sl_kv_type_parse("q8", &t), -1);
     cr_assert_str_eq(sl_kv_type_name(SL_KV_BF16), "bf16");
-    cr_assert_eq(sl_kv_type_size(SL_KV_F16), 2);
-    cr_assert_eq(sl_kv_type_size(SL_KV_F32), 4);
+    cr_assert_str_eq(sl_kv_type_name(SL_KV_Q8_0), "q8_0");
+    cr_assert_eq(sl_kv_bytes(SL_KV_F16, 64), 128);
+    cr_assert_eq(sl_kv_bytes(SL_KV_F32, 64), 256);
+    cr_assert_eq(sl_kv_bytes(SL_KV_Q8_0, 64), 68);
     /* the CPU reference keeps float32 unless told otherwise */
     sl_backend *be;
     sl_err e = {{0}};

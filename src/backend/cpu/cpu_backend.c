@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
+#include "backend/ggml_types.h"
 #include "core/half.h"
 
 #if defined(__x86_64__)
@@ -102,17 +103,18 @@ static void cpu_copy_rows(sl_backend *b, float *dst, int dst_stride, const float
 
 static void cpu_kv_store(sl_backend *b, void *cache, sl_kv_type kt, const sl_batch_map *bm, const float *x, int width) {
     (void)b;
+    size_t rb = sl_kv_bytes(kt, (size_t)width);
     for (int i = 0; i < bm->n; i++) {
-        size_t at = (size_t)sl_bm_row(bm, bm->pages, bm->seq[i], bm->pos[i]) * (size_t)width;
+        char *dst = (char *)cache + (size_t)sl_bm_row(bm, bm->pages, bm->seq[i], bm->pos[i]) * rb;
         const float *src = x + (size_t)i * (size_t)width;
         if (kt == SL_KV_F16) {
-            uint16_t *dst = (uint16_t *)cache + at;
-            for (int j = 0; j < width; j++) dst[j] = sl_f32_to_f16(src[j]);
+            for (int j = 0; j < width; j++) ((uint16_t *)dst)[j] = sl_f32_to_f16(src[j]);
         } else if (kt == SL_KV_BF16) {
-            uint16_t *dst = (uint16_t *)cache + at;
-            for (int j = 0; j < width; j++) dst[j] = sl_f32_to_bf16(src[j]);
+            for (int j = 0; j < width; j++) ((uint16_t *)dst)[j] = sl_f32_to_bf16(src[j]);
+        } else if (kt == SL_KV_Q8_0) {
+            sl_ggml_quant_q8_0_row(src, dst, width);
         } else {
-            memmove((float *)cache + at, src, (size_t)width * sizeof(float));
+            memmove(dst, src, (size_t)width * sizeof(float));
         }
     }
 }

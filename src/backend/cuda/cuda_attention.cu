@@ -431,7 +431,7 @@ void cu_attention(sl_backend *b, const float *q, const void *kc, const void *vc,
     }
     if (n_heads > c->att_heads) c->att_heads = n_heads;
     if (head_dim > c->att_hd) c->att_hd = head_dim;
-    cu_kv_dispatch(kt, [&](auto *t) {
+    cu_kv_dispatch(c, kt, [&](auto *t) {
         using T = typename std::remove_pointer<decltype(t)>::type;
         attention_t<T>(c, q, (const T *)kc, (const T *)vc, kt, bm, n_heads, n_kv, head_dim, window, scale, sinks, out);
     });

@@ -181,7 +181,7 @@ void cu_qk_rope_store(sl_backend *b, float *q, float *k, const float *v, const s
     if (n <= 0 || n_heads + n_kv <= 0) return;
     int threads = head_dim >= 128 ? 128 : (head_dim + 31) / 32 * 32;
     dim3 grid((unsigned)(n_heads + n_kv), (unsigned)n);
-    cu_kv_dispatch(kt, [&](auto *t) {
+    cu_kv_dispatch(c, kt, [&](auto *t) {
         using T = typename std::remove_pointer<decltype(t)>::type;
         cu_launch(c, qk_rope_store_k<T>, grid, threads, (size_t)head_dim * sizeof(float), q, k, v, n_heads, n_kv,
                   head_dim, q_norm, k_norm, eps, rot_dim / 2, cu_bmap_of(bm), inv_freq, attn_factor, (T *)kc, (T *)vc,
@@ -219,7 +219,7 @@ void cu_kv_store(sl_backend *b, void *cache, sl_kv_type kt, const sl_batch_map *
     cu_impl *c = cu_of(b);
     long long total = (long long)bm->n * width;
     if (total <= 0) return;
-    cu_kv_dispatch(kt, [&](auto *t) {
+    cu_kv_dispatch(c, kt, [&](auto *t) {
         using T = typename std::remove_pointer<decltype(t)>::type;
         cu_launch(c, kv_store_k<T>, CU_BLOCKS(total, 256), 256, 0, (T *)cache, cu_bmap_of(bm), x, bm->n, width);
     });

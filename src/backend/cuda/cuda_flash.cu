@@ -239,7 +239,7 @@ int cu_flash_prefill(cu_impl *c, const float *q, const void *kc, const void *vc,
                      int t0, int n, int n_heads, int n_kv, int head_dim, int window, float scale, const float *sinks,
                      float *out) {
     int ok = 0;
-    cu_kv_dispatch(kt, [&](auto *t) {
+    cu_kv_dispatch(c, kt, [&](auto *t) {
         using T = typename std::remove_pointer<decltype(t)>::type;
         ok = flash_t<T>(c, q, (const T *)kc, (const T *)vc, bm, t0, n, n_heads, n_kv, head_dim, window, scale, sinks,
                         out);

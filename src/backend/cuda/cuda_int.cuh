@@ -93,14 +93,6 @@ __device__ __forceinline__ float4 cu_kv_ld4(const __nv_bfloat16 *p) {
 }
 
 /* Calls f with a null pointer of the element type of kt: one launch site for every cache type. */
-template <typename F> static inline void cu_kv_dispatch(sl_kv_type kt, F f) {
-    if (kt == SL_KV_F16)
-        f((__half *)nullptr);
-    else if (kt == SL_KV_BF16)
-        f((__nv_bfloat16 *)nullptr);
-    else
-        f((float *)nullptr);
-}
 
 struct cu_table {
     const sl_expert_table *key;
@@ -181,6 +173,19 @@ static inline cu_impl *cu_of(sl_backend *b) {
 
 /* Records the first failure (sticky until check()). Returns -1. */
 int cu_fail(cu_impl *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* f with a null pointer of the cache's element type; q8_0 caches are the CPU backend's only (sessions refuse
+ * them elsewhere), and fail here */
+template <typename F> static inline void cu_kv_dispatch(cu_impl *c, sl_kv_type kt, F f) {
+    if (kt == SL_KV_F16)
+        f((__half *)nullptr);
+    else if (kt == SL_KV_BF16)
+        f((__nv_bfloat16 *)nullptr);
+    else if (kt == SL_KV_F32)
+        f((float *)nullptr);
+    else
+        cu_fail(c, "KV cache of type %s: the CUDA backend keeps f32, f16 or bf16", sl_kv_type_name(kt));
+}
 /* Records a failed CUDA call or launch; returns nonzero when there was one. */
 int cu_check_launch(cu_impl *c, const char *what);
 /* Grows a scratch buffer to `bytes`; fails (recorded) when that would happen inside a recording. */
