@@ -204,11 +204,12 @@ static void page_put(sl_session *s, int32_t pg) {
     if (--s->page_ref[pg] == 0) s->free_pages[s->n_free++] = pg;
 }
 
-/* Drops sequence q's pages from index `from` on. */
+/* Drops sequence q's pages from index `from` on, the last first, so that the free stack hands them out
+ * again in the order they were held (a sequence refilled after a reset lies in memory as it did). */
 static void release_pages(sl_session *s, int q, int from) {
     sl_seq *sq = &s->seqs[q];
     int32_t *t = table(s, q);
-    for (int i = from; i < sq->n_pages; i++) page_put(s, t[i]);
+    for (int i = sq->n_pages - 1; i >= from; i--) page_put(s, t[i]);
     if (from < sq->n_pages) {
         sq->n_pages = from;
         s->pt_dirty[q] = 1;
