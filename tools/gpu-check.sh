@@ -11,6 +11,8 @@
 #   4. decode/prefill timings with `sluice bench --synthetic` (BENCH="shape:quant ..."; quant q4k is a
 #      GGUF Q4_K file; RUNS runs each, default 3), with recorded decode steps (CUDA graphs) on and off,
 #      and with every step's logits copied to the host (as sampling at a temperature does);
+#      With DEPTH_AB="shape:quant ...", decode from a DEPTH-token cache (default 16384) as shipped, without
+#      the warm-up run, with a row a lane in the integer GEMV and with every decode slice, side by side;
 #   5. with PROFILE="shape:quant ...", GPU time per kernel over a few decode steps (Nsight Compute, the
 #      card's own clocks, caches not flushed).
 #   6. with STALLS="shape:quant", where the warps of a few decode kernels wait (Nsight Compute's full set:
@@ -140,6 +142,18 @@ for spec in ${BENCH:-llama3-8b:bf16 qwen3.5-35b-a3b:mlx4}; do
             --backend cuda -p 512 -n 128 -r "${RUNS:-3}" $extra
     done
 done 2>&1 | tee "$OUT/bench.txt"
+
+# 4b (DEPTH_AB="shape:quant ..."): decode from a cache of DEPTH tokens (default 16384), as shipped and with
+# one thing changed each: no warm-up run, a row a lane in the integer GEMV, every decode slice used
+for spec in ${DEPTH_AB:-}; do
+    shape=${spec%%:*} quant=${spec##*:}
+    for v in "-|" "-|--no-warmup" "SLUICE_CUDA_MMVQ=r1|" "SLUICE_CUDA_DEC_KEYS=0|"; do
+        var=${v%%|*} flag=${v#*|}
+        echo "== $shape $quant at depth ${DEPTH:-16384}: ${var/#-/as shipped} $flag"
+        env ${var/#-/} "$BIN/sluice" bench --synthetic "$shape" --quant "$quant" --dir "/tmp/sl-$shape-$quant" \
+            --backend cuda -p 1 -n 64 -r 2 -d "${DEPTH:-16384}" $flag | grep -E '^  decode  ' || true
+    done
+done 2>&1 | tee "$OUT/depth-ab.txt"
 
 # 5 (PROFILE="shape:quant ..."): GPU time per kernel over a few decode steps, from Nsight Compute
 for spec in ${PROFILE:-}; do
