@@ -229,6 +229,27 @@ ParameterizedTest(kv_case *c, kv_type, fixtures) {
     check_fixture_kv(c->kind, c->name, c->kt);
 }
 
+/* A q8_0 cache where the backend keeps none: one error naming the flag and the backend, no session */
+Test(kv_type, q8_0_refused_off_the_cpu) {
+    char *dir = tu_fixture("models/qwen3");
+    sl_err e = {{0}};
+    sl_model *m;
+    sl_session *s = NULL;
+    cr_assert_eq(sl_model_load(dir, NULL, &m, &e), 0, "%s", e.msg);
+    sl_session_opts so = {.max_ctx = 64, .n_seqs = 1, .kv_type = SL_KV_Q8_0};
+    int rc = sl_session_create_opts(m, &so, &s, &e);
+    if (tu_on_gpu()) {
+        cr_expect_neq(rc, 0, "a q8_0 session on %s", m->be->ops->name);
+        cr_expect(strstr(e.msg, "q8_0") && strstr(e.msg, m->be->ops->name), "%s", e.msg);
+    } else {
+        cr_expect_eq(rc, 0, "%s", e.msg);
+        cr_expect(s && s->kv_type == SL_KV_Q8_0);
+    }
+    if (!rc) sl_session_free(s);
+    sl_model_free(m);
+    free(dir);
+}
+
 /* ---- gpt-oss as llama.cpp writes it to GGUF ---- */
 
 typedef struct oss_gguf {
