@@ -612,9 +612,30 @@ static void check_every_type(sl_backend *be, int mmq, int exact) {
     }
 }
 
+/* rows of 64 units or more: one token's integer GEMV gives each lane two adjacent rows (an odd count here, so
+ * the last lane's second row lies past the end) */
+static void check_wide_gemv(sl_backend *be) {
+    sl_err e;
+    unsigned s = 4242;
+    const int types[] = {SL_GGML_Q4_K, SL_GGML_Q6_K, SL_GGML_Q8_0};
+    for (int k = 0; k < 3; k++) {
+        int t = types[k], rows = 37, cols = 256 * 9;
+        size_t rb = sl_ggml_row_bytes(t, cols);
+        uint8_t *p = malloc(rb * (size_t)rows);
+        fill_blocks(t, p, (size_t)rows * (size_t)(cols / sl_ggml_block_size(t)), &s);
+        sl_weight hw, w;
+        cr_assert_eq(sl_ggml_weight(&hw, "blk.0.ffn_down.weight", t, rows, cols, p, &e), 0, "%s", e.msg);
+        w = hw;
+        cr_assert_eq(be->ops->place_weight(be, &w, &e), 0, "%s", e.msg);
+        for (int n = 1; n <= 2; n++) check_cuda_matmul(be, &w, &hw, n, s + (unsigned)n, 1e-5, 1);
+        free(p);
+    }
+}
+
 Test(ggml_quants, cuda_matmul_and_embed_every_type) {
     sl_backend *be = cuda_with_mmq(0);
     if (!be) return;
+    check_wide_gemv(be);
     check_every_type(be, 0, 0);
     sl_backend_destroy(be);
     be = cuda_with_mmq(1);
