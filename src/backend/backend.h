@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/ggml_types.h"
 #include "backend/weight.h"
 #include "core/err.h"
 
@@ -67,12 +68,9 @@ typedef struct sl_backend sl_backend;
  * (head_dim a multiple of 32). */
 typedef enum sl_kv_type { SL_KV_AUTO, SL_KV_F32, SL_KV_F16, SL_KV_BF16, SL_KV_Q8_0 } sl_kv_type;
 
-#define SL_KV_Q8_BLOCK 32 /* values of a q8_0 block */
-#define SL_KV_Q8_BYTES 34 /* its bytes */
-
 /* Bytes of n cache values (n a multiple of 32 for q8_0). */
 static inline size_t sl_kv_bytes(sl_kv_type t, size_t n) {
-    if (t == SL_KV_Q8_0) return n / SL_KV_Q8_BLOCK * SL_KV_Q8_BYTES;
+    if (t == SL_KV_Q8_0) return sl_ggml_row_bytes(SL_GGML_Q8_0, (int64_t)n);
     return n * (t == SL_KV_F16 || t == SL_KV_BF16 ? 2 : 4);
 }
 /* "f32", "f16", "bf16", "q8_0" ("auto" for SL_KV_AUTO). */

@@ -71,11 +71,12 @@ int sl_session_create_opts(sl_model *m, const sl_session_opts *o, sl_session **o
     if (kt == SL_KV_Q8_0 && strcmp(m->be->ops->name, "cpu"))
         return sl_fail(e, "--kv-type q8_0 is for the CPU backend; the %s backend keeps f32, f16 or bf16",
                        m->be->ops->name);
+    int q8_block = sl_ggml_block_size(SL_GGML_Q8_0);
     for (int l = 0; kt == SL_KV_Q8_0 && l < c->n_layers; l++) { /* each KV head's row starts on a block */
         sl_state_layout st;
         sl_layer_layout(m, l, &st);
-        if (st.kv_typed && c->head_dim % SL_KV_Q8_BLOCK)
-            return sl_fail(e, "--kv-type q8_0 needs head_dim a multiple of %d (this model's: %d)", SL_KV_Q8_BLOCK,
+        if (st.kv_typed && c->head_dim % q8_block)
+            return sl_fail(e, "--kv-type q8_0 needs head_dim a multiple of %d (this model's: %d)", q8_block,
                            c->head_dim);
     }
     sl_session *s = calloc(1, sizeof *s);

@@ -29,7 +29,6 @@ template <typename T> struct att_args {
     const int *tok; /* decode: the tokens of the launch's z index (NULL: z itself) */
 };
 
-/* Slices per decode token in a recorded step of n tokens: enough blocks to fill the GPU at any length. */
 /* slices of a cache of len keys out of a launch of splits, at least keys keys a slice (1: every slice that
  * has a key): short caches take fewer, decided on the device, so that a recorded step, launched for the
  * most, spends nothing on the rest and its merge reads only those used (SLUICE_CUDA_DEC_KEYS, default 32) */
@@ -37,6 +36,7 @@ __host__ __device__ __forceinline__ int dec_used(int len, int splits, int keys) 
     return min(max((len + keys - 1) / keys, 1), splits);
 }
 
+/* Slices per decode token in a recorded step of n tokens: enough blocks to fill the GPU at any length. */
 static int rec_splits(int n) {
     int s = DEC_SPLITS / (n > 0 ? n : 1);
     return s < 4 ? 4 : s;

@@ -92,8 +92,6 @@ __device__ __forceinline__ float4 cu_kv_ld4(const __nv_bfloat16 *p) {
     return make_float4(a.x, a.y, b.x, b.y);
 }
 
-/* Calls f with a null pointer of the element type of kt: one launch site for every cache type. */
-
 struct cu_table {
     const sl_expert_table *key;
     cu_expert *d;          /* device table */
@@ -174,8 +172,8 @@ static inline cu_impl *cu_of(sl_backend *b) {
 /* Records the first failure (sticky until check()). Returns -1. */
 int cu_fail(cu_impl *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* f with a null pointer of the cache's element type; q8_0 caches are the CPU backend's only (sessions refuse
- * them elsewhere), and fail here */
+/* Calls f with a null pointer of the element type of kt: one launch site for every cache type. q8_0 caches
+ * are the CPU backend's only (sessions refuse them elsewhere), and fail here. */
 template <typename F> static inline void cu_kv_dispatch(cu_impl *c, sl_kv_type kt, F f) {
     if (kt == SL_KV_F16)
         f((__half *)nullptr);

@@ -60,6 +60,11 @@ __device__ __forceinline__ int dp4(int a, int b, int c) {
 __device__ __forceinline__ int dp4u(int a, int b, int c) { /* both operands unsigned bytes */
     return (int)__dp4a((unsigned)a, (unsigned)b, (unsigned)c);
 }
+__device__ __forceinline__ int dp4us(int a, int b, int c) { /* a unsigned bytes, b signed bytes */
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
 __device__ __forceinline__ int dp4su(int a, int b, int c) { /* a signed bytes, b unsigned bytes */
     int d;
     asm("dp4a.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
@@ -89,11 +94,7 @@ __device__ __forceinline__ int dot16u(int4 a, const x16 &x) {
 /* dot of 16 unsigned weight bytes with the input: bytes up to 255, where dot16u takes them below 128 (the
  * signed dp4a) */
 __device__ __forceinline__ int dot16u16(int4 a, const x16 &x) {
-    int dh;
-    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(dh) : "r"(a.x), "r"(x.h.x), "r"(0));
-    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(dh) : "r"(a.y), "r"(x.h.y), "r"(dh));
-    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(dh) : "r"(a.z), "r"(x.h.z), "r"(dh));
-    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(dh) : "r"(a.w), "r"(x.h.w), "r"(dh));
+    int dh = dp4us(a.x, x.h.x, dp4us(a.y, x.h.y, dp4us(a.z, x.h.z, dp4us(a.w, x.h.w, 0))));
     int dl = dp4u(a.x, x.l.x, dp4u(a.y, x.l.y, dp4u(a.z, x.l.z, dp4u(a.w, x.l.w, 0))));
     return dh * 256 + dl;
 }
@@ -178,9 +179,7 @@ template <> struct mq<SL_GGML_Q4_K> {
         int mn0 = (int)__byte_perm(mnw, 0, 0x4440 + k0), mn1 = (int)__byte_perm(mnw, 0, 0x4441 + k0);
         float d = __half2float(__ushort_as_half((unsigned short)w.dm)),
               dmin = __half2float(__ushort_as_half((unsigned short)(w.dm >> 16)));
-        int4 lo = make_int4(w.q.x & 0x0F0F0F0F, w.q.y & 0x0F0F0F0F, w.q.z & 0x0F0F0F0F, w.q.w & 0x0F0F0F0F);
-        int4 hi = make_int4((int)(w.q.x & 0xF0F0F0F0u), (int)(w.q.y & 0xF0F0F0F0u), (int)(w.q.z & 0xF0F0F0F0u),
-                            (int)(w.q.w & 0xF0F0F0F0u));
+        int4 lo = mask4(w.q, 0, 0x0F0F0F0Fu), hi = mask4(w.q, 0, 0xF0F0F0F0u);
         int ia = dot16u(lo, x.a), ib = dot16u16(hi, x.b) >> 4; /* 16 times the high nibbles' dot, exactly */
         float v = x.da * (float)(sc0 * ia) + x.db * (float)(sc1 * ib);
         float m = x.da * (float)(mn0 * x.sa) + x.db * (float)(mn1 * x.sb);
@@ -430,9 +429,8 @@ int cu_q16_rows(cu_impl *c, const float *x, const float *u, int rows, int cols, 
 
 /* rows per lane: two for one token on rows of 64 units or more (each input value loaded once for both rows,
  * halving the input's loads per weight) */
-template <int T> static int mq_rows(const cu_impl *c, const gg_call *gs, int nw, int n) {
+template <int T> static int mq_rows(const cu_impl *c, const gg_call *gs, int n) {
     if (n != 1 || c->mmvq == 3 || mq_lanes(gs[0].w->cols / mq<T>::BS * mq<T>::UPB, c->mmvq != 2) != 32) return 1;
-    (void)nw;
     return T == SL_GGML_Q6_K && c->mmvq != 4 ? 1 : 2;
 }
 
@@ -463,7 +461,7 @@ static void mmvq_go(cu_impl *c, const gg_call *gs, int nw, const cu_q16 &x, int 
 }
 
 template <int T> static void mmvq_type(cu_impl *c, const gg_call *gs, int nw, const cu_q16 &x, int n) {
-    if (mq_rows<T>(c, gs, nw, n) == 2) {
+    if (mq_rows<T>(c, gs, n) == 2) {
         mmvq_go<1, T, 2>(c, gs, nw, x, 0, n, 1);
         return;
     }
