@@ -121,22 +121,30 @@ template <int VPL> struct dec_shape {
     static constexpr int U = VPL == 4 ? 8 : 4;
 };
 
-/* VPL cache elements from p, widened (p is aligned: head_dim is a multiple of 8). */
-template <int VPL, typename T> __device__ __forceinline__ void dec_ld(const T *p, float *f) {
-    alignas(16) T v[VPL];
+/* VPL cache elements of a row as read (16-bit caches stay packed until used: half the registers a key, so
+ * the next keys can be in flight while the current ones are scored). */
+template <typename T, int VPL> struct alignas(16) dec_raw {
+    T v[VPL];
+};
+
+/* VPL cache elements from p (aligned: head_dim is a multiple of 8). */
+template <int VPL, typename T> __device__ __forceinline__ void dec_ld(const T *p, dec_raw<T, VPL> &r) {
     constexpr int B = VPL * (int)sizeof(T);
     if constexpr (B % 16 == 0) {
 #pragma unroll
-        for (int i = 0; i < B / 16; i++) reinterpret_cast<uint4 *>(v)[i] = reinterpret_cast<const uint4 *>(p)[i];
+        for (int i = 0; i < B / 16; i++) reinterpret_cast<uint4 *>(r.v)[i] = reinterpret_cast<const uint4 *>(p)[i];
     } else if constexpr (B == 8) {
-        *reinterpret_cast<uint2 *>(v) = *reinterpret_cast<const uint2 *>(p);
+        *reinterpret_cast<uint2 *>(r.v) = *reinterpret_cast<const uint2 *>(p);
     } else if constexpr (B == 4) {
-        *reinterpret_cast<unsigned *>(v) = *reinterpret_cast<const unsigned *>(p);
+        *reinterpret_cast<unsigned *>(r.v) = *reinterpret_cast<const unsigned *>(p);
     } else {
-        v[0] = p[0];
+        r.v[0] = p[0];
     }
+}
+
+template <int VPL, typename T> __device__ __forceinline__ void dec_zero(dec_raw<T, VPL> &r) {
 #pragma unroll
-    for (int e = 0; e < VPL; e++) f[e] = cu_kv_ld(&v[e]);
+    for (int e = 0; e < VPL; e++) r.v[e] = T(0.0f);
 }
 
 /* Reduce-scatter of 2 * OFF values across the warp: at each offset a lane keeps the half of its values picked
@@ -159,7 +167,7 @@ template <int OFF> __device__ __forceinline__ void dec_scatter(float *x, int lan
  * (V - 1 shuffles for V values, instead of 5 per value), which leaves lane i the score of key i / HG for head
  * i % HG, so the softmax runs one value per lane. Warps split the group's heads into chunks of HG and the
  * slice's keys (interleaved U at a time); the key-splitting warps merge in shared memory at the end. */
-template <typename T, int VPL>
+template <typename T, int VPL, int PF>
 __device__ __forceinline__ void att_decode(const att_args<T> &a, int splits, int keys, int hc, float *part) {
     cu_pdl_enter();
     constexpr int HG = dec_shape<VPL>::HG, U = dec_shape<VPL>::U, V = HG * U;
@@ -188,20 +196,37 @@ __device__ __forceinline__ void att_decode(const att_args<T> &a, int splits, int
     /* running max and sum of head (lane % HG): the same in every lane of that head */
     float m = -INFINITY, l = 0;
     int mi = lane & (V - 1), mj = mi / HG, mh = mi % HG;
-    for (int c0 = b0 + kwi * U; c0 < b1; c0 += kwarps * U) {
-        float kf[U][VPL], vf[U][VPL];
+    /* U keys and values of the rows from c on (zero past b1). The U positions are consecutive: one page
+     * lookup (and one division) for all, a second only where they run into the next page. */
+    const int *pt = a.bm.pages + (long long)sq * a.bm.maxp;
+    const T *kb = a.kc + kvh * hd + d0, *vb = a.vc + kvh * hd + d0;
+    auto fetch = [&](int c, dec_raw<T, VPL> *kr, dec_raw<T, VPL> *vr) {
+        int psz = a.bm.psz, pg = c / psz, off = c - pg * psz;
+        long long base = c < b1 ? (long long)pt[pg] * psz : 0;
 #pragma unroll
         for (int j = 0; j < U; j++) {
-            int t = c0 + j;
+            int t = c + j, o = off + j;
             if (lane_on && t < b1) {
-                long long row = cu_bm_row(a.bm, sq, t) * kw + kvh * hd + d0;
-                dec_ld<VPL>(a.kc + row, kf[j]);
-                dec_ld<VPL>(a.vc + row, vf[j]);
+                long long row = o < psz ? base + o : (long long)pt[pg + o / psz] * psz + o % psz;
+                dec_ld<VPL>(kb + row * kw, kr[j]);
+                dec_ld<VPL>(vb + row * kw, vr[j]);
             } else {
-#pragma unroll
-                for (int e = 0; e < VPL; e++) kf[j][e] = vf[j][e] = 0;
+                dec_zero(kr[j]);
+                dec_zero(vr[j]);
             }
         }
+    };
+    int step = kwarps * U;
+    dec_raw<T, VPL> kr[U], vr[U];
+    if (PF) fetch(b0 + kwi * U, kr, vr);
+    for (int c0 = b0 + kwi * U; c0 < b1; c0 += step) {
+        /* PF: the next rows are requested before these are scored (the loads of one step overlap the
+         * arithmetic of the one before); else each step loads and then waits */
+        dec_raw<T, VPL> kn[U], vn[U];
+        if (PF == 1)
+            fetch(c0 + step, kn, vn);
+        else if (!PF)
+            fetch(c0, kr, vr);
         float x[V];
 #pragma unroll
         for (int j = 0; j < U; j++)
@@ -209,9 +234,10 @@ __device__ __forceinline__ void att_decode(const att_args<T> &a, int splits, int
             for (int h = 0; h < HG; h++) {
                 float acc = 0;
 #pragma unroll
-                for (int e = 0; e < VPL; e++) acc += qr[h][e] * kf[j][e];
+                for (int e = 0; e < VPL; e++) acc += qr[h][e] * cu_kv_ld(&kr[j].v[e]);
                 x[j * HG + h] = acc;
             }
+        if (PF == 2) fetch(c0 + step, kn, vn); /* the keys are scored: their registers are free */
         dec_scatter<V / 2>(x, lane);
         float s = x[0];
 #pragma unroll
@@ -238,7 +264,13 @@ __device__ __forceinline__ void att_decode(const att_args<T> &a, int splits, int
             for (int h = 0; h < HG; h++) {
                 float w = __shfl_sync(0xffffffffu, pj, j * HG + h);
 #pragma unroll
-                for (int e = 0; e < VPL; e++) o[h][e] += w * vf[j][e];
+                for (int e = 0; e < VPL; e++) o[h][e] += w * cu_kv_ld(&vr[j].v[e]);
+            }
+        if (PF)
+#pragma unroll
+            for (int j = 0; j < U; j++) {
+                kr[j] = kn[j];
+                vr[j] = vn[j];
             }
     }
     /* the key-splitting warps of a head chunk merge: max, sum and values per head in shared memory */
@@ -280,14 +312,15 @@ __device__ __forceinline__ void att_decode(const att_args<T> &a, int splits, int
     }
 }
 
-template <typename T, int VPL> __global__ void att_decode_k(att_args<T> a, int splits, int keys, int hc, float *part) {
-    att_decode<T, VPL>(a, splits, keys, hc, part);
+template <typename T, int VPL, int PF>
+__global__ void att_decode_k(att_args<T> a, int splits, int keys, int hc, float *part) {
+    att_decode<T, VPL, PF>(a, splits, keys, hc, part);
 }
 /* 16-bit caches with head_dim 128 at 128 registers, four blocks of four warps a SM: left to itself the
  * compiler takes one or two more, and three blocks a SM read a long cache the slower */
-template <typename T>
+template <typename T, int PF>
 __global__ void __launch_bounds__(256, 2) att_decode128_k(att_args<T> a, int splits, int keys, int hc, float *part) {
-    att_decode<T, 4>(a, splits, keys, hc, part);
+    att_decode<T, 4, PF>(a, splits, keys, hc, part);
 }
 
 /* The slices of one head of one token: a thread per slice finds the weights, then a thread per output
@@ -337,10 +370,19 @@ static int decode_launch_v(cu_impl *c, const att_args<T> &a, int n_dec, int spli
     }
     size_t smem = (size_t)nw * HG * (2 + (size_t)a.hd) * sizeof(float);
     dim3 grid((unsigned)splits, (unsigned)a.n_kv, (unsigned)n_dec);
-    if constexpr (VPL == 4 && sizeof(T) == 2)
-        cu_launch(c, att_decode128_k<T>, grid, nw * 32, smem, a, splits, c->dec_keys, hc, c->att_part);
-    else
-        cu_launch(c, att_decode_k<T, VPL>, grid, nw * 32, smem, a, splits, c->dec_keys, hc, c->att_part);
+    auto go = [&](auto kern) { cu_launch(c, kern, grid, nw * 32, smem, a, splits, c->dec_keys, hc, c->att_part); };
+    /* packed 16-bit rows of head_dim 128 leave room for the next ones under 128 registers (other sizes: more
+     * registers, fewer blocks a SM, not measured to pay) */
+    if constexpr (VPL == 4 && sizeof(T) == 2) {
+        if (c->dec_pf == 2)
+            go(att_decode128_k<T, 2>);
+        else if (c->dec_pf)
+            go(att_decode128_k<T, 1>);
+        else
+            go(att_decode128_k<T, 0>);
+    } else {
+        go(att_decode_k<T, VPL, 0>);
+    }
     return 0;
 }
 

@@ -594,6 +594,8 @@ int sl_cuda_backend_create(int device, sl_backend **out, char *about, size_t abo
     c->mmq_min = mq && !strcmp(mq, "0") ? 0 : mqm && atoi(mqm) > 1 ? atoi(mqm) : 2;
     const char *dk = getenv("SLUICE_CUDA_DEC_KEYS");
     c->dec_keys = dk && atoi(dk) > 1 ? atoi(dk) : dk ? 1 : 32;
+    const char *dp = getenv("SLUICE_CUDA_DEC_PF");
+    c->dec_pf = dp && !strcmp(dp, "0") ? 0 : dp && !strcmp(dp, "1") ? 1 : 2;
     const char *mv = getenv("SLUICE_CUDA_MMVQ");
     /* to compare: 2 a row per warp, 3 a row per lane, 4 Q6_K also two rows per lane */
     c->mmvq = !mv ? 1 : !strcmp(mv, "0") ? 0 : !strcmp(mv, "rows1") ? 2 : !strcmp(mv, "r1") ? 3 : !strcmp(mv, "q6r2") ? 4 : 1;

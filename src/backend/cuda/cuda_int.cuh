@@ -107,6 +107,8 @@ struct cu_impl {
     cublasHandle_t blas;
     int sms;
     int dec_keys; /* decode attention: fewest keys a slice (SLUICE_CUDA_DEC_KEYS; 0 or 1: every slice) */
+    int dec_pf;   /* decode attention on 16-bit caches: the next keys requested once the current are scored (2), before
+                   * (1), or each step loads then waits (0); SLUICE_CUDA_DEC_PF */
     int mmvq;     /* GGML decode GEMVs in integer arithmetic where they can (SLUICE_CUDA_MMVQ=0: never) */
     int imma; /* Q4_K, Q6_K, Q8_0 small batches and grouped experts on integer tensor cores (SLUICE_CUDA_IMMA=0:
                * never; 2 with =q4k: Q4_K only) */
