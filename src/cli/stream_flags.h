@@ -30,7 +30,7 @@ int cli_stream_flag(const char *cmd, const char *flag, const char *val, sl_model
 #define CLI_KV_HELP                                                                                                    \
     "  --kv-type T            element type of the attention KV cache: f32, f16 or bf16 (default: f16 on\n"             \
     "                         CUDA, f32 on the CPU), or q8_0, an approximation (8-bit values, a scale per\n"           \
-    "                         32; the CPU backend, head_dim a multiple of 32); latent attention\n"                     \
+    "                         32; head_dim a multiple of 32); latent attention\n"                                      \
     "                         (DeepSeek-V3) keeps f32\n"
 
 #endif

@@ -68,9 +68,6 @@ int sl_session_create_opts(sl_model *m, const sl_session_opts *o, sl_session **o
     int max_ctx = o->max_ctx > 0 ? o->max_ctx : c->max_pos;
     int n_seqs = o->n_seqs > 0 ? o->n_seqs : 1;
     sl_kv_type kt = sl_model_kv_type(m, o->kv_type);
-    if (kt == SL_KV_Q8_0 && strcmp(m->be->ops->name, "cpu"))
-        return sl_fail(e, "--kv-type q8_0 is for the CPU backend; the %s backend keeps f32, f16 or bf16",
-                       m->be->ops->name);
     int q8_block = sl_ggml_block_size(SL_GGML_Q8_0);
     for (int l = 0; kt == SL_KV_Q8_0 && l < c->n_layers; l++) { /* each KV head's row starts on a block */
         sl_state_layout st;

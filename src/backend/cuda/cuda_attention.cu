@@ -7,8 +7,11 @@
  * of one KV head of one token (every key and value row read once for the group, straight into registers),
  * then a pass that merges the slices. Positions and sequences are always read from device memory,
  * so recorded steps replay at any position. Every kernel is instantiated for each cache element type T
- * (float, __half, __nv_bfloat16) and widens keys and values to fp32 as it reads them. */
+ * (float, __half, __nv_bfloat16, and cu_q8 for q8_0 blocks) and widens keys and values to fp32 as it reads
+ * them. */
 #include <math.h>
+
+#include <type_traits>
 
 #include "backend/cuda/cuda_int.cuh"
 
@@ -68,8 +71,8 @@ template <typename T> __global__ void __launch_bounds__(ATT_Q * 32) att_prefill_
             int j = e / a.hd, d = e % a.hd, t = t0 + j;
             bool ok = t <= last;
             long long r = ok ? cu_bm_row(a.bm, sq, t) * kw + kvh * a.hd + d : 0;
-            ks[j * ldk + d] = ok ? cu_kv_ld(a.kc + r) : 0;
-            vs[j * ldk + d] = ok ? cu_kv_ld(a.vc + r) : 0;
+            ks[j * ldk + d] = ok ? cu_kv_get(a.kc, r) : 0;
+            vs[j * ldk + d] = ok ? cu_kv_get(a.vc, r) : 0;
         }
         __syncthreads();
         if (!live) continue;
@@ -122,17 +125,22 @@ template <int VPL> struct dec_shape {
 };
 
 /* VPL cache elements of a row as read (16-bit caches stay packed until used: half the registers a key, so
- * the next keys can be in flight while the current ones are scored). */
+ * the next keys can be in flight while the current ones are scored; q8_0: the codes and their block's scale). */
 template <typename T, int VPL> struct alignas(16) dec_raw {
     T v[VPL];
 };
+template <int VPL> struct dec_raw<cu_q8, VPL> {
+    unsigned q[(VPL + 3) / 4]; /* the codes, four a word */
+    __half d;
+};
 
-/* VPL cache elements from p (aligned: head_dim is a multiple of 8). */
-template <int VPL, typename T> __device__ __forceinline__ void dec_ld(const T *p, dec_raw<T, VPL> &r) {
+/* VPL cache elements from element i of c on (i a multiple of VPL; head_dim a multiple of 8). */
+template <int VPL, typename T> __device__ __forceinline__ void dec_ld(const T *c, long long i, dec_raw<T, VPL> &r) {
+    const T *p = c + i;
     constexpr int B = VPL * (int)sizeof(T);
     if constexpr (B % 16 == 0) {
 #pragma unroll
-        for (int i = 0; i < B / 16; i++) reinterpret_cast<uint4 *>(r.v)[i] = reinterpret_cast<const uint4 *>(p)[i];
+        for (int k = 0; k < B / 16; k++) reinterpret_cast<uint4 *>(r.v)[k] = reinterpret_cast<const uint4 *>(p)[k];
     } else if constexpr (B == 8) {
         *reinterpret_cast<uint2 *>(r.v) = *reinterpret_cast<const uint2 *>(p);
     } else if constexpr (B == 4) {
@@ -141,10 +149,39 @@ template <int VPL, typename T> __device__ __forceinline__ void dec_ld(const T *p
         r.v[0] = p[0];
     }
 }
+/* q8_0: VPL codes within one block (32 % VPL == 0), two bytes into it, so read two bytes at a time */
+template <int VPL> __device__ __forceinline__ void dec_ld(const cu_q8 *c, long long i, dec_raw<cu_q8, VPL> &r) {
+    const unsigned char *b = cu_q8_block(c, i);
+    r.d = *reinterpret_cast<const __half *>(b);
+    if constexpr (VPL == 1) {
+        r.q[0] = b[2 + (i & 31)];
+    } else {
+        const unsigned short *h = reinterpret_cast<const unsigned short *>(b + 2 + (i & 31));
+#pragma unroll
+        for (int k = 0; k < VPL / 2; k++)
+            if (k % 2)
+                r.q[k / 2] |= (unsigned)h[k] << 16;
+            else
+                r.q[k / 2] = h[k];
+    }
+}
 
 template <int VPL, typename T> __device__ __forceinline__ void dec_zero(dec_raw<T, VPL> &r) {
 #pragma unroll
     for (int e = 0; e < VPL; e++) r.v[e] = T(0.0f);
+}
+template <int VPL> __device__ __forceinline__ void dec_zero(dec_raw<cu_q8, VPL> &r) {
+#pragma unroll
+    for (int k = 0; k < (VPL + 3) / 4; k++) r.q[k] = 0;
+    r.d = __float2half(0.0f);
+}
+
+/* value e of r, widened */
+template <int VPL, typename T> __device__ __forceinline__ float dec_get(const dec_raw<T, VPL> &r, int e) {
+    return cu_kv_ld(&r.v[e]);
+}
+template <int VPL> __device__ __forceinline__ float dec_get(const dec_raw<cu_q8, VPL> &r, int e) {
+    return __half2float(r.d) * (float)(signed char)(r.q[e >> 2] >> (8 * (e & 3)));
 }
 
 /* Reduce-scatter of 2 * OFF values across the warp: at each offset a lane keeps the half of its values picked
@@ -199,7 +236,7 @@ __device__ __forceinline__ void att_decode(const att_args<T> &a, int splits, int
     /* U keys and values of the rows from c on (zero past b1). The U positions are consecutive: one page
      * lookup (and one division) for all, a second only where they run into the next page. */
     const int *pt = a.bm.pages + (long long)sq * a.bm.maxp;
-    const T *kb = a.kc + kvh * hd + d0, *vb = a.vc + kvh * hd + d0;
+    int hoff = kvh * hd + d0;
     auto fetch = [&](int c, dec_raw<T, VPL> *kr, dec_raw<T, VPL> *vr) {
         int psz = a.bm.psz, pg = c / psz, off = c - pg * psz;
         long long base = c < b1 ? (long long)pt[pg] * psz : 0;
@@ -208,8 +245,8 @@ __device__ __forceinline__ void att_decode(const att_args<T> &a, int splits, int
             int t = c + j, o = off + j;
             if (lane_on && t < b1) {
                 long long row = o < psz ? base + o : (long long)pt[pg + o / psz] * psz + o % psz;
-                dec_ld<VPL>(kb + row * kw, kr[j]);
-                dec_ld<VPL>(vb + row * kw, vr[j]);
+                dec_ld<VPL>(a.kc, row * kw + hoff, kr[j]);
+                dec_ld<VPL>(a.vc, row * kw + hoff, vr[j]);
             } else {
                 dec_zero(kr[j]);
                 dec_zero(vr[j]);
@@ -234,7 +271,7 @@ __device__ __forceinline__ void att_decode(const att_args<T> &a, int splits, int
             for (int h = 0; h < HG; h++) {
                 float acc = 0;
 #pragma unroll
-                for (int e = 0; e < VPL; e++) acc += qr[h][e] * cu_kv_ld(&kr[j].v[e]);
+                for (int e = 0; e < VPL; e++) acc += qr[h][e] * dec_get(kr[j], e);
                 x[j * HG + h] = acc;
             }
         if (PF == 2) fetch(c0 + step, kn, vn); /* the keys are scored: their registers are free */
@@ -264,7 +301,7 @@ __device__ __forceinline__ void att_decode(const att_args<T> &a, int splits, int
             for (int h = 0; h < HG; h++) {
                 float w = __shfl_sync(0xffffffffu, pj, j * HG + h);
 #pragma unroll
-                for (int e = 0; e < VPL; e++) o[h][e] += w * cu_kv_ld(&vr[j].v[e]);
+                for (int e = 0; e < VPL; e++) o[h][e] += w * dec_get(vr[j], e);
             }
         if (PF)
 #pragma unroll
@@ -316,7 +353,7 @@ template <typename T, int VPL, int PF>
 __global__ void att_decode_k(att_args<T> a, int splits, int keys, int hc, float *part) {
     att_decode<T, VPL, PF>(a, splits, keys, hc, part);
 }
-/* 16-bit caches with head_dim 128 at 128 registers, four blocks of four warps a SM: left to itself the
+/* 16-bit and q8_0 caches with head_dim 128 at 128 registers, four blocks of four warps a SM: left to itself the
  * compiler takes one or two more, and three blocks a SM read a long cache the slower */
 template <typename T, int PF>
 __global__ void __launch_bounds__(256, 2) att_decode128_k(att_args<T> a, int splits, int keys, int hc, float *part) {
@@ -373,7 +410,10 @@ static int decode_launch_v(cu_impl *c, const att_args<T> &a, int n_dec, int spli
     auto go = [&](auto kern) { cu_launch(c, kern, grid, nw * 32, smem, a, splits, c->dec_keys, hc, c->att_part); };
     /* packed 16-bit rows of head_dim 128 leave room for the next ones under 128 registers (other sizes: more
      * registers, fewer blocks a SM, not measured to pay) */
-    if constexpr (VPL == 4 && sizeof(T) == 2) {
+    if constexpr (VPL == 4 && std::is_same<T, cu_q8>::value) {
+        /* at 128 registers; the next keys in flight measured no faster (the widening, not the loads, limits) */
+        go(att_decode128_k<T, 0>);
+    } else if constexpr (VPL == 4 && sizeof(T) == 2) {
         if (c->dec_pf == 2)
             go(att_decode128_k<T, 2>);
         else if (c->dec_pf)

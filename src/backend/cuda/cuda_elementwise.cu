@@ -167,8 +167,8 @@ __global__ void qk_rope_store_k(float *q, float *k, const float *v, int nh, int 
     const float *vr = v + off;
     for (int j = threadIdx.x; j < hd; j += blockDim.x) {
         xr[j] = hv[j];
-        cu_kv_st(kc + crow + j, hv[j]);
-        cu_kv_st(vc + crow + j, vr[j]);
+        cu_kv_put(kc, crow + j, hv[j]); /* q8_0: a warp's 32 lanes, one block (head_dim a multiple of 32) */
+        cu_kv_put(vc, crow + j, vr[j]);
     }
 }
 
@@ -204,7 +204,8 @@ template <typename T> __global__ void kv_store_k(T *cache, cu_bmap bm, const flo
     long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= (long long)n * width) return;
     int i = (int)(e / width), j = (int)(e % width);
-    cu_kv_st(cache + cu_bm_row(bm, bm.seq[i], bm.pos[i]) * width + j, x[(long long)i * width + j]);
+    /* q8_0: width is whole blocks, so a warp's 32 elements are one block */
+    cu_kv_put(cache, cu_bm_row(bm, bm.seq[i], bm.pos[i]) * width + j, x[(long long)i * width + j]);
 }
 
 void cu_copy_rows(sl_backend *b, float *dst, int dst_stride, const float *src, int src_stride, int n, int width) {

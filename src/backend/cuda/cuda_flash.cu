@@ -1,8 +1,8 @@
 /* Causal GQA attention of a prompt run on tensor cores (FlashAttention-2 style): a block takes 64
  * consecutive queries of one head, four warps of 16; key/value tiles of the sequence's paged cache are
  * staged in shared memory as fp16 rows, two buffers so that the next tile's copy overlaps this tile's
- * products (an f16 cache is copied as it is, by cp.async; f32 and bf16 caches are rounded to fp16 on the
- * way); ldmatrix reads both products' fragments, transposing the value tile's. Scores and the weighted
+ * products (an f16 cache is copied as it is, by cp.async; f32, bf16 and q8_0 caches are widened and rounded
+ * to fp16 on the way); ldmatrix reads both products' fragments, transposing the value tile's. Scores and the weighted
  * values are fp16 MMA with fp32 accumulation, and the softmax is online in fp32 (base 2: the query carries
  * log2(e)). fp16 rather than bf16: scores and probabilities keep three more mantissa bits, and attention
  * inputs stay far inside its range. */
@@ -100,8 +100,8 @@ template <int HD, int BK, typename T> __global__ void __launch_bounds__(128) fla
                 float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
                 if (t <= last) {
                     long long row = cu_bm_row(a.bm, sq, t) * kw + kvh * HD + d;
-                    kv = cu_kv_ld4(a.kc + row);
-                    vv = cu_kv_ld4(a.vc + row);
+                    kv = cu_kv_get4(a.kc, row);
+                    vv = cu_kv_get4(a.vc, row);
                 }
                 *reinterpret_cast<__half2 *>(sK + j * LK + d) = __floats2half2_rn(kv.x, kv.y);
                 *reinterpret_cast<__half2 *>(sK + j * LK + d + 2) = __floats2half2_rn(kv.z, kv.w);

@@ -92,6 +92,54 @@ __device__ __forceinline__ float4 cu_kv_ld4(const __nv_bfloat16 *p) {
     return make_float4(a.x, a.y, b.x, b.y);
 }
 
+/* q8_0 caches (--kv-type q8_0): GGML's blocks of 32 values, an f16 scale d then 32 signed codes (34 bytes),
+ * value = d * code. A cache row is whole blocks (head_dim a multiple of 32), so element i of a cache is code
+ * i % 32 of block i / 32 wherever rows start. The type is only a tag for the kernels' templates: caches of it
+ * are read and written through the element-indexed accessors below, never by pointer arithmetic. */
+struct cu_q8 {
+    unsigned char b;
+};
+__device__ __forceinline__ const unsigned char *cu_q8_block(const cu_q8 *c, long long i) {
+    return reinterpret_cast<const unsigned char *>(c) + (i >> 5) * 34;
+}
+
+/* Element i of cache c, widened; four from i on (i a multiple of four). */
+template <typename T> __device__ __forceinline__ float cu_kv_get(const T *c, long long i) {
+    return cu_kv_ld(c + i);
+}
+__device__ __forceinline__ float cu_kv_get(const cu_q8 *c, long long i) {
+    const unsigned char *b = cu_q8_block(c, i);
+    return __half2float(*reinterpret_cast<const __half *>(b)) * (float)(signed char)b[2 + (i & 31)];
+}
+template <typename T> __device__ __forceinline__ float4 cu_kv_get4(const T *c, long long i) {
+    return cu_kv_ld4(c + i);
+}
+__device__ __forceinline__ float4 cu_kv_get4(const cu_q8 *c, long long i) {
+    const unsigned char *b = cu_q8_block(c, i);
+    float d = __half2float(*reinterpret_cast<const __half *>(b));
+    /* the codes start two bytes into the block: two 2-byte loads */
+    const unsigned short *q = reinterpret_cast<const unsigned short *>(b + 2 + (i & 31));
+    unsigned short lo = q[0], hi = q[1];
+    return make_float4(d * (float)(signed char)(lo & 0xff), d * (float)(signed char)(lo >> 8),
+                       d * (float)(signed char)(hi & 0xff), d * (float)(signed char)(hi >> 8));
+}
+
+/* x into element i of cache c. For q8_0 the 32 lanes of a warp store the 32 values of one block together
+ * (lane l element i with i % 32 == l), rounded as GGML's reference quantizer rounds them (d = max |x| / 127,
+ * codes round(x / d), d stored as f16). */
+template <typename T> __device__ __forceinline__ void cu_kv_put(T *c, long long i, float x) {
+    cu_kv_st(c + i, x);
+}
+__device__ __forceinline__ void cu_kv_put(cu_q8 *c, long long i, float x) {
+    float amax = fabsf(x);
+#pragma unroll
+    for (int o = 16; o; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+    unsigned char *b = reinterpret_cast<unsigned char *>(c) + (i >> 5) * 34;
+    b[2 + (i & 31)] = (unsigned char)(signed char)roundf(x * id);
+    if ((i & 31) == 0) *reinterpret_cast<__half *>(b) = __float2half_rn(d);
+}
+
 struct cu_table {
     const sl_expert_table *key;
     cu_expert *d;          /* device table */
@@ -174,8 +222,8 @@ static inline cu_impl *cu_of(sl_backend *b) {
 /* Records the first failure (sticky until check()). Returns -1. */
 int cu_fail(cu_impl *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Calls f with a null pointer of the element type of kt: one launch site for every cache type. q8_0 caches
- * are the CPU backend's only (sessions refuse them elsewhere), and fail here. */
+/* Calls f with a null pointer of the element type of kt (cu_q8 for q8_0): one launch site for every cache
+ * type. */
 template <typename F> static inline void cu_kv_dispatch(cu_impl *c, sl_kv_type kt, F f) {
     if (kt == SL_KV_F16)
         f((__half *)nullptr);
@@ -183,8 +231,10 @@ template <typename F> static inline void cu_kv_dispatch(cu_impl *c, sl_kv_type k
         f((__nv_bfloat16 *)nullptr);
     else if (kt == SL_KV_F32)
         f((float *)nullptr);
+    else if (kt == SL_KV_Q8_0)
+        f((cu_q8 *)nullptr);
     else
-        cu_fail(c, "KV cache of type %s: the CUDA backend keeps f32, f16 or bf16", sl_kv_type_name(kt));
+        cu_fail(c, "KV cache of type %s: the CUDA backend keeps f32, f16, bf16 or q8_0", sl_kv_type_name(kt));
 }
 /* Records a failed CUDA call or launch; returns nonzero when there was one. */
 int cu_check_launch(cu_impl *c, const char *what);
