@@ -1249,6 +1249,14 @@ static int gemv_max(const cu_impl *c, const sl_weight *w) {
     return flt ? 2 : 16;
 }
 
+/* x rounded to bf16 for the tensor cores (with exact, also the remainder x - hi in bf16) in the input scratch:
+ * the one rounding every product of a matmul_multi call on that input shares */
+static int gemm_input(cu_impl *c, const float *x, int n, int cols, int exact, const __nv_bfloat16 **hi,
+                      const __nv_bfloat16 **lo);
+/* y = x sw on tensor cores from the input as gemm_input rounded it (xlo: the exact mode's remainder) */
+static void gemm_rounded(cu_impl *c, const sl_weight *sw, const __nv_bfloat16 *xhi, const __nv_bfloat16 *xlo, int n,
+                         float *y);
+
 void cu_matmul(sl_backend *b, const sl_weight *sw, const float *x, int n, float *y) {
     cu_impl *c = cu_of(b);
     if (!has_kernel(sw) && !(sw->fmt == SL_WF_GGML && cu_ggml_supported(sw->gtype))) {
@@ -1271,10 +1279,33 @@ void cu_matmul(sl_backend *b, const sl_weight *sw, const float *x, int n, float 
         return;
     }
     int exact = gemm_exact(c, sw);
-    size_t xlen = (size_t)n * (size_t)w.cols, wlen = (size_t)w.rows * (size_t)w.cols;
-    if (cu_grow(c, &c->xtmp, &c->xtmp_len, xlen * 2 * (exact ? 2 : 1), "matmul input")) return;
+    const __nv_bfloat16 *xhi, *xlo;
+    if (gemm_input(c, x, n, w.cols, exact, &xhi, &xlo)) return;
+    gemm_rounded(c, sw, xhi, xlo, n, y);
+}
+
+/* Whether cu_matmul takes sw for n tokens through the cuBLAS product of gemm_rounded. */
+static int takes_gemm(const cu_impl *c, const sl_weight *sw, int n) {
+    return (has_kernel(sw) || (sw->fmt == SL_WF_GGML && cu_ggml_supported(sw->gtype))) && n > gemv_max(c, sw) &&
+           !(n <= CU_MMQ_MAX && mmq_takes(c, sw));
+}
+
+static int gemm_input(cu_impl *c, const float *x, int n, int cols, int exact, const __nv_bfloat16 **hi,
+                      const __nv_bfloat16 **lo) {
+    size_t xlen = (size_t)n * (size_t)cols;
+    if (cu_grow(c, &c->xtmp, &c->xtmp_len, xlen * 2 * (exact ? 2 : 1), "matmul input")) return -1;
     __nv_bfloat16 *xhi = (__nv_bfloat16 *)c->xtmp, *xlo = exact ? xhi + xlen : NULL;
     cu_launch(c, split_bf16_k, CU_BLOCKS(xlen, 256), 256, 0, x, (long long)xlen, xhi, xlo);
+    *hi = xhi;
+    *lo = xlo;
+    return 0;
+}
+
+static void gemm_rounded(cu_impl *c, const sl_weight *sw, const __nv_bfloat16 *xhi, const __nv_bfloat16 *xlo, int n,
+                         float *y) {
+    cu_w w = cu_w_of(sw);
+    int exact = xlo != NULL;
+    size_t wlen = (size_t)w.rows * (size_t)w.cols;
     const void *whi = w.data, *wlo = NULL;
     if (w.fmt != SL_WF_BF16 || w.trans) {
         if (cu_grow(c, &c->wtmp, &c->wtmp_len, wlen * 2 * (exact ? 2 : 1), "matmul weight")) return;
@@ -1349,7 +1380,19 @@ static void matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const
             gemv_run(c, g, n);
             continue;
         }
-        /* tensor-core batches and formats without a GEMV kernel go one by one (the latter fail there) */
+        /* cuBLAS products: the weights of the same width and mode after i share one rounding of the input */
+        if (takes_gemm(c, w[i], n)) {
+            int exact = gemm_exact(c, w[i]);
+            const __nv_bfloat16 *xhi, *xlo;
+            if (gemm_input(c, x, n, w[i]->cols, exact, &xhi, &xlo)) return;
+            for (int j = i; j < nw && j < SL_MATMUL_MULTI; j++)
+                if (!done[j] && takes_gemm(c, w[j], n) && w[j]->cols == w[i]->cols && gemm_exact(c, w[j]) == exact) {
+                    gemm_rounded(c, w[j], xhi, xlo, n, y[j]);
+                    done[j] = 1;
+                }
+            continue;
+        }
+        /* other tensor-core batches and formats without a GEMV kernel go one by one (the latter fail there) */
         if (n > gemv_max(c, w[i]) || !has_kernel(w[i])) {
             cu_matmul(b, w[i], x, n, y[i]);
             continue;
