@@ -135,7 +135,7 @@ __device__ __forceinline__ void cu_kv_put(cu_q8 *c, long long i, float x) {
 #pragma unroll
     for (int o = 16; o; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
-    unsigned char *b = reinterpret_cast<unsigned char *>(c) + (i >> 5) * 34;
+    unsigned char *b = const_cast<unsigned char *>(cu_q8_block(c, i));
     b[2 + (i & 31)] = (unsigned char)(signed char)roundf(x * id);
     if ((i & 31) == 0) *reinterpret_cast<__half *>(b) = __float2half_rn(d);
 }

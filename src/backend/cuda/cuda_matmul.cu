@@ -1249,6 +1249,11 @@ static int gemv_max(const cu_impl *c, const sl_weight *w) {
     return flt ? 2 : 16;
 }
 
+/* Whether cu_matmul has a kernel for sw's format at all (the others fail there by name). */
+static int matmul_takes(const sl_weight *sw) {
+    return has_kernel(sw) || (sw->fmt == SL_WF_GGML && cu_ggml_supported(sw->gtype));
+}
+
 /* x rounded to bf16 for the tensor cores (with exact, also the remainder x - hi in bf16) in the input scratch:
  * the one rounding every product of a matmul_multi call on that input shares */
 static int gemm_input(cu_impl *c, const float *x, int n, int cols, int exact, const __nv_bfloat16 **hi,
@@ -1259,7 +1264,7 @@ static void gemm_rounded(cu_impl *c, const sl_weight *sw, const __nv_bfloat16 *x
 
 void cu_matmul(sl_backend *b, const sl_weight *sw, const float *x, int n, float *y) {
     cu_impl *c = cu_of(b);
-    if (!has_kernel(sw) && !(sw->fmt == SL_WF_GGML && cu_ggml_supported(sw->gtype))) {
+    if (!matmul_takes(sw)) {
         char buf[64];
         cu_fail(c, "matmul: weight format %s has no CUDA kernel", sl_wfmt_name(sw, buf, sizeof buf));
         return;
@@ -1286,8 +1291,7 @@ void cu_matmul(sl_backend *b, const sl_weight *sw, const float *x, int n, float 
 
 /* Whether cu_matmul takes sw for n tokens through the cuBLAS product of gemm_rounded. */
 static int takes_gemm(const cu_impl *c, const sl_weight *sw, int n) {
-    return (has_kernel(sw) || (sw->fmt == SL_WF_GGML && cu_ggml_supported(sw->gtype))) && n > gemv_max(c, sw) &&
-           !(n <= CU_MMQ_MAX && mmq_takes(c, sw));
+    return matmul_takes(sw) && n > gemv_max(c, sw) && !(n <= CU_MMQ_MAX && mmq_takes(c, sw));
 }
 
 static int gemm_input(cu_impl *c, const float *x, int n, int cols, int exact, const __nv_bfloat16 **hi,
