@@ -361,9 +361,10 @@ __global__ void __launch_bounds__(256, 2) att_decode128_k(att_args<T> a, int spl
 }
 
 /* The slices of one head of one token: a thread per slice finds the weights, then a thread per output
- * value sums the slices' values (independent loads, coalesced across the threads). */
+ * value sums the slices' values (independent loads, coalesced across the threads). With qo.h (hd a multiple of
+ * 32) the output is also written in q16 for the integer GEMV of the output projection. */
 __global__ void att_merge_k(const float *part, int splits, int keys, int hd, const int *tok, const int *pos,
-                            int window, const float *sinks, float *out) {
+                            int window, const float *sinks, float *out, cu_q16w qo) {
     cu_pdl_enter();
     __shared__ float ws[DEC_SPLITS], red[32];
     int h = blockIdx.x, z = blockIdx.y, ti = tok ? tok[z] : z, st = hd + 2;
@@ -384,7 +385,10 @@ __global__ void att_merge_k(const float *part, int splits, int keys, int hd, con
         float v = 0;
 #pragma unroll 8
         for (int s = 0; s < used; s++) v += ph[s * st + d] * ws[s];
-        out[((long long)ti * gridDim.x + h) * hd + d] = v / L;
+        long long i = ((long long)ti * gridDim.x + h) * hd + d;
+        float o = v / L;
+        out[i] = o;
+        if (qo.h) cu_q16_put(qo, o, i >> 5, 0);
     }
 }
 
@@ -498,8 +502,12 @@ static void attention_t(cu_impl *c, const float *q, const T *kc, const T *vc, sl
             a.tok = c->att_tok;
         }
         if (decode_launch<T>(c, a, n_dec, splits, n_heads / n_kv, head_dim)) return;
+        /* one token's output in q16 too, for the output projection (see att_merge_k) */
+        cu_q16w qo = {NULL, NULL, NULL, NULL};
+        if (n == 1 && head_dim % 32 == 0) qo = cu_q16_want(c, n_heads * head_dim);
         cu_launch(c, att_merge_k, dim3((unsigned)n_heads, (unsigned)n_dec), 128, 0, c->att_part, splits, c->dec_keys,
-                  head_dim, a.tok, a.bm.pos, window, sinks, out);
+                  head_dim, a.tok, a.bm.pos, window, sinks, out, qo);
+        if (qo.h) cu_q16_made(c, out, n_heads * head_dim);
     }
 }
 

@@ -192,6 +192,10 @@ static int cu_place_weight(sl_backend *b, sl_weight *w, sl_err *e) {
         !(w->scales = (const uint8_t *)put(c, w->scales, sl_weight_scale_bytes(w), e)))
         return -1;
     if (w->bias && !(w->bias = (const float *)put(c, w->bias, (size_t)w->rows * sizeof(float), e))) return -1;
+    if (w->fmt == SL_WF_GGML && c->mmvq && !c->q16_fuse) { /* one-row norms and merges then make its input */
+        cu_w cw = cu_w_of(w);
+        if (cu_mmvq_takes(&cw)) c->q16_fuse = 1;
+    }
     return 0;
 }
 
@@ -599,6 +603,10 @@ int sl_cuda_backend_create(int device, sl_backend **out, char *about, size_t abo
     const char *mv = getenv("SLUICE_CUDA_MMVQ");
     /* to compare: 2 a row per warp, 3 a row per lane, 4 Q6_K also two rows per lane */
     c->mmvq = !mv ? 1 : !strcmp(mv, "0") ? 0 : !strcmp(mv, "rows1") ? 2 : !strcmp(mv, "r1") ? 3 : !strcmp(mv, "q6r2") ? 4 : 1;
+    const char *ms = getenv("SLUICE_CUDA_MMQ_SPLIT");
+    c->mmq_fill = ms && !strcmp(ms, "fill");
+    const char *qf = getenv("SLUICE_CUDA_Q16_FUSE");
+    c->q16_fuse = qf && !strcmp(qf, "0") ? -1 : 0; /* -1: never; 1 once a placed weight takes the integer GEMV */
     const char *im = getenv("SLUICE_CUDA_IMMA");
     c->imma = im && !strcmp(im, "0") ? 0 : im && !strcmp(im, "q4k") ? 2 : 1; /* 2: Q4_K only (to compare) */
     const char *fl = getenv("SLUICE_CUDA_FLASH");

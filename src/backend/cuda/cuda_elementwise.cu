@@ -6,8 +6,10 @@
 
 #define NORM_PER_THREAD 8 /* values a thread keeps in registers: one pass over global memory */
 
-/* With ADD, x += d first (written back): the residual add fused with the norm after it. */
-template <bool ADD> __global__ void rmsnorm_k(float *x, const float *d, const float *w, int dim, float eps, float *y) {
+/* With ADD, x += d first (written back): the residual add fused with the norm after it. With qo.h (dim a multiple
+ * of 32, each row held in registers) y is also written in q16 for the integer GEMV that reads it next. */
+template <bool ADD>
+__global__ void rmsnorm_k(float *x, const float *d, const float *w, int dim, float eps, float *y, cu_q16w qo) {
     cu_pdl_enter();
     __shared__ float sh[32];
     float *xr = x + (long long)blockIdx.x * dim;
@@ -40,10 +42,16 @@ template <bool ADD> __global__ void rmsnorm_k(float *x, const float *d, const fl
     }
     float inv = rsqrtf(block_sum(ss, sh) / (float)dim + eps);
     if (held) {
+        float o[NORM_PER_THREAD];
 #pragma unroll
         for (int k = 0; k < NORM_PER_THREAD; k++) {
             int i = threadIdx.x + k * blockDim.x;
-            if (i < dim) yr[i] = (v[k] * inv) * wv[k];
+            o[k] = (v[k] * inv) * wv[k];
+            if (i < dim) yr[i] = o[k];
+        }
+        if (qo.h) { /* a warp's 32 values are one q16 unit, all in the row or all past it */
+            int w0 = threadIdx.x & ~31, nu = (dim - w0 + (int)blockDim.x - 1) / (int)blockDim.x;
+            cu_q16_putn<NORM_PER_THREAD>(qo, o, ((long long)blockIdx.x * dim + w0) >> 5, blockDim.x >> 5, nu, 0);
         }
     } else {
         for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = w ? (xr[i] * inv) * w[i] : xr[i] * inv;
@@ -54,18 +62,28 @@ static int norm_threads(int dim) {
     return dim >= 1024 ? 512 : dim >= 256 ? 128 : 32;
 }
 
+/* a one-row norm's output in q16 too, where the row is held in registers (see rmsnorm_k) */
+static cu_q16w norm_q16(cu_impl *c, int rows, int dim) {
+    if (rows == 1 && dim <= NORM_PER_THREAD * norm_threads(dim)) return cu_q16_want(c, dim);
+    return {NULL, NULL, NULL, NULL};
+}
+
 void cu_rmsnorm(sl_backend *b, const float *x, const float *w, int rows, int dim, float eps, float *y) {
     cu_impl *c = cu_of(b);
     if (rows <= 0) return;
+    cu_q16w qo = norm_q16(c, rows, dim);
     /* x is only read: the kernel writes it back only with ADD */
-    cu_launch(c, rmsnorm_k<false>, rows, norm_threads(dim), 0, (float *)x, (const float *)NULL, w, dim, eps, y);
+    cu_launch(c, rmsnorm_k<false>, rows, norm_threads(dim), 0, (float *)x, (const float *)NULL, w, dim, eps, y, qo);
+    if (qo.h) cu_q16_made(c, y, dim);
     cu_check_launch(c, "rmsnorm");
 }
 
 void cu_add_rmsnorm(sl_backend *b, float *x, const float *d, const float *w, int rows, int dim, float eps, float *y) {
     cu_impl *c = cu_of(b);
     if (rows <= 0) return;
-    cu_launch(c, rmsnorm_k<true>, rows, norm_threads(dim), 0, x, d, w, dim, eps, y);
+    cu_q16w qo = norm_q16(c, rows, dim);
+    cu_launch(c, rmsnorm_k<true>, rows, norm_threads(dim), 0, x, d, w, dim, eps, y, qo);
+    if (qo.h) cu_q16_made(c, y, dim);
     cu_check_launch(c, "add + rmsnorm");
 }
 

@@ -1353,32 +1353,66 @@ static int mmq_input(cu_impl *c, const float *x, const float *u, int n, int cols
     return 0;
 }
 
-int cu_ggml_mmq(cu_impl *c, const cu_w *w, const float *x, int n, int exact, float *y) {
+/* Q4_K on integer tensor cores where it wins: weights marked exact (it is nearer fp32 than the bf16 halves, at
+ * two products a tile instead of three), and up to 8 tokens; beyond, the one-pass bf16 tiles apply the scales
+ * once per weight where the integer kernel applies them per token and sub-block (llama3-8b Q4_K, 16 and 64
+ * sequences: 1,917 and 2,401 tok/s against 2,229 and 3,889) */
+static int mmq_integer(const cu_impl *c, const cu_w *w, int n, int exact) {
+    return imma_takes(c, w) && (exact || n <= 8);
+}
+
+int cu_ggml_mmq_in(cu_impl *c, const cu_w *w, const float *x, int n, int exact, cu_mmq_in *in) {
     if (n < 1 || n > CU_MMQ_MAX || w->cols % 32) return cu_fail(c, "GGML tensor-core kernel: %d tokens", n);
+    *in = {mmq_integer(c, w, n, exact), exact, w->cols, n, {NULL, NULL, NULL, NULL, NULL}, NULL, NULL};
+    return in->im ? cu_q16_rows(c, x, NULL, n, w->cols, &in->xq)
+                  : mmq_input(c, x, NULL, n, w->cols, exact, &in->xp, &in->xpl);
+}
+
+int cu_ggml_mmq_same(const cu_impl *c, const cu_w *w, int exact, const cu_mmq_in &in) {
+    return w->cols == in.cols && exact == in.exact && mmq_integer(c, w, in.n, exact) == in.im;
+}
+
+int cu_ggml_mmq(cu_impl *c, const cu_w *w, const float *x, int n, int exact, float *y) {
+    cu_mmq_in in;
+    if (cu_ggml_mmq_in(c, w, x, n, exact, &in)) return -1;
+    return cu_ggml_mmq_run(c, w, in, y);
+}
+
+int cu_ggml_mmq_run(cu_impl *c, const cu_w *w, const cu_mmq_in &in, float *y) {
+    int n = in.n, exact = in.exact;
+    if (!cu_ggml_mmq_same(c, w, exact, in)) return cu_fail(c, "GGML tensor-core kernel: an input of another form");
     int colsp = (w->cols + MQ_KC - 1) / MQ_KC * MQ_KC;
-    /* enough blocks for two per SM: columns split in whole steps when the row tiles are fewer */
-    int tiles = (w->rows + MQ_ROWS - 1) / MQ_ROWS, steps = colsp / MQ_KC;
-    int splits = (2 * c->sms + tiles - 1) / tiles;
-    if (splits > steps / 2) splits = steps / 2;
-    if (splits < 1) splits = 1;
-    int kper = (steps + splits - 1) / splits * MQ_KC;
-    splits = (w->cols + kper - 1) / kper;
+    /* Columns split in whole steps (at least two a block) so that the launch ends soonest: a block's steps take
+     * about the same time at one or two blocks a SM (each waits on its own latencies), so a launch takes its
+     * waves of two blocks a SM times the steps of a block; the fewest splits of the shortest. (Enough blocks
+     * for two a SM, the rule before, split llama3-8b's 112 gate tiles three ways: 1.3 waves of 6 steps where 2
+     * splits take one wave of 8.) */
+    int tiles = (w->rows + MQ_ROWS - 1) / MQ_ROWS, steps = colsp / MQ_KC, slots = 2 * c->sms;
+    int kps = steps; /* steps a block */
+    long long best = -1;
+    for (int s = 1; s <= (steps / 2 > 1 ? steps / 2 : 1); s++) {
+        int kp = (steps + s - 1) / s, sp = (steps + kp - 1) / kp;
+        long long t = ((long long)tiles * sp + slots - 1) / slots * kp;
+        if (best < 0 || t < best) {
+            best = t;
+            kps = kp;
+        }
+    }
+    if (c->mmq_fill) { /* SLUICE_CUDA_MMQ_SPLIT=fill, to compare: enough blocks for two a SM */
+        int sp = (slots + tiles - 1) / tiles;
+        sp = sp > steps / 2 ? steps / 2 : sp;
+        sp = sp < 1 ? 1 : sp;
+        kps = (steps + sp - 1) / sp;
+    }
+    int kper = kps * MQ_KC, splits = (w->cols + kper - 1) / kper;
     long long len = (long long)n * w->rows;
-    /* Q4_K on integer tensor cores where it wins: weights marked exact (it is nearer fp32 than the bf16
-     * halves, at two products a tile instead of three), and up to 8 tokens; beyond, the one-pass bf16 tiles
-     * apply the scales once per weight where the integer kernel applies them per token and sub-block
-     * (llama3-8b Q4_K, 16 and 64 sequences: 1,917 and 2,401 tok/s against 2,229 and 3,889) */
-    int im = imma_takes(c, w) && (exact || n <= 8);
-    __nv_bfloat16 *xp = NULL, *xpl = NULL;
-    cu_q16 xq;
-    if (im ? cu_q16_rows(c, x, NULL, n, w->cols, &xq) : mmq_input(c, x, NULL, n, w->cols, exact, &xp, &xpl)) return -1;
     if (splits > 1 &&
         cu_grow(c, &c->wtmp, &c->wtmp_len, (size_t)splits * (size_t)len * sizeof(float), "matmul partial sums"))
         return -1;
     float *part = splits > 1 ? (float *)c->wtmp : NULL;
     dim3 grid((unsigned)tiles, (unsigned)splits);
-    if (im) {
-        imma_args ia = {*w, NULL, NULL, NULL, NULL, 0, 1, xq, w->cols, n, kper, y, part, 0};
+    if (in.im) {
+        imma_args ia = {*w, NULL, NULL, NULL, NULL, 0, 1, in.xq, w->cols, n, kper, y, part, 0};
         if (n <= 8)
             imma_go<1>(c, ia, grid);
         else if (n <= 16)
@@ -1388,7 +1422,7 @@ int cu_ggml_mmq(cu_impl *c, const cu_w *w, const float *x, int n, int exact, flo
         else
             imma_go<8>(c, ia, grid);
     } else {
-        mmq_args a = {*w, NULL, NULL, NULL, NULL, 0, 1, xp, xpl, colsp, n, kper, y, part, 0};
+        mmq_args a = {*w, NULL, NULL, NULL, NULL, 0, 1, in.xp, in.xpl, colsp, n, kper, y, part, 0};
         mmq_f f = {c, a, grid, exact};
         if (!with_type(w->gtype, f)) return cu_fail(c, "GGML type %s has no CUDA kernel", sl_ggml_type_name(w->gtype));
     }

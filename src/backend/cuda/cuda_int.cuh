@@ -140,6 +140,22 @@ __device__ __forceinline__ void cu_kv_put(cu_q8 *c, long long i, float x) {
     if ((i & 31) == 0) *reinterpret_cast<__half *>(b) = __float2half_rn(d);
 }
 
+/* The input of the integer GEMV (cuda_mmvq.cu) in q16: value = d (256 h + l) per 32 values */
+struct cu_q16 {
+    const int8_t *h;
+    const uint8_t *l;
+    const float *d;
+    const int *s;   /* per 16 values: the sum of their 16-bit integers (the GEMV's form) */
+    const float *m; /* or (cu_q16_rows, for the tile kernels) d times that sum, s then NULL */
+};
+/* where a kernel writes q16 (cu_q16_put) */
+struct cu_q16w {
+    int8_t *h;
+    uint8_t *l;
+    float *d;
+    int *s;
+};
+
 struct cu_table {
     const sl_expert_table *key;
     cu_expert *d;          /* device table */
@@ -162,12 +178,23 @@ struct cu_impl {
                * never; 2 with =q4k: Q4_K only) */
     void *q16buf; /* their q16 input */
     size_t q16len;
+    /* A norm or the attention merge of one row may write its output in q16 too, when the integer GEMV takes
+     * a placed weight (q16_fuse; SLUICE_CUDA_Q16_FUSE=0: never); the q16 is of q16_x while no launch came
+     * after it (launches counts them), and the matmul that reads x next takes it instead of quantizing x. */
+    int q16_fuse;
+    unsigned long long launches, q16_at;
+    const float *q16_x;
+    int q16_cols;
+    cu_q16 q16_pre;
+    const float *q16_live; /* inside a matmul op: q16_x when nothing was launched between it and the op */
     int flash;      /* prompt runs take the tensor-core attention kernel (SLUICE_CUDA_FLASH=0: never) */
     int gemm_exact; /* prefill GEMMs in split bf16 (near fp32): 1 all (SLUICE_CUDA_PREFILL=exact), -1 none
                      * (=bf16), 0 the weights marked exact */
     int mmq_min;    /* GGML weights not marked exact: batches from this many tokens (default 2) to CU_MMQ_MAX
                      * take the tensor-core kernel (SLUICE_CUDA_MMQ_MIN; SLUICE_CUDA_MMQ=0: never) */
     int gemv_max;   /* largest batch that runs through the GEMV kernels (SLUICE_CUDA_GEMV_MAX; 0: per format) */
+    int mmq_fill;   /* the tensor-core kernels' column splits: enough blocks for two a SM (SLUICE_CUDA_MMQ_SPLIT=fill),
+                     * else the fewest waves times steps (cu_ggml_mmq) */
     sl_err failure;
     int failed;
     /* resident weights: bump-allocated from large blocks, freed together */
@@ -284,6 +311,7 @@ static inline void cu_launch(cu_impl *c, void (*k)(KArgs...), dim3 grid, dim3 bl
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = c->pdl ? 1 : 0;
+    c->launches++;
     cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
 }
 
@@ -291,6 +319,50 @@ static inline void cu_launch(cu_impl *c, void (*k)(KArgs...), dim3 grid, dim3 bl
 
 __device__ __forceinline__ float cu_sigmoid(float v) {
     return 1.0f / (1.0f + expf(-v));
+}
+
+/* Values v[k] (lane l's of the warp's 32 values of unit u0 + k us, k < nu, element 32 u + l of the q16 rows)
+ * into o: d = max|v| / 32767 over the 32, q = round(v / d) as 256 h + l, and the integer sums of each 16
+ * (with fsum, d times them as floats). The N units' reductions are interleaved, so that their shuffles
+ * overlap. Every lane of the warp calls it, with the same nu. */
+template <int N>
+__device__ __forceinline__ void cu_q16_putn(const cu_q16w &o, const float *v, long long u0, long long us, int nu,
+                                            int fsum) {
+    int lane = threadIdx.x & 31;
+    float m[N];
+    int q[N], t[N];
+#pragma unroll
+    for (int k = 0; k < N; k++) m[k] = fabsf(v[k]);
+#pragma unroll
+    for (int j = 16; j > 0; j >>= 1)
+#pragma unroll
+        for (int k = 0; k < N; k++) m[k] = fmaxf(m[k], __shfl_xor_sync(0xffffffffu, m[k], j));
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        m[k] /= 32767.0f; /* the scale */
+        t[k] = q[k] = m[k] > 0 ? __float2int_rn(v[k] / m[k]) : 0;
+    }
+#pragma unroll
+    for (int j = 8; j > 0; j >>= 1)
+#pragma unroll
+        for (int k = 0; k < N; k++) t[k] += __shfl_xor_sync(0xffffffffu, t[k], j);
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        if (k >= nu) break;
+        long long u = u0 + k * us, i = 32 * u + lane;
+        o.h[i] = (int8_t)(q[k] >> 8); /* arithmetic shift: q = 256 h + l with l in [0, 255] */
+        o.l[i] = (uint8_t)(q[k] & 255);
+        if (lane == 0) o.d[u] = m[k];
+        if ((lane & 15) == 0) {
+            if (fsum)
+                ((float *)o.s)[2 * u + (lane >> 4)] = m[k] * (float)t[k];
+            else
+                o.s[2 * u + (lane >> 4)] = t[k];
+        }
+    }
+}
+__device__ __forceinline__ void cu_q16_put(const cu_q16w &o, float v, long long u, int fsum) {
+    cu_q16_putn<1>(o, &v, u, 0, 1, fsum);
 }
 
 /* A GEMV's output v of row r for token t, at o: with cd (ck routed outputs of rows values per token, weights
@@ -571,15 +643,16 @@ int cu_ggml_supported(int gtype);
 void cu_ggml_gemv(cu_impl *c, const gg_call &g, int n);
 /* The integer GEMV (cuda_mmvq.cu): whether it takes w (a GGML weight), the input of g in q16 (value =
  * d (256 h + l) per 32; in the backend's scratch, valid until the next call), and g's product from it. */
-struct cu_q16 {
-    const int8_t *h;
-    const uint8_t *l;
-    const float *d;
-    const int *s;   /* per 16 values: the sum of their 16-bit integers (the GEMV's form) */
-    const float *m; /* or (cu_q16_rows, for the tile kernels) d times that sum, s then NULL */
-};
+/* (struct cu_q16: above, beside cu_impl) */
 int cu_mmvq_takes(const cu_w *w);
 int cu_q16_quantize(cu_impl *c, const gg_call &g, int n, cu_q16 *x);
+/* One row of cols values that a kernel about to be launched writes: where to write its q16 too, h NULL where it
+ * is not worth making (see q16_fuse). After that launch, cu_q16_made(c, x, cols) records that the q16 is of x. */
+cu_q16w cu_q16_want(cu_impl *c, int cols);
+void cu_q16_made(cu_impl *c, const float *x, int cols);
+/* At a matmul op's entry and exit: the op reads a made q16 only when nothing was launched since. */
+void cu_q16_enter(cu_impl *c);
+void cu_q16_leave(cu_impl *c);
 /* rows of x [rows][cols] in q16 (with u, of silu(x) u) */
 int cu_q16_rows(cu_impl *c, const float *x, const float *u, int rows, int cols, cu_q16 *out);
 /* 1 when the integer GEMV takes w for one token with the epilogue of gg_call (a shared expert's down
@@ -594,6 +667,17 @@ void cu_ggml_dequant_split(cu_impl *c, const cu_w *w, __nv_bfloat16 *hi, __nv_bf
  * failure (recorded). */
 #define CU_MMQ_MAX 64
 int cu_ggml_mmq(cu_impl *c, const cu_w *w, const float *x, int n, int exact, float *y);
+/* cu_ggml_mmq in two parts, so that the weights of one input share its conversion: the input in the form the
+ * kernel for w takes (bf16 tiles, or q16 for the integer kernel; in the backend's scratch, valid until the next
+ * call that converts one), whether weight w takes that same form, and the product. */
+struct cu_mmq_in {
+    int im, exact, cols, n;
+    cu_q16 xq;
+    __nv_bfloat16 *xp, *xpl;
+};
+int cu_ggml_mmq_in(cu_impl *c, const cu_w *w, const float *x, int n, int exact, cu_mmq_in *in);
+int cu_ggml_mmq_same(const cu_impl *c, const cu_w *w, int exact, const cu_mmq_in &in);
+int cu_ggml_mmq_run(cu_impl *c, const cu_w *w, const cu_mmq_in &in, float *y);
 /* Routed pairs of a prompt grouped by expert (units of up to CU_MMQ_GROUP pairs, see moe_group_k) times the
  * table's GGML experts on tensor cores: weight which + z (z < nz) of unit u's expert by rows p / x_div of
  * x [n_x][w0->cols] (of silu(x) u with u) into rows p of y + z * yz. exact: operands in bf16 halves (near

@@ -1262,8 +1262,16 @@ static int gemm_input(cu_impl *c, const float *x, int n, int cols, int exact, co
 static void gemm_rounded(cu_impl *c, const sl_weight *sw, const __nv_bfloat16 *xhi, const __nv_bfloat16 *xlo, int n,
                          float *y);
 
+static void matmul_one(cu_impl *c, const sl_weight *sw, const float *x, int n, float *y);
+
 void cu_matmul(sl_backend *b, const sl_weight *sw, const float *x, int n, float *y) {
     cu_impl *c = cu_of(b);
+    cu_q16_enter(c);
+    matmul_one(c, sw, x, n, y);
+    cu_q16_leave(c);
+}
+
+static void matmul_one(cu_impl *c, const sl_weight *sw, const float *x, int n, float *y) {
     if (!matmul_takes(sw)) {
         char buf[64];
         cu_fail(c, "matmul: weight format %s has no CUDA kernel", sl_wfmt_name(sw, buf, sizeof buf));
@@ -1345,11 +1353,23 @@ static void matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const
                          const float *conv_w, int conv_k, float *conv_st);
 
 void cu_matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n, float *const *y) {
+    cu_q16_enter(cu_of(b));
     matmul_multi(b, nw, w, x, n, y, NULL, 0, NULL);
+    cu_q16_leave(cu_of(b));
 }
+
+static void multi_conv(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n, float *const *y,
+                       const float *conv_w, int kernel, float *state);
 
 void cu_matmul_multi_conv(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n, float *const *y,
                           const float *conv_w, int kernel, float *state) {
+    cu_q16_enter(cu_of(b));
+    multi_conv(b, nw, w, x, n, y, conv_w, kernel, state);
+    cu_q16_leave(cu_of(b));
+}
+
+static void multi_conv(sl_backend *b, int nw, const sl_weight *const *w, const float *x, int n, float *const *y,
+                       const float *conv_w, int kernel, float *state) {
     cu_impl *c = cu_of(b);
     if (nw < 1) return;
     if (!cu_gemv_takes(c, w[0], n) || kernel < 1) {
@@ -1396,9 +1416,24 @@ static void matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const
                 }
             continue;
         }
+        /* small batches on GGML weights: the weights after i that take the same form of the input share one
+         * conversion of it (cu_ggml_mmq_in) */
+        if (n > gemv_max(c, w[i]) && n <= CU_MMQ_MAX && mmq_takes(c, w[i])) {
+            cu_w wi = cu_w_of(w[i]);
+            cu_mmq_in in;
+            if (cu_ggml_mmq_in(c, &wi, x, n, gemm_exact(c, w[i]), &in)) return;
+            for (int j = i; j < nw && j < SL_MATMUL_MULTI; j++) {
+                if (done[j] || n <= gemv_max(c, w[j]) || !mmq_takes(c, w[j])) continue;
+                cu_w wj = cu_w_of(w[j]);
+                if (!cu_ggml_mmq_same(c, &wj, gemm_exact(c, w[j]), in)) continue;
+                cu_ggml_mmq_run(c, &wj, in, y[j]);
+                done[j] = 1;
+            }
+            continue;
+        }
         /* other tensor-core batches and formats without a GEMV kernel go one by one (the latter fail there) */
         if (n > gemv_max(c, w[i]) || !has_kernel(w[i])) {
-            cu_matmul(b, w[i], x, n, y[i]);
+            matmul_one(c, w[i], x, n, y[i]);
             continue;
         }
         /* one launch for the weights of i's kernel variant: a launch is compiled for one format */

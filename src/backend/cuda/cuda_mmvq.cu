@@ -21,9 +21,9 @@ extern "C" {
 /* ---- the input in q16: per row r of the input, h[r][cols] int8, l[r][cols] uint8, d[r][cols / 32] and
  * s[r][cols / 16]; value = d (256 h + l), s the sums of (256 h + l) over each 16 ---- */
 
-/* one warp per 32 values: d = max|x| / 32767, q = round(x / d); with act the value is silu(x) * x[act_off] */
+/* one warp per 32 values (cu_q16_put); with act the value is silu(x) * x[act_off] */
 __global__ void q16_quant_k(const float *x, long long xs, int n, int cols, int act, long long act_off, int rows,
-                            int8_t *qh, uint8_t *ql, float *d, int *sum, int fsum) {
+                            cu_q16w o, int fsum) {
     cu_pdl_enter();
     int lane = threadIdx.x & 31;
     long long u = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), upr = cols / 32;
@@ -32,24 +32,7 @@ __global__ void q16_quant_k(const float *x, long long xs, int n, int cols, int a
     const float *xr = x + (long long)(r / n) * xs + (long long)(r % n) * cols; /* slot group, then token */
     float v = xr[c];
     if (act) v = v * cu_sigmoid(v) * xr[act_off + c];
-    float m = fabsf(v);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    float s = m / 32767.0f;
-    int q = s > 0 ? __float2int_rn(v / s) : 0;
-    long long i = (long long)r * cols + c;
-    qh[i] = (int8_t)(q >> 8); /* arithmetic shift: q = 256 h + l with l in [0, 255] */
-    ql[i] = (uint8_t)(q & 255);
-    int t = q;
-#pragma unroll
-    for (int o = 8; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-    if (lane == 0) d[u] = s;
-    if ((lane & 15) == 0) {
-        if (fsum)
-            ((float *)sum)[2 * u + (lane >> 4)] = s * (float)t;
-        else
-            sum[2 * u + (lane >> 4)] = t;
-    }
+    cu_q16_put(o, v, u, fsum);
 }
 
 /* ---- per-type dot of one unit with the q16 input ---- */
@@ -399,27 +382,57 @@ int cu_mmvq_takes(const cu_w *w) {
     }
 }
 
-/* rows of the input (row r at x + (r / n) xs + (r % n) cols) in q16 into the backend's q16 buffer */
-static int q16_make(cu_impl *c, const float *x, long long xs, int n, int cols, int act, long long act_off, int rows,
-                    int fsum, cu_q16 *out) {
+/* q16 rows of cols values in the backend's q16 buffer: where to write them and how the GEMV reads them */
+static int q16_buf(cu_impl *c, int rows, int cols, int fsum, cu_q16w *w, cu_q16 *out) {
     size_t plane = ((size_t)rows * (size_t)cols + 255) / 256 * 256,
            db = ((size_t)rows * (size_t)(cols / 32) * sizeof(float) + 255) / 256 * 256,
            sb = (size_t)rows * (size_t)(cols / 16) * sizeof(int);
     /* at least 4 MB, so that recorded steps of other shapes rarely find it too small */
     size_t need = 2 * plane + db + sb < ((size_t)4 << 20) ? (size_t)4 << 20 : 2 * plane + db + sb;
     if (cu_grow(c, &c->q16buf, &c->q16len, need, "q16 input")) return -1;
-    int8_t *h = (int8_t *)c->q16buf;
-    uint8_t *l = (uint8_t *)c->q16buf + plane;
-    float *d = (float *)((uint8_t *)c->q16buf + 2 * plane);
-    int *sum = (int *)((uint8_t *)c->q16buf + 2 * plane + db);
-    long long units = (long long)rows * (cols / 32);
-    cu_launch(c, q16_quant_k, CU_BLOCKS(units, 8), 256, 0, x, xs, n, cols, act, act_off, rows, h, l, d, sum, fsum);
-    *out = {h, l, d, fsum ? NULL : sum, fsum ? (const float *)sum : NULL};
+    *w = {(int8_t *)c->q16buf, (uint8_t *)c->q16buf + plane, (float *)((uint8_t *)c->q16buf + 2 * plane),
+          (int *)((uint8_t *)c->q16buf + 2 * plane + db)};
+    *out = {w->h, w->l, w->d, fsum ? NULL : w->s, fsum ? (const float *)w->s : NULL};
     return 0;
+}
+
+/* rows of the input (row r at x + (r / n) xs + (r % n) cols) in q16 into the backend's q16 buffer */
+static int q16_make(cu_impl *c, const float *x, long long xs, int n, int cols, int act, long long act_off, int rows,
+                    int fsum, cu_q16 *out) {
+    cu_q16w w;
+    if (q16_buf(c, rows, cols, fsum, &w, out)) return -1;
+    c->q16_live = NULL; /* the buffer no longer holds what a norm or merge made */
+    long long units = (long long)rows * (cols / 32);
+    cu_launch(c, q16_quant_k, CU_BLOCKS(units, 8), 256, 0, x, xs, n, cols, act, act_off, rows, w, fsum);
+    return 0;
+}
+
+cu_q16w cu_q16_want(cu_impl *c, int cols) {
+    cu_q16w w = {NULL, NULL, NULL, NULL};
+    if (c->q16_fuse != 1 || cols % 32 || q16_buf(c, 1, cols, 0, &w, &c->q16_pre)) w.h = NULL;
+    return w;
+}
+
+void cu_q16_made(cu_impl *c, const float *x, int cols) {
+    c->q16_x = x;
+    c->q16_cols = cols;
+    c->q16_at = c->launches;
+}
+
+void cu_q16_enter(cu_impl *c) {
+    c->q16_live = c->q16_x && c->q16_at == c->launches ? c->q16_x : NULL;
+}
+
+void cu_q16_leave(cu_impl *c) {
+    c->q16_live = NULL;
 }
 
 int cu_q16_quantize(cu_impl *c, const gg_call &g, int n, cu_q16 *x) {
     int groups = (g.slots + g.x_div - 1) / g.x_div;
+    if (c->q16_live && g.x == c->q16_live && groups * n == 1 && !g.act && g.w->cols == c->q16_cols) {
+        *x = c->q16_pre; /* made by the kernel that wrote g.x */
+        return 0;
+    }
     return q16_make(c, g.x, g.x_stride, n, g.w->cols, g.act, g.act_off, groups * n, 0, x);
 }
 
