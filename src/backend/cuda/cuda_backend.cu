@@ -92,18 +92,21 @@ static void *cu_alloc(sl_backend *b, size_t bytes) {
 }
 
 static void cu_free(sl_backend *b, void *p) {
+    cu_of(b)->launches++; /* memory a made q16 came from may come back under the same address */
     cudaStreamSynchronize(cu_of(b)->st);
     cudaFree(p);
 }
 
 static void cu_zero(sl_backend *b, void *p, size_t bytes) {
     cu_impl *c = cu_of(b);
+    c->launches++; /* a write, as a launch is (see q16_fuse) */
     cudaMemsetAsync(p, 0, bytes, c->st);
     cu_check_launch(c, "memset");
 }
 
 static void cu_upload(sl_backend *b, void *dst, const void *src, size_t bytes) {
     cu_impl *c = cu_of(b);
+    c->launches++; /* a write, as a launch is (see q16_fuse) */
     cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->st);
     cu_check_launch(c, "upload");
 }
@@ -332,6 +335,7 @@ static void cu_host_free(sl_backend *b, void *p) {
 
 static void cu_upload_async(sl_backend *b, void *dst, const void *src, size_t bytes) {
     cu_impl *c = cu_of(b);
+    c->launches++; /* a write, as a launch is (see q16_fuse) */
     cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->st);
     cu_check_launch(c, "copying an expert to the GPU");
 }

@@ -180,7 +180,8 @@ struct cu_impl {
     size_t q16len;
     /* A norm or the attention merge of one row may write its output in q16 too, when the integer GEMV takes
      * a placed weight (q16_fuse; SLUICE_CUDA_Q16_FUSE=0: never); the q16 is of q16_x while no launch came
-     * after it (launches counts them), and the matmul that reads x next takes it instead of quantizing x. */
+     * after it (launches counts them, and the op table's uploads, memsets and frees, which may change x too),
+     * and the matmul that reads x next takes it instead of quantizing x. */
     int q16_fuse;
     unsigned long long launches, q16_at;
     const float *q16_x;
