@@ -509,19 +509,10 @@ static sl_backend *cuda_or_skip(void) {
     return be;
 }
 
-/* matmul of n tokens on the device (w placed there, host rows in hw) against a double-precision dot */
-static void check_cuda_matmul(sl_backend *be, const sl_weight *w, const sl_weight *hw, int n, unsigned seed, double tol,
-                              int q16_input) {
-    size_t cols = (size_t)w->cols, rows = (size_t)w->rows;
-    float *x = malloc(sizeof *x * cols * (size_t)n), *y = malloc(sizeof *y * rows * (size_t)n);
+/* y [n][rows] (from the device) against a double-precision dot of hw's rows with x [n][cols] (host) */
+static void expect_products(const sl_weight *hw, const float *x, const float *y, int n, double tol, int q16_input) {
+    size_t cols = (size_t)hw->cols, rows = (size_t)hw->rows;
     float *row = malloc(sizeof *row * cols);
-    for (size_t i = 0; i < cols * (size_t)n; i++) x[i] = frand(&seed);
-    float *dx = tu_dev_copy(be, x, sizeof *x * cols * (size_t)n),
-          *dy = be->ops->alloc(be, sizeof *y * rows * (size_t)n);
-    be->ops->matmul(be, w, dx, n, dy);
-    be->ops->download(be, y, dy, sizeof *y * rows * (size_t)n);
-    sl_err e;
-    cr_assert_eq(be->ops->check(be, &e), 0, "%s", e.msg);
     for (size_t r = 0; r < rows; r++) {
         sl_ggml_dequant_row(hw->gtype, hw->data + r * hw->row_bytes, row, hw->cols);
         for (int t = 0; t < n; t++) {
@@ -544,14 +535,62 @@ static void check_cuda_matmul(sl_backend *be, const sl_weight *w, const sl_weigh
             if (hw->bias) ref += hw->bias[r];
             double got = y[(size_t)t * rows + r];
             cr_assert(fabs(got - ref) <= tol * (mag + 1) + 1.001 * qin, "CUDA %s n=%d token %d row %zu: %.8g vs %.8g",
-                      sl_ggml_type_name(w->gtype), n, t, r, got, ref);
+                      sl_ggml_type_name(hw->gtype), n, t, r, got, ref);
         }
     }
+    free(row);
+}
+
+/* matmul of n tokens on the device (w placed there, host rows in hw) against a double-precision dot */
+static void check_cuda_matmul(sl_backend *be, const sl_weight *w, const sl_weight *hw, int n, unsigned seed, double tol,
+                              int q16_input) {
+    size_t cols = (size_t)w->cols, rows = (size_t)w->rows;
+    float *x = malloc(sizeof *x * cols * (size_t)n), *y = malloc(sizeof *y * rows * (size_t)n);
+    for (size_t i = 0; i < cols * (size_t)n; i++) x[i] = frand(&seed);
+    float *dx = tu_dev_copy(be, x, sizeof *x * cols * (size_t)n),
+          *dy = be->ops->alloc(be, sizeof *y * rows * (size_t)n);
+    be->ops->matmul(be, w, dx, n, dy);
+    be->ops->download(be, y, dy, sizeof *y * rows * (size_t)n);
+    sl_err e;
+    cr_assert_eq(be->ops->check(be, &e), 0, "%s", e.msg);
+    expect_products(hw, x, y, n, tol, q16_input);
     be->ops->free(be, dx);
     be->ops->free(be, dy);
     free(x);
     free(y);
-    free(row);
+}
+
+/* One token's norm writes the integer GEMV's input beside its output, and the matmul that reads the row next
+ * takes it: the product must be that of the row as it is then, also when the row was written over by an
+ * upload in between (the made input is then stale and must not be taken). */
+static void check_norm_then_gemv(sl_backend *be, const sl_weight *w, const sl_weight *hw, int upload, unsigned seed) {
+    size_t cols = (size_t)w->cols, rows = (size_t)w->rows;
+    float *x = malloc(sizeof *x * cols), *nw = malloc(sizeof *nw * cols), *z = malloc(sizeof *z * cols);
+    float *in = malloc(sizeof *in * cols), *y = malloc(sizeof *y * rows);
+    for (size_t i = 0; i < cols; i++) {
+        x[i] = frand(&seed);
+        nw[i] = 0.5f + 0.5f * fabsf(frand(&seed));
+        z[i] = 3.0f * frand(&seed);
+    }
+    float *dx = tu_dev_copy(be, x, sizeof *x * cols), *dnw = tu_dev_copy(be, nw, sizeof *nw * cols),
+          *dn = be->ops->alloc(be, sizeof *in * cols), *dy = be->ops->alloc(be, sizeof *y * rows);
+    be->ops->rmsnorm(be, dx, dnw, 1, (int)cols, 1e-6f, dn);
+    if (upload) be->ops->upload(be, dn, z, sizeof *z * cols);
+    be->ops->matmul(be, w, dn, 1, dy);
+    be->ops->download(be, in, dn, sizeof *in * cols);
+    be->ops->download(be, y, dy, sizeof *y * rows);
+    sl_err e;
+    cr_assert_eq(be->ops->check(be, &e), 0, "%s", e.msg);
+    expect_products(hw, in, y, 1, 1e-5, 1);
+    be->ops->free(be, dx);
+    be->ops->free(be, dnw);
+    be->ops->free(be, dn);
+    be->ops->free(be, dy);
+    free(x);
+    free(nw);
+    free(z);
+    free(in);
+    free(y);
 }
 
 /* every type, three times: with the tile-decoding tensor-core kernel (from 2 to 64 tokens, the default),
@@ -628,6 +667,7 @@ static void check_wide_gemv(sl_backend *be) {
         w = hw;
         cr_assert_eq(be->ops->place_weight(be, &w, &e), 0, "%s", e.msg);
         for (int n = 1; n <= 2; n++) check_cuda_matmul(be, &w, &hw, n, s + (unsigned)n, 1e-5, 1);
+        for (int up = 0; up <= 1; up++) check_norm_then_gemv(be, &w, &hw, up, s + 7u + (unsigned)up);
         free(p);
     }
 }
