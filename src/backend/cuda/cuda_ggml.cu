@@ -1393,20 +1393,21 @@ int cu_ggml_mmq_run(cu_impl *c, const cu_w *w, const cu_mmq_in &in, float *y) {
      * splits take one wave of 8.) */
     int tiles = (w->rows + MQ_ROWS - 1) / MQ_ROWS, steps = colsp / MQ_KC, slots = 2 * c->sms;
     int kps = steps; /* steps a block */
-    long long best = -1;
-    for (int s = 1; s <= (steps / 2 > 1 ? steps / 2 : 1); s++) {
-        int kp = (steps + s - 1) / s, sp = (steps + kp - 1) / kp;
-        long long t = ((long long)tiles * sp + slots - 1) / slots * kp;
-        if (best < 0 || t < best) {
-            best = t;
-            kps = kp;
-        }
-    }
     if (c->mmq_fill) { /* SLUICE_CUDA_MMQ_SPLIT=fill, to compare: enough blocks for two a SM */
         int sp = (slots + tiles - 1) / tiles;
         sp = sp > steps / 2 ? steps / 2 : sp;
         sp = sp < 1 ? 1 : sp;
         kps = (steps + sp - 1) / sp;
+    } else {
+        long long best = -1;
+        for (int s = 1; s <= (steps / 2 > 1 ? steps / 2 : 1); s++) {
+            int kp = (steps + s - 1) / s, sp = (steps + kp - 1) / kp;
+            long long t = ((long long)tiles * sp + slots - 1) / slots * kp;
+            if (best < 0 || t < best) {
+                best = t;
+                kps = kp;
+            }
+        }
     }
     int kper = kps * MQ_KC, splits = (w->cols + kper - 1) / kper;
     long long len = (long long)n * w->rows;

@@ -1264,6 +1264,11 @@ static void gemm_rounded(cu_impl *c, const sl_weight *sw, const __nv_bfloat16 *x
 
 static void matmul_one(cu_impl *c, const sl_weight *sw, const float *x, int n, float *y);
 
+/* Whether cu_matmul takes sw for n tokens through the small-batch tile kernels (cu_ggml_mmq). */
+static int takes_mmq(const cu_impl *c, const sl_weight *sw, int n) {
+    return matmul_takes(sw) && n > gemv_max(c, sw) && n <= CU_MMQ_MAX && mmq_takes(c, sw);
+}
+
 void cu_matmul(sl_backend *b, const sl_weight *sw, const float *x, int n, float *y) {
     cu_impl *c = cu_of(b);
     cu_q16_enter(c);
@@ -1287,7 +1292,7 @@ static void matmul_one(cu_impl *c, const sl_weight *sw, const float *x, int n, f
      * pass moves) split each operand into bf16 hi + lo halves and sum the products that matter in fp32
      * (hi.hi + hi.lo, + lo.hi for weights that are not bf16 already), close to fp32 accuracy at 2-3 GEMMs.
      * SLUICE_CUDA_PREFILL=exact splits every weight, =bf16 none. */
-    if (n <= CU_MMQ_MAX && mmq_takes(c, sw)) { /* bias included */
+    if (takes_mmq(c, sw, n)) { /* bias included */
         cu_ggml_mmq(c, &w, x, n, gemm_exact(c, sw), y);
         return;
     }
@@ -1299,7 +1304,7 @@ static void matmul_one(cu_impl *c, const sl_weight *sw, const float *x, int n, f
 
 /* Whether cu_matmul takes sw for n tokens through the cuBLAS product of gemm_rounded. */
 static int takes_gemm(const cu_impl *c, const sl_weight *sw, int n) {
-    return matmul_takes(sw) && n > gemv_max(c, sw) && !(n <= CU_MMQ_MAX && mmq_takes(c, sw));
+    return matmul_takes(sw) && n > gemv_max(c, sw) && !takes_mmq(c, sw, n);
 }
 
 static int gemm_input(cu_impl *c, const float *x, int n, int cols, int exact, const __nv_bfloat16 **hi,
@@ -1418,12 +1423,12 @@ static void matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const
         }
         /* small batches on GGML weights: the weights after i that take the same form of the input share one
          * conversion of it (cu_ggml_mmq_in) */
-        if (n > gemv_max(c, w[i]) && n <= CU_MMQ_MAX && mmq_takes(c, w[i])) {
+        if (takes_mmq(c, w[i], n)) {
             cu_w wi = cu_w_of(w[i]);
             cu_mmq_in in;
             if (cu_ggml_mmq_in(c, &wi, x, n, gemm_exact(c, w[i]), &in)) return;
             for (int j = i; j < nw && j < SL_MATMUL_MULTI; j++) {
-                if (done[j] || n <= gemv_max(c, w[j]) || !mmq_takes(c, w[j])) continue;
+                if (done[j] || !takes_mmq(c, w[j], n)) continue;
                 cu_w wj = cu_w_of(w[j]);
                 if (!cu_ggml_mmq_same(c, &wj, gemm_exact(c, w[j]), in)) continue;
                 cu_ggml_mmq_run(c, &wj, in, y[j]);
