@@ -168,6 +168,11 @@ typedef struct sl_backend_ops {
     void (*moe_pairs)(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
                       int k);
     void (*moe_combine)(sl_backend *b, const float *weights, int n, int k, int hidden, float *out);
+    /* For an expert store's steps that run without the host (no routing read back per layer): copies the
+     * nk routed ids to rec, then sets to -1 each id whose expert t lacks (as the backend's copy of t,
+     * place_experts', holds it; an id outside [0, t->n_experts) too) and adds the number of those to *miss.
+     * ids, rec and miss are backend memory. moe_pairs then skips those pairs. */
+    void (*moe_guard)(sl_backend *b, const sl_expert_table *t, int32_t *ids, int nk, int32_t *rec, int32_t *miss);
     /* Pair outputs computed elsewhere (an expert store's CPU experts): P[idx[r]] = rows[r] for r < cnt in the
      * pair buffer of n*k pairs that moe_combine reads next. rows and idx are host memory, from host_alloc on
      * backends that have it, left unchanged until sync returns. Issued after the layer's moe_pairs calls, so

@@ -1,6 +1,6 @@
 /* The flags of every command that loads a model which say where its experts live, how they are read
- * and where they are computed (--vram, --ram, --io, --cpu-experts, --no-prefetch), and how its sessions keep keys and
- * values (--kv-type). */
+ * and where they are computed (--vram, --ram, --io, --cpu-experts, --no-prefetch, --device-steps), and how its sessions
+ * keep keys and values (--kv-type). */
 #ifndef SLUICE_CLI_STREAM_FLAGS_H
 #define SLUICE_CLI_STREAM_FLAGS_H
 
@@ -25,7 +25,10 @@ int cli_stream_flag(const char *cmd, const char *flag, const char *val, sl_model
     "                         (GPUDirect Storage through libcufile); default: gds where the nvidia-fs\n"               \
     "                         driver is loaded and no --ram cache is asked for, else buffered while\n"                 \
     "                         free RAM can cache the experts, direct beyond that\n"                                    \
-    "  --no-prefetch          no reading ahead of the next layer's predicted experts\n"
+    "  --no-prefetch          no reading ahead of the next layer's predicted experts\n"                                \
+    "  --device-steps MODE    decode steps that run on the GPU against its expert slots, without the\n"                \
+    "                         host reading each layer's routing, redone host-driven when an expert\n"                  \
+    "                         is missing: auto (where recent steps found all in slots), on or off\n"
 
 #define CLI_KV_HELP                                                                                                    \
     "  --kv-type T            element type of the attention KV cache: f32, f16 or bf16 (default: f16 on\n"             \

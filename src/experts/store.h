@@ -7,7 +7,14 @@
  * Per MoE layer: route, read every missing expert the tokens need at once, compute the experts already
  * in slots while the reads arrive, then the rest, then combine in routing order, so the logits are those
  * of the resident model to the bit. On one-token steps the next layer's router, applied to this layer's
- * input, predicts which experts to read ahead. */
+ * input, predicts which experts to read ahead.
+ *
+ * Device steps: a decode step whose experts are likely all in slots (recent steps found them there) runs
+ * without the host in the loop. Each MoE layer routes, checks the routed experts against the backend's copy
+ * of the slot tables (moe_guard: a missing one is counted, not computed) and computes them, so the step
+ * issues the same kernels as a resident model's and can be recorded; the host reads the count and every
+ * layer's routing once, after the step. A step that missed is redone from the state saved before it, as a
+ * host-driven step that reads what it lacks. Either way the logits are the resident model's. */
 #ifndef SLUICE_EXPERTS_STORE_H
 #define SLUICE_EXPERTS_STORE_H
 
@@ -34,6 +41,10 @@ typedef enum { SL_CPU_EXPERTS_AUTO = 0, SL_CPU_EXPERTS_ON, SL_CPU_EXPERTS_OFF } 
  * the CPU backend runs in one pass, as its costs were measured */
 #define SL_CPU_AUTO_PAIRS SL_CPU_MOE_ONE_PASS_PAIRS
 
+/* Decode steps run on the device against the slot tables: where recent steps found every expert in a
+ * slot (auto), on every step that can (on), or never (off). */
+typedef enum { SL_DEVICE_STEPS_AUTO = 0, SL_DEVICE_STEPS_ON, SL_DEVICE_STEPS_OFF } sl_device_steps;
+
 typedef struct sl_store_config {
     int64_t slot_bytes_budget; /* backend memory for expert slots */
     int64_t ram_bytes;         /* pinned host cache (backends of their own memory only); 0: none */
@@ -46,6 +57,7 @@ typedef struct sl_store_config {
     /* fill the slots from host images even on a backend that computes on host memory, as a backend of its
      * own memory does, so the host cache and the CPU experts run on the CPU backend too (tests) */
     int staged;
+    sl_device_steps device_steps;
 } sl_store_config;
 
 typedef struct sl_store_stats {
@@ -76,6 +88,9 @@ typedef struct sl_store_stats {
     uint64_t cpu_experts;    /* of the host cache hits, experts computed on the CPU */
     uint64_t cpu_pairs;      /* routed pairs those computed */
     double cpu_s;            /* host time in CPU experts (the backend computes the rest meanwhile) */
+    uint64_t steps_device;   /* decode steps run on the device that found every expert in a slot */
+    uint64_t steps_redone;   /* decode steps run on the device that missed one and ran again */
+    double step_check_s;     /* time reading back device steps' miss counts and routing */
     /* the planner's measurements: one expert copied into a slot, and one computed on the CPU for one
      * token and for each token more (0 when CPU experts are off) */
     double copy_s, cpu_t1_s, cpu_tm_s;
@@ -109,6 +124,17 @@ typedef struct sl_store_moe_args {
 /* The routed experts of layer l (with the shared expert joined when sh_down is set). After a failure
  * (an I/O error) out is zeroed, and every later call does nothing until sl_store_check reports it. */
 void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a);
+/* Device steps (see above), for a decode step of n tokens: sl_store_step_wants says whether the step may
+ * run on the device; sl_store_step_begin(st, dev, n) starts a decode step, on the device when dev is set
+ * (the caller then saves the state the step overwrites, and may record the step), else as usual;
+ * sl_store_step_end, after the step's ops are issued, returns 1 when a device step missed an expert (its
+ * outputs are wrong: the caller restores the state and runs the step again, begun with dev 0), 0 when it
+ * stands, -1 on a backend failure (said in e). */
+int sl_store_step_wants(const sl_expert_store *st, int n);
+int sl_store_step_begin(sl_expert_store *st, int dev, int n, sl_err *e);
+int sl_store_step_end(sl_expert_store *st, sl_err *e);
+/* Ends a decode step that failed before sl_store_step_end. */
+void sl_store_step_abort(sl_expert_store *st);
 /* -1 with the first failure since the last call, which it clears. */
 int sl_store_check(sl_expert_store *st, sl_err *e);
 

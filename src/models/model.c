@@ -181,6 +181,7 @@ static int place_model(sl_model *m, const sl_model_opts *o, sl_err *e) {
                           .prefetch = !(o && o->no_prefetch),
                           .n_slots = forced,
                           .cpu_experts = o ? (sl_cpu_experts)o->cpu_experts : SL_CPU_EXPERTS_AUTO,
+                          .device_steps = o ? (sl_device_steps)o->device_steps : SL_DEVICE_STEPS_AUTO,
                           .cpu_threads = o ? o->threads : 0};
     char b1[32], b2[32], b3[32];
     if (!own && forced && o->staged_ram > 0) {

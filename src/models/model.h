@@ -72,6 +72,7 @@ typedef struct sl_model_opts {
     sl_kv_type kv_type;
     int expert_slots; /* > 0: stream with exactly this many expert slots (tests, reproducing small cards) */
     int cpu_experts;  /* sl_cpu_experts (experts/store.h): experts of the host cache computed on the CPU */
+    int device_steps; /* sl_device_steps (experts/store.h): decode steps run against the slot tables on the device */
     /* > 0 with expert_slots on the CPU backend: its slots are filled from a host cache of this many bytes,
      * as on a backend of its own memory, so the host cache and CPU experts run there (tests) */
     int64_t staged_ram;

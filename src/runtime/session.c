@@ -169,6 +169,7 @@ void sl_session_free(sl_session *s) {
         free(s->recs[i].seqs);
     }
     for (int i = 0; i < s->n_bufs; i++) s->m->be->ops->free(s->m->be, s->bufs[i]);
+    if (s->redo) s->m->be->ops->free(s->m->be, s->redo);
     free(s->bufs);
     if (s->seqs) {
         for (int q = 0; q < s->n_seqs; q++) {
@@ -497,6 +498,58 @@ done:
     return rc;
 }
 
+/* ---- device steps of an expert store: the state a step overwrites, saved before it ---- */
+
+/* A device step's saved state at most (beyond, the step runs host-driven) */
+#define REDO_MAX_BYTES ((size_t)1 << 30)
+
+static size_t fixed_floats(const sl_session *s) {
+    size_t f = 0;
+    for (int l = 0; l < s->m->cfg.n_layers; l++)
+        for (int i = 0; i < s->state[l].lay.n_fixed; i++) f += s->state[l].lay.fixed[i];
+    return f;
+}
+
+static void drop_recordings(sl_session *s) {
+    for (int i = 0; i < SL_STEP_RECS; i++) {
+        if (s->recs[i].rec) s->m->be->ops->step_free(s->m->be, s->recs[i].rec);
+        s->recs[i].rec = NULL;
+        s->recs[i].n = 0;
+    }
+}
+
+/* Room to save the fixed state of n sequences (attention caches need none: a step run again rewrites the
+ * same rows). -1 when it would take too much memory. */
+static int redo_reserve(sl_session *s, int n) {
+    if (!s->recurrent || n <= s->redo_seqs) return 0;
+    sl_backend *be = s->m->be;
+    size_t bytes = (size_t)n * fixed_floats(s) * sizeof(float);
+    if (bytes > REDO_MAX_BYTES || (be->ops->mem_free && be->ops->mem_free(be) < bytes + ((size_t)256 << 20))) return -1;
+    float *r = be->ops->alloc(be, bytes);
+    if (!r) return -1;
+    if (s->redo) {
+        drop_recordings(s); /* they save into the old buffer */
+        be->ops->free(be, s->redo);
+    }
+    s->redo = r;
+    s->redo_seqs = n;
+    return 0;
+}
+
+/* Saves (back 0) or restores (back 1) the fixed state of the batch's sequences. */
+static void redo_copy(sl_session *s, int back) {
+    sl_backend *be = s->m->be;
+    float *r = s->redo;
+    for (int j = 0; j < s->n_runs; j++)
+        for (int l = 0; l < s->m->cfg.n_layers; l++)
+            for (int i = 0; i < s->state[l].lay.n_fixed; i++) {
+                size_t f = s->state[l].lay.fixed[i];
+                float *st = sl_session_fixed(s, l, i, s->runs[j].seq);
+                copy_state(be, back ? st : r, back ? r : st, f);
+                r += f;
+            }
+}
+
 /* The recording for a decode batch of these sequences: the same slots in the same order (hybrid models
  * bake each sequence's recurrent state into the recording), or just the same count (attention-only
  * models read everything per token from the batch map). Returns the entry to use, or with *fresh set a
@@ -534,55 +587,70 @@ static int run(sl_session *s, const sl_batch *b, const int *want, int n_want, fl
     sl_model *m = s->m;
     sl_backend *be = m->be;
     const sl_config *c = &m->cfg;
+    sl_expert_store *st = m->store;
     size_t V = (size_t)c->vocab_size, H = (size_t)c->hidden;
     if (prepare(s, b, e)) return -1; /* nothing ran */
-    int decode = s->n_runs == b->n;
-    /* decode batches are recorded once and replayed where the backend can; streamed experts change
-     * between steps, and the host acts on each layer's routing: no recording then */
-    sl_step_rec *sr = NULL;
-    int step = -1;
-    if (decode && !hidden && n_want == b->n && b->n <= SL_STEP_MAX && n_want <= s->logit_cap && be->ops->step_begin &&
-        !m->store) {
-        int fresh = 0;
-        if ((sr = step_slot(s, b, &fresh)) && !fresh) step = be->ops->step_begin(be, &sr->rec, b->n, b->ids);
-    }
-    if (step != 1) {
-        be->ops->embed(be, &m->embed, b->ids, b->n, s->s.x);
-        if (m->family->layers(m, s, s->s.x, b->n, e)) {
-            if (step == 0) be->ops->step_end(be, &sr->rec); /* closes the recording */
-            goto fail;
+    int decode = s->n_runs == b->n && !hidden;
+    /* streamed experts: a decode step runs on the device where its experts are likely all in slots, else
+     * the host acts on each layer's routing */
+    int dev = st && decode && sl_store_step_wants(st, b->n) && !redo_reserve(s, b->n);
+    if (st && decode && sl_store_step_begin(st, dev, b->n, e)) goto fail;
+    int step;
+    for (;;) {
+        /* decode batches are recorded once and replayed where the backend can (not host-driven steps) */
+        sl_step_rec *sr = NULL;
+        step = -1;
+        if (decode && n_want == b->n && b->n <= SL_STEP_MAX && n_want <= s->logit_cap && be->ops->step_begin &&
+            (!st || dev)) {
+            int fresh = 0;
+            if ((sr = step_slot(s, b, &fresh)) && !fresh) step = be->ops->step_begin(be, &sr->rec, b->n, b->ids);
         }
-        if (m->store && sl_store_check(m->store, e)) {
-            be->ops->check(be, &(sl_err){0});
-            goto fail;
-        }
-        for (int i = 0; i < n_want && i < s->logit_cap; i++) s->row_pos[i] = s->h_pos[want[i]];
-        /* final norm of the wanted rows, packed, then the output head */
-        for (int i = 0; i < n_want;) {
-            int j = i + 1;
-            while (j < n_want && want[j] == want[j - 1] + 1) j++;
-            be->ops->rmsnorm(be, s->s.x + (size_t)want[i] * H, m->final_norm, j - i, (int)H, (float)c->rms_eps,
-                             s->s.xn + (size_t)i * H);
-            i = j;
-        }
-        if (hidden) {
-            be->ops->download(be, hidden, s->s.xn, (size_t)n_want * H * 4);
-        } else if (!host || step == 0) {
-            for (int r = 0; r < n_want; r += LOGIT_ROWS) {
-                int rows = n_want - r < LOGIT_ROWS ? n_want - r : LOGIT_ROWS;
-                be->ops->matmul(be, &m->lm_head, s->s.xn + (size_t)r * H, rows, s->s.logits + (size_t)r * V);
+        if (step != 1) {
+            if (dev && s->recurrent) redo_copy(s, 0);
+            be->ops->embed(be, &m->embed, b->ids, b->n, s->s.x);
+            if (m->family->layers(m, s, s->s.x, b->n, e)) {
+                if (step == 0) be->ops->step_end(be, &sr->rec); /* closes the recording */
+                goto fail;
             }
-        } else {
-            for (int r = 0; r < n_want; r += LOGIT_ROWS) {
-                int rows = n_want - r < LOGIT_ROWS ? n_want - r : LOGIT_ROWS;
-                be->ops->matmul(be, &m->lm_head, s->s.xn + (size_t)r * H, rows, s->s.logits);
-                be->ops->download(be, host + (size_t)r * V, s->s.logits, (size_t)rows * V * 4);
+            if (st && sl_store_check(st, e)) {
+                be->ops->check(be, &(sl_err){0});
+                goto fail;
+            }
+            for (int i = 0; i < n_want && i < s->logit_cap; i++) s->row_pos[i] = s->h_pos[want[i]];
+            /* final norm of the wanted rows, packed, then the output head */
+            for (int i = 0; i < n_want;) {
+                int j = i + 1;
+                while (j < n_want && want[j] == want[j - 1] + 1) j++;
+                be->ops->rmsnorm(be, s->s.x + (size_t)want[i] * H, m->final_norm, j - i, (int)H, (float)c->rms_eps,
+                                 s->s.xn + (size_t)i * H);
+                i = j;
+            }
+            if (hidden) {
+                be->ops->download(be, hidden, s->s.xn, (size_t)n_want * H * 4);
+            } else if (!host || step == 0) {
+                for (int r = 0; r < n_want; r += LOGIT_ROWS) {
+                    int rows = n_want - r < LOGIT_ROWS ? n_want - r : LOGIT_ROWS;
+                    be->ops->matmul(be, &m->lm_head, s->s.xn + (size_t)r * H, rows, s->s.logits + (size_t)r * V);
+                }
+            } else {
+                for (int r = 0; r < n_want; r += LOGIT_ROWS) {
+                    int rows = n_want - r < LOGIT_ROWS ? n_want - r : LOGIT_ROWS;
+                    be->ops->matmul(be, &m->lm_head, s->s.xn + (size_t)r * H, rows, s->s.logits);
+                    be->ops->download(be, host + (size_t)r * V, s->s.logits, (size_t)rows * V * 4);
+                }
             }
         }
+        if (step == 0) be->ops->step_end(be, &sr->rec);
+        if (step >= 0) /* a replayed step issued no ops of its own: the rows are the batch's, in order */
+            for (int i = 0; i < n_want && i < s->logit_cap; i++) s->row_pos[i] = s->h_pos[want[i]];
+        int again = st && decode ? sl_store_step_end(st, e) : 0;
+        if (again < 0) goto fail;
+        if (!again) break;
+        /* the device step missed an expert: from the saved state again, host-driven, reading what it lacks */
+        if (s->recurrent) redo_copy(s, 1);
+        dev = 0;
+        if (sl_store_step_begin(st, 0, b->n, e)) goto fail;
     }
-    if (step == 0) be->ops->step_end(be, &sr->rec);
-    if (step >= 0) /* a replayed step issued no ops of its own: the rows are the batch's, in order */
-        for (int i = 0; i < n_want && i < s->logit_cap; i++) s->row_pos[i] = s->h_pos[want[i]];
     if (step >= 0 && host) be->ops->download(be, host, s->s.logits, (size_t)n_want * V * 4);
     if (be->ops->check(be, e)) goto fail;
     /* rows now on the host are checked: corrupt weights would otherwise go on silently as garbage text */
@@ -595,6 +663,7 @@ static int run(sl_session *s, const sl_batch *b, const int *want, int n_want, fl
     }
     return 0;
 fail:
+    if (st && decode) sl_store_step_abort(st);
     /* the caches and recurrent state of these sequences took part of this batch: they start over */
     for (int r = 0; r < s->n_runs; r++) sl_session_seq_reset(s, s->runs[r].seq);
     return -1;

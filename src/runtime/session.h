@@ -122,6 +122,10 @@ struct sl_session {
     sl_run *runs;
     int n_runs;
     sl_step_rec recs[SL_STEP_RECS];
+    /* an expert store's device steps (experts/store.h): the fixed state of the step's sequences saved
+     * before it, [redo_seqs][every layer's fixed buffers], backend memory */
+    float *redo;
+    int redo_seqs;
     void **bufs; /* everything allocated from the backend, for freeing */
     int n_bufs, cap_bufs;
     int logit_row; /* sequence 0's calls: the row of s.logits holding the last fed token's logits, -1: none */

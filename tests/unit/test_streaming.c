@@ -7,7 +7,9 @@
  * expert to the same logits, and ignored once the checkpoint changes. With a host cache and experts
  * computed on the CPU from it (--cpu-experts on and auto), the logits stay within the backend's tolerance
  * of the resident model's (on the CPU backend, whose slots then fill from the host cache as a GPU's do:
- * bit for bit); with them off, bit for bit everywhere. Runs on the backend SLUICE_BACKEND names. */
+ * bit for bit); with them off, bit for bit everywhere. Decode steps run on the device against the slot
+ * tables (--device-steps on) give the same logits whether they stand or miss and run again from the saved
+ * state (hybrid models' recurrent state included). Runs on the backend SLUICE_BACKEND names. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <jansson.h>
@@ -180,6 +182,79 @@ static void expect_close(const run *got, const run *ref, size_t V, int cpu, cons
             cr_assert_eq(tu_argmax(g, (int)V), tu_argmax(f, (int)V), "%s: row %zu argmax", what, r);
         }
     }
+}
+
+/* Device steps (--device-steps on): with slots for a part of the experts (1 / part), decode steps miss
+ * and run again from the state saved before them; with a slot for every expert, a second pass over the same tokens
+ * finds them all in slots and its steps stand. Issued kernel by kernel both give the resident logits bit for bit;
+ * recorded and replayed (CUDA graphs), within the tolerance of expect_close. */
+static void check_device_steps(const char *rel, int part) {
+    char *path = tu_fixture(rel);
+    sl_err e = {{0}};
+    int32_t p[] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3}, d[] = {2, 3, 8, 4, 6, 2, 6, 4};
+    int n = 16, nd = 8;
+    sl_model *m;
+    sl_model_opts o = {0};
+    setenv("SLUICE_CUDA_GRAPHS", "0", 1);
+    cr_assert_eq(sl_model_load(path, &o, &m, &e), 0, "%s", e.msg);
+    run ref;
+    cr_assert_eq(forward_all(m, p, n, d, nd, &ref, &e), 0, "%s", e.msg);
+    int all = moe_layers(m) * m->cfg.n_experts, few = all / part > tiny_slots(m) ? all / part : tiny_slots(m),
+        cpu = m->be->ops->place_weight == NULL;
+    size_t V = (size_t)m->cfg.vocab_size;
+    sl_model_free(m);
+    for (int pass = 0; pass < 3; pass++) {
+        if (pass == 2) unsetenv("SLUICE_CUDA_GRAPHS");
+        o = (sl_model_opts){
+            .expert_slots = pass ? all : few, .cpu_experts = SL_CPU_EXPERTS_OFF, .device_steps = SL_DEVICE_STEPS_ON};
+        cr_assert_eq(sl_model_load(path, &o, &m, &e), 0, "%s: %s", rel, e.msg);
+        cr_assert_not_null(m->store);
+        run got;
+        if (pass) { /* the first run reads every expert these tokens use */
+            cr_assert_eq(forward_all(m, p, n, d, nd, &got, &e), 0, "%s: %s", rel, e.msg);
+            free(got.logits);
+        }
+        sl_store_stats a, b;
+        sl_store_stats_get(m->store, &a);
+        cr_assert_eq(forward_all(m, p, n, d, nd, &got, &e), 0, "%s (pass %d): %s", rel, pass, e.msg);
+        sl_store_stats_get(m->store, &b);
+        sl_store_stats s = sl_store_stats_since(&a, &b);
+        char what[200];
+        snprintf(what, sizeof what, "%s, device steps, %d slots%s", rel, pass ? all : few,
+                 pass == 2 ? ", recorded" : "");
+        if (pass)
+            cr_assert(s.steps_device == (uint64_t)nd && !s.steps_redone && !s.misses,
+                      "%s: %llu of %d decode steps stood on the device, %llu redone, %llu experts read", what,
+                      (unsigned long long)s.steps_device, nd, (unsigned long long)s.steps_redone,
+                      (unsigned long long)s.misses);
+        else
+            cr_assert_gt(s.steps_redone, 0, "%s: no decode step missed an expert (%llu stood)", what,
+                         (unsigned long long)s.steps_device);
+        expect_close(&got, &ref, V, cpu || pass < 2, what);
+        free(got.logits);
+        sl_model_free(m);
+    }
+    free(ref.logits);
+    free(path);
+}
+
+Test(device_steps, qwen3_5_moe) {
+    check_device_steps("models/qwen3_5_moe", 4);
+}
+Test(device_steps, qwen3_moe_mlx_mixed) {
+    check_device_steps("models/qwen3_moe_mlx_mixed", 4);
+}
+Test(device_steps, deepseek_v3) {
+    check_device_steps("families/deepseek_v3", 4);
+}
+Test(device_steps, gpt_oss) {
+    check_device_steps("families/gpt_oss", 2);
+}
+Test(device_steps, qwen3_next) {
+    check_device_steps("families/qwen3_next", 4);
+}
+Test(device_steps, gguf_qwen3_5_moe) {
+    check_device_steps("gguf/qwen3_5_moe-Q4_K_M/model.gguf", 4);
 }
 
 /* The fixture with a few slots filled from a host cache that holds every expert (ram), or from staging

@@ -299,6 +299,7 @@ static const sl_backend_ops cpu_ops = {
     .moe = cpu_moe,
     .moe_pairs = cpu_moe_pairs,
     .moe_combine = cpu_moe_combine,
+    .moe_guard = cpu_moe_guard,
     .moe_pairs_put = cpu_moe_pairs_put,
     .moe_pairs_get = cpu_moe_pairs_get,
     .host_alloc = cpu_host_alloc,

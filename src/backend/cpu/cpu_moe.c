@@ -315,6 +315,17 @@ void cpu_moe_pairs_get(sl_backend *b, float *rows, const int32_t *idx, int cnt, 
     }
 }
 
+void cpu_moe_guard(sl_backend *b, const sl_expert_table *t, int32_t *ids, int nk, int32_t *rec, int32_t *miss) {
+    (void)b;
+    for (int i = 0; i < nk; i++) {
+        int x = rec[i] = ids[i];
+        if (x < 0 || x >= t->n_experts || !t->experts[x]) {
+            ids[i] = -1;
+            ++*miss;
+        }
+    }
+}
+
 void cpu_moe_combine(sl_backend *b, const float *weights, int n, int k, int hidden, float *out) {
     cpu_impl *c = cpu_of(b);
     if (c->pairs_len < (size_t)n * (size_t)k * (size_t)hidden) {

@@ -37,6 +37,7 @@ int cu_grow(cu_impl *c, void **p, size_t *len, size_t bytes, const char *what) {
     cudaStreamSynchronize(c->st); /* the old buffer may still be in use */
     cudaFree(*p);
     *len = 0;
+    c->regrown++;
     if (cudaMalloc(p, bytes) != cudaSuccess) {
         *p = NULL;
         cudaGetLastError();
@@ -361,7 +362,14 @@ static size_t cu_mem_free(sl_backend *b) {
 struct cu_rec {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
+    unsigned long long regrown; /* c->regrown when recorded */
 };
+
+static void rec_free(cu_rec *r) {
+    cudaGraphExecDestroy(r->exec);
+    cudaGraphDestroy(r->graph);
+    free(r);
+}
 
 static int cu_step_begin(sl_backend *b, void **rec, int n, const int32_t *ids) {
     cu_impl *c = cu_of(b);
@@ -372,6 +380,10 @@ static int cu_step_begin(sl_backend *b, void **rec, int n, const int32_t *ids) {
         return -1;
     }
     memcpy(c->h_step->tok, ids, (size_t)n * sizeof *ids);
+    if (*rec && ((cu_rec *)*rec)->regrown != c->regrown) { /* its scratch moved since: record it again */
+        rec_free((cu_rec *)*rec);
+        *rec = NULL;
+    }
     if (*rec) {
         cudaGraphLaunch(((cu_rec *)*rec)->exec, c->st);
         cu_check_launch(c, "replaying a decode step");
@@ -396,6 +408,7 @@ static void cu_step_end(sl_backend *b, void **rec) {
     cu_rec *r = NULL;
     if (err == cudaSuccess && !c->failed && (r = (cu_rec *)calloc(1, sizeof *r))) {
         r->graph = g;
+        r->regrown = c->regrown;
         err = cudaGraphInstantiateWithFlags(&r->exec, g, 0);
         if (err == cudaSuccess) err = cudaGraphLaunch(r->exec, c->st);
         if (err == cudaSuccess) {
@@ -415,9 +428,7 @@ static void cu_step_end(sl_backend *b, void **rec) {
 static void cu_step_free(sl_backend *b, void *rec) {
     cu_rec *r = (cu_rec *)rec;
     cudaStreamSynchronize(cu_of(b)->st);
-    cudaGraphExecDestroy(r->exec);
-    cudaGraphDestroy(r->graph);
-    free(r);
+    rec_free(r);
 }
 
 static const sl_backend_ops cuda_ops = {
@@ -444,6 +455,7 @@ static const sl_backend_ops cuda_ops = {
     .moe = cu_moe,
     .moe_pairs = cu_moe_pairs,
     .moe_combine = cu_moe_combine,
+    .moe_guard = cu_moe_guard,
     .moe_pairs_put = cu_moe_pairs_put,
     .moe_pairs_get = NULL, /* the pair buffer is GPU memory */
     .conv1d_silu = cu_conv1d_silu,

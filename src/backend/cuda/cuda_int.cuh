@@ -235,6 +235,7 @@ struct cu_impl {
     cu_step *d_step, *h_step;
     unsigned long long *d_amax, *h_amax; /* argmax: the packed (key, index) on the device and its pinned copy */
     int capturing, steps_off;
+    unsigned long long regrown; /* scratch buffers moved (cu_grow): recordings made before read freed memory */
     double bandwidth, flops; /* measured bounds, 0 until measured */
     int pdl;                 /* programmatic dependent launch (sm_90+, SLUICE_CUDA_PDL=0 turns it off) */
     int rpw_balance;    /* rows per warp from the rounds a launch takes (SLUICE_CUDA_RPW_BALANCE=0: the old rule) */
@@ -548,6 +549,7 @@ void cu_moe(sl_backend *b, const sl_expert_table *t, const float *x, int n, int 
 void cu_moe_pairs(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
                   int k);
 void cu_moe_combine(sl_backend *b, const float *weights, int n, int k, int hidden, float *out);
+void cu_moe_guard(sl_backend *b, const sl_expert_table *t, int32_t *ids, int nk, int32_t *rec, int32_t *miss);
 void cu_moe_pairs_put(sl_backend *b, const float *rows, const int32_t *idx, int cnt, int n, int k, int hidden);
 void cu_moe_combine_shared(sl_backend *b, const sl_expert_table *t, const float *weights, int n, int k, int hidden,
                            const sl_weight *sh_down, const float *g, const float *u, const float *gate, float *out);

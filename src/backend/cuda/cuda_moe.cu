@@ -429,6 +429,30 @@ void cu_moe_pairs_put(sl_backend *b, const float *rows, const int32_t *idx, int 
     cu_check_launch(c, "moe_pairs_put");
 }
 
+/* one thread per routed pair: an expert with no weights in the table (not in a slot) is a miss */
+__global__ void moe_guard_k(const cu_expert *table, int n_experts, int32_t *ids, int nk, int32_t *rec, int32_t *miss) {
+    cu_pdl_enter();
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= nk) return;
+    int x = ids[i];
+    rec[i] = x;
+    if (x < 0 || x >= n_experts || !(table[x].w[0].data || table[x].w[1].data || table[x].w[2].data)) {
+        ids[i] = -1;
+        atomicAdd(miss, 1);
+    }
+}
+
+void cu_moe_guard(sl_backend *b, const sl_expert_table *t, int32_t *ids, int nk, int32_t *rec, int32_t *miss) {
+    cu_impl *c = cu_of(b);
+    const cu_table *tab = find_table(c, t);
+    if (!tab) {
+        cu_fail(c, "moe_guard: this layer's experts were not placed on the GPU");
+        return;
+    }
+    if (nk > 0) cu_launch(c, moe_guard_k, CU_BLOCKS(nk, 256), 256, 0, (const cu_expert *)tab->d, tab->n, ids, nk, rec, miss);
+    cu_check_launch(c, "moe_guard");
+}
+
 void cu_moe_combine(sl_backend *b, const float *weights, int n, int k, int hidden, float *out) {
     cu_impl *c = cu_of(b);
     const float *d = pairs_of(c, n, k);
