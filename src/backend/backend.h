@@ -31,6 +31,9 @@ typedef struct sl_expert_table {
     int n_experts;
     const sl_expert **experts;
     float swiglu_alpha, swiglu_limit;
+    /* With track set, the owner (an expert store) notes the entries it changed since the last place_experts
+     * in [lo, hi) and clears the range after it, so the backend looks at those alone. */
+    int track, lo, hi;
 } sl_expert_table;
 
 /* The expert activation of gate value g and up value u under table t. */

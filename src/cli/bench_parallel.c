@@ -100,10 +100,11 @@ done:
     return rc;
 }
 
-int sl_bench_parallel(sl_model *m, const int *ns, int count, int prompt, int gen, int runs, sl_bench_par *out,
-                      sl_err *e) {
+int sl_bench_parallel(sl_model *m, const int *ns, int count, int prompt, int gen, int runs, int warmup,
+                      sl_bench_par *out, sl_err *e) {
     for (int k = 0; k < count; k++) {
-        sl_bench_par best = {0};
+        sl_bench_par best = {0}, w;
+        if (warmup && run_at(m, ns[k], prompt, gen < 2 ? gen : 2, &w, e)) return -1;
         for (int r = 0; r < runs; r++) {
             sl_bench_par x = {0};
             if (run_at(m, ns[k], prompt, gen, &x, e)) return -1;

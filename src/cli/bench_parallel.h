@@ -12,9 +12,10 @@ typedef struct sl_bench_par {
 } sl_bench_par;
 
 /* For each of the count sequence counts ns[k]: the best of runs runs (prompt tokens per sequence, then gen
- * decode steps) into out[k]. */
-int sl_bench_parallel(sl_model *m, const int *ns, int count, int prompt, int gen, int runs, sl_bench_par *out,
-                      sl_err *e);
+ * decode steps) into out[k]. With warmup, an untimed run of each count (its prompt, two decode steps) comes
+ * first, so that one-time costs (kernels loaded on first use, scratch sized, steps recorded) stay out. */
+int sl_bench_parallel(sl_model *m, const int *ns, int count, int prompt, int gen, int runs, int warmup,
+                      sl_bench_par *out, sl_err *e);
 /* A table of the results. */
 void sl_bench_parallel_print(const sl_model *m, const sl_bench_par *r, int count, int prompt, int gen);
 

@@ -75,7 +75,8 @@ static void usage(FILE *f) {
                "  --dir DIR     synthetic: where the checkpoint is written\n"
                "  --parallel N[,N...]  many sequences at once instead: for each N, N prompts of -p tokens, then\n"
                "                -n steps of one token of every sequence; aggregate and per-sequence rates (and\n"
-               "                with streamed experts the bytes read per generated token)\n");
+               "                with streamed experts the bytes read per generated token), each count after an\n"
+               "                untimed warm-up run of its own\n");
 }
 
 /* Bytes and parameters one decoded token touches (see usage()). */
@@ -374,6 +375,9 @@ static int print_json(const sl_model *m, const bench_result *r) {
             json_object_set_new(y, "cpu_experts", json_integer((json_int_t)p->cpu_experts));
             json_object_set_new(y, "cpu_pairs", json_integer((json_int_t)p->cpu_pairs));
             json_object_set_new(y, "cpu_s", json_real(p->cpu_s));
+            json_object_set_new(y, "steps_device", json_integer((json_int_t)p->steps_device));
+            json_object_set_new(y, "steps_redone", json_integer((json_int_t)p->steps_redone));
+            json_object_set_new(y, "step_check_s", json_real(p->step_check_s));
             json_object_set_new(x, names[i], y);
         }
         json_object_set_new(o, "streaming", x);
@@ -629,7 +633,7 @@ int cmd_bench(int argc, char **argv) {
             sl_fail(&e, "-d is not taken with --parallel");
             goto done;
         }
-        if (sl_bench_parallel(m, par, n_par, r.prompt, r.gen, r.runs, res, &e)) goto done;
+        if (sl_bench_parallel(m, par, n_par, r.prompt, r.gen, r.runs, warmup && !m->store, res, &e)) goto done;
         if (r.synthetic) printf("%s\n", r.synthetic);
         sl_bench_parallel_print(m, res, n_par, r.prompt, r.gen);
         rc = 0;

@@ -179,12 +179,28 @@ static int *wh(sl_expert_store *st, int l, int e) {
     return &st->where[(size_t)l * (size_t)st->n_experts + (size_t)e];
 }
 
+/* Entry x of layer l's table changed: the backend's copy must take it (see sl_expert_table's track). */
+static void changed(sl_expert_store *st, int l, int x) {
+    sl_expert_table *t = &st->m->layers[l].moe->experts;
+    if (x < t->lo) t->lo = x;
+    if (x + 1 > t->hi) t->hi = x + 1;
+    st->stale[l] = 1;
+}
+
+/* Layer l's table placed: nothing is pending. */
+static void placed(sl_expert_store *st, int l) {
+    sl_expert_table *t = &st->m->layers[l].moe->experts;
+    t->lo = t->n_experts;
+    t->hi = 0;
+    st->stale[l] = 0;
+}
+
 static void evict_slot(sl_expert_store *st, slot *s) {
     if (s->state == EMPTY) return;
     if (s->state == READY) st->ready_slots[s->layer]--;
     *wh(st, s->layer, s->expert) = -1;
     st->m->layers[s->layer].moe->experts.experts[s->expert] = NULL;
-    st->stale[s->layer] = 1;
+    changed(st, s->layer, s->expert);
     st->layer_slots[s->layer]--;
     s->state = EMPTY;
     s->layer = s->expert = -1;
@@ -299,7 +315,7 @@ static void loaded_run(sl_expert_store *st, int si) {
     s->state = READY;
     st->ready_slots[s->layer]++;
     st->m->layers[s->layer].moe->experts.experts[s->expert] = &s->ex;
-    st->stale[s->layer] = 1;
+    changed(st, s->layer, s->expert);
 }
 
 /* loaded_run, its time (copies and table entries issued) counted apart */
@@ -720,6 +736,9 @@ int sl_store_create(sl_model *m, const sl_store_config *cfg, sl_expert_store **o
             if (ib > st->img_bytes) st->img_bytes = ib;
             if (db > st->dev_bytes) st->dev_bytes = db;
             L->experts.experts[x] = NULL; /* present only while in a slot */
+            L->experts.track = 1;
+            L->experts.lo = L->experts.n_experts;
+            L->experts.hi = 0;
         }
     }
     /* an expert pack beside the checkpoint: each expert one read */
@@ -1050,7 +1069,7 @@ static int pass_run(sl_expert_store *st, int l, const sl_store_moe_args *a, int 
     /* rebuilding the backend's table compares every expert of the layer: only after slots changed */
     if (be->ops->place_experts && st->stale[l]) {
         if (be->ops->place_experts(be, &L->experts, &e)) return fail(st, "%s", e.msg);
-        st->stale[l] = 0;
+        placed(st, l);
     }
     const int32_t *ids = a->ids; /* every pair in this pass: the routed ids as they are */
     if (included < nk) {
@@ -1443,7 +1462,7 @@ int sl_store_step_begin(sl_expert_store *st, int dev, int n, sl_err *e) {
     for (int l = 0; l < st->n_layers; l++)
         if (st->m->layers[l].moe && be->ops->place_experts && st->stale[l]) {
             if (be->ops->place_experts(be, &st->m->layers[l].moe->experts, e)) return -1;
-            st->stale[l] = 0;
+            placed(st, l);
         }
     be->ops->zero(be, st->rec_dev, sizeof(int32_t));
     st->launches++; /* every slot may be read until the step has run */

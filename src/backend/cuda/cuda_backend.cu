@@ -229,9 +229,22 @@ static cu_expert table_entry(const sl_expert_table *t, int x) {
  * previous one (the latest may still sit behind queued work, such as the copies of experts into slots). */
 static int cu_place_experts(sl_backend *b, const sl_expert_table *t, sl_err *e) {
     cu_impl *c = cu_of(b);
+    cu_table *tab = NULL;
+    for (int i = 0; i < c->n_tables; i++)
+        if (c->tables[i].key == t) tab = &c->tables[i];
+    if (tab && tab->n != t->n_experts)
+        return sl_fail(e, "an expert table changed its size from %d to %d", tab->n, t->n_experts);
+    int fresh = !tab;
+    /* a tracked table: only the entries its owner changed since the last call (comparing all 256 of a layer
+     * twice per layer of a streamed step took a sizeable part of the host's time) */
+    int x0 = 0, x1 = t->n_experts;
+    if (!fresh && t->track) {
+        x0 = t->lo < 0 ? 0 : t->lo;
+        x1 = t->hi > t->n_experts ? t->n_experts : t->hi;
+    }
     const sl_expert *e0 = NULL;
     for (int x = 0; x < t->n_experts && !e0; x++) e0 = t->experts[x];
-    for (int x = 0; x < t->n_experts; x++) {
+    for (int x = x0; x < x1; x++) {
         const sl_expert *ex = t->experts[x];
         if (!ex) continue;
         if (ex->gate.rows != e0->gate.rows || ex->down.rows != e0->down.rows)
@@ -245,12 +258,6 @@ static int cu_place_experts(sl_backend *b, const sl_expert_table *t, sl_err *e) 
                            "needs one type per matrix across a layer's experts",
                            x);
     }
-    cu_table *tab = NULL;
-    for (int i = 0; i < c->n_tables; i++)
-        if (c->tables[i].key == t) tab = &c->tables[i];
-    if (tab && tab->n != t->n_experts)
-        return sl_fail(e, "an expert table changed its size from %d to %d", tab->n, t->n_experts);
-    int fresh = !tab;
     if (!tab) {
         if (c->n_tables == c->cap_tables) {
             int nc = c->cap_tables ? 2 * c->cap_tables : 64;
@@ -278,11 +285,13 @@ static int cu_place_experts(sl_backend *b, const sl_expert_table *t, sl_err *e) 
             return sl_fail(e, "out of pinned host memory for an expert table");
         }
         memset(tab->h[0], 0, bytes);
+        tab->plo = 0;
+        tab->phi = t->n_experts;
         c->n_tables++;
     }
     /* the entries that changed since the latest table */
     int lo = fresh ? 0 : -1, hi = fresh ? t->n_experts : -1;
-    for (int x = 0; x < t->n_experts && !fresh; x++) {
+    for (int x = x0; x < x1 && !fresh; x++) {
         cu_expert v = table_entry(t, x);
         if (memcmp(&v, &tab->h[tab->cur][x], sizeof v)) {
             if (lo < 0) lo = x;
@@ -297,10 +306,12 @@ static int cu_place_experts(sl_backend *b, const sl_expert_table *t, sl_err *e) 
                 cu_check_launch(c, "expert table");
                 return sl_fail(e, "updating an expert table: %s", c->failure.msg);
             }
-            memcpy(tab->h[nx], tab->h[tab->cur], sizeof(cu_expert) * (size_t)t->n_experts);
+            memcpy(tab->h[nx] + tab->plo, tab->h[tab->cur] + tab->plo, sizeof(cu_expert) * (size_t)(tab->phi - tab->plo));
         }
         for (int x = lo; x < hi; x++) tab->h[nx][x] = table_entry(t, x);
         tab->cur = nx;
+        tab->plo = lo;
+        tab->phi = hi;
         cudaMemcpyAsync(tab->d + lo, tab->h[nx] + lo, sizeof(cu_expert) * (size_t)(hi - lo), cudaMemcpyHostToDevice,
                         c->st);
         cudaEventRecord(tab->copied[nx], c->st);

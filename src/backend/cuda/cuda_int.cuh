@@ -162,6 +162,7 @@ struct cu_table {
     cu_expert *h[2];       /* two pinned mirrors, used in turn: h[cur] holds the latest table */
     cudaEvent_t copied[2]; /* after the latest copy from each mirror */
     int n, cur;
+    int plo, phi; /* the entries the latest update changed: all the other mirror lacks */
 };
 
 struct cu_impl {
