@@ -4,8 +4,9 @@
  * others' decode tokens (in changing orders). A's logits must equal those of A run alone (rel-L2 <= 1e-5
  * on the CPU, 3e-2 on CUDA; identical argmax). For the MoE fixtures the same batches with the experts
  * streamed through a tiny cache give the resident batches' logits bit for bit. Also: pages shared
- * between sequences with a common prefix, copy on write, forks of a sequence (hybrid models too), and a
- * full KV pool. Runs on the backend SLUICE_BACKEND names. */
+ * between sequences with a common prefix, copy on write, forks of a sequence (hybrid models too), a
+ * full KV pool, and recorded decode steps after another sequence's longer prompt moved the backend's
+ * scratch. Runs on the backend SLUICE_BACKEND names. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <jansson.h>
@@ -284,6 +285,39 @@ Test(batch, shared_prefix_pages) {
     free(got);
     free(dir);
     sl_session_free(s);
+    sl_model_free(m);
+}
+
+/* Decode steps are recorded (CUDA graphs) with the backend's scratch buffers as they were; a longer prompt
+ * of another sequence in between grows those buffers, and the steps that follow must be recorded again,
+ * not replayed on freed memory: the sequence's logits equal those of the same steps without that prompt. */
+Test(batch, decode_after_longer_prompt) {
+    char *dir = tu_fixture("models/mistral_swa");
+    sl_err e = {{0}};
+    sl_model *m;
+    cr_assert_eq(sl_model_load(dir, NULL, &m, &e), 0, "%s", e.msg);
+    int V = m->cfg.vocab_size;
+    double tol = tu_on_gpu() ? 1e-3 : 1e-6;
+    int32_t p[4] = {3, 17, 9, 41}, d[8], longp[200];
+    for (int i = 0; i < 8; i++) d[i] = (int32_t)((i * 29 + 7) % V);
+    for (int i = 0; i < 200; i++) longp[i] = (int32_t)((i * 31 + 3) % V);
+    float *want = malloc((size_t)V * 4), *got = malloc((size_t)V * 4);
+    for (int pass = 0; pass < 2; pass++) {
+        sl_session *s;
+        sl_session_opts o = {.max_ctx = 256, .n_seqs = 2};
+        cr_assert_eq(sl_session_create_opts(m, &o, &s, &e), 0, "%s", e.msg);
+        feed(s, 0, p, 4, NULL);
+        for (int i = 0; i < 4; i++) feed(s, 0, d + i, 1, NULL); /* recorded from the second step on */
+        if (pass) feed(s, 1, longp, 200, NULL);
+        for (int i = 4; i < 8; i++) feed(s, 0, d + i, 1, pass ? got : want);
+        sl_session_free(s);
+    }
+    double r = tu_rel_l2(got, want, (size_t)V);
+    cr_expect_leq(r, tol, "decode after another sequence's longer prompt: rel-L2 %g", r);
+    cr_expect_eq(tu_argmax(got, V), tu_argmax(want, V));
+    free(want);
+    free(got);
+    free(dir);
     sl_model_free(m);
 }
 
