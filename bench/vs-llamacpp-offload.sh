@@ -81,7 +81,7 @@ for k in range(1, n + 1):
         tok = d["tokens"] or 1
         look = d["lookups"] or 1
         miss = d["bytes_read"] / tok
-        if miss > 0 and x.get("tier_read_gb_s"):
+        if miss >= x.get("slot_bytes", 0) > 0 and x.get("tier_read_gb_s"):  # under an expert a token: no bound
             bound = x["tier_read_gb_s"] * 1e9 / miss
             notes.append(f"I/O bound {bound:,.1f} tok/s ({100 * tg / bound:.0f} % of it)")
         notes.append(f"routing wait {1e3 * d['route_wait_s'] / tok:.2f} ms/token")

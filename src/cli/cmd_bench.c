@@ -277,7 +277,7 @@ static void print_table(const sl_model *m, const bench_result *r) {
                        "decode predicted", pred, r->gen / r->decode_s);
             printf("  %-22s%.2f GB/s measured; %s missed per token", "expert tier read", r->tier_bw / 1e9,
                    sl_human_bytes(miss, b3, sizeof b3));
-            if (miss > 0)
+            if (miss >= (double)d->slot_bytes) /* under an expert a token, reads bound nothing */
                 printf(" -> I/O bound %.1f tok/s, decode at %.1f%% of it", r->tier_bw / miss,
                        100.0 * (r->gen / r->decode_s) / (r->tier_bw / miss));
             printf("\n");

@@ -622,6 +622,19 @@ static double time_cpu_expert(sl_expert_store *st, int n, const int32_t *ids, sl
     return st->cpu->ops->check(st->cpu, e) ? -1 : best;
 }
 
+/* What one expert's copy from a host image into a slot takes (4 copies into the first slot, as a host
+ * cache hit makes them), for the planner and for bench's predictions. */
+static int measure_copy(sl_expert_store *st, sl_err *e) {
+    sl_backend *be = st->be;
+    size_t bytes = st->dev_bytes < st->img_bytes ? st->dev_bytes : st->img_bytes;
+    int reps = 4;
+    double t0 = sl_now();
+    for (int i = 0; i < reps; i++) be->ops->upload_async(be, st->slots[0].base, st->host[0].img, bytes);
+    if (be->ops->sync(be, e)) return sl_wrap(e, "measuring expert copies");
+    st->st.copy_s = (sl_now() - t0) / reps;
+    return 0;
+}
+
 /* CPU experts: their backend and buffers, and the planner's costs measured once: copying one expert into
  * a slot, and computing one on the CPU for one token and for eight. */
 static int cpu_setup(sl_expert_store *st, sl_err *e) {
@@ -648,16 +661,6 @@ static int cpu_setup(sl_expert_store *st, sl_err *e) {
         free(ids);
         return sl_fail(e, "out of memory for the CPU experts");
     }
-    /* copies: a host image into the first slot, as a host cache hit does */
-    size_t bytes = st->dev_bytes < st->img_bytes ? st->dev_bytes : st->img_bytes;
-    int reps = 4;
-    double t0 = sl_now();
-    for (int i = 0; i < reps; i++) be->ops->upload_async(be, st->slots[0].base, st->host[0].img, bytes);
-    if (be->ops->sync(be, e)) {
-        free(ids);
-        return sl_wrap(e, "measuring expert copies");
-    }
-    st->st.copy_s = (sl_now() - t0) / reps;
     /* the CPU: one token, then eight, each routed to expert 0 once */
     for (int i = 0; i < 8 * H; i++) st->hx[i] = 0.01f * (float)(i % 13) - 0.06f;
     for (int i = 0; i < 8 * k; i++) ids[i] = i % k ? -1 : 0;
@@ -850,6 +853,10 @@ int sl_store_create(sl_model *m, const sl_store_config *cfg, sl_expert_store **o
     st->first_moe = st->next_moe = -1;
     for (int l = st->n_layers - 1; l >= 0; l--)
         if (m->layers[l].moe) st->first_moe = l;
+    if (st->own_memory && st->host && st->n_slots > 0 && measure_copy(st, e)) {
+        sl_store_free(st);
+        return -1;
+    }
     /* CPU experts read the host cache, or the page cache through the mapping where reads are buffered */
     if (st->own_memory && st->host && (st->ram_cache || st->cfg.io == SL_IO_BUFFERED) &&
         cfg->cpu_experts != SL_CPU_EXPERTS_OFF && m->be->ops->moe_pairs_put && cpu_setup(st, e)) {

@@ -91,8 +91,8 @@ typedef struct sl_store_stats {
     uint64_t steps_device;   /* decode steps run on the device that found every expert in a slot */
     uint64_t steps_redone;   /* decode steps run on the device that missed one and ran again */
     double step_check_s;     /* time reading back device steps' miss counts and routing */
-    /* the planner's measurements: one expert copied into a slot, and one computed on the CPU for one
-     * token and for each token more (0 when CPU experts are off) */
+    /* measured at creation: one expert copied into a slot from host memory (backends of their own memory),
+     * and one computed on the CPU for one token and for each token more (0 when CPU experts are off) */
     double copy_s, cpu_t1_s, cpu_tm_s;
     int n_slots, n_ram; /* tier sizes in experts */
     double ram_bytes;   /* the host cache's pinned bytes */
