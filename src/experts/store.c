@@ -1392,6 +1392,17 @@ void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a) {
             fail(st, "layer %d: no expert slot is free for the %d experts still needed", l, nt - ti);
             goto failed;
         }
+        /* experts already in (host cache copies queued ahead in the backend's order, reads ahead that
+         * landed) join this pass: one launch of the expert kernels instead of two */
+        for (int i = 0; i < nf;) {
+            slot *s = &st->slots[st->inflight[i]];
+            if (s->state == READY) {
+                st->ready[nr++] = s->expert;
+                st->inflight[i] = st->inflight[--nf];
+            } else {
+                i++;
+            }
+        }
         if (nr) {
             if (pass(st, l, a, nk, st->ready, nr)) goto failed;
             nr = 0;
