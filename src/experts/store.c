@@ -82,6 +82,7 @@ struct sl_expert_store {
     int32_t *pids, *hpids;
     int pred_layer, n_pred;
     int32_t *pred;
+    int idle_preds; /* guesses in a row that started no read (their experts all in slots or host memory) */
     int busy_n;
     double busy_t0;
     int first_moe, next_moe;
@@ -1307,7 +1308,10 @@ void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a) {
     }
     sl_route(be, c, L->router_bias, a->logits, n, E, a->ids, a->weights);
     /* read ahead only for a next layer that missed lately: the guess costs a router matmul and a wait */
-    int nl = next_moe_layer(st, l), predict = st->cfg.prefetch && n == 1 && nl >= 0 && st->miss_rate[nl] > 0.02f;
+    /* guesses that start no read (every expert they name already in a slot, or computed where it is in host
+     * memory) cost a router matmul and a wait each: after 32 in a row, only every 16th visit guesses */
+    int nl = next_moe_layer(st, l), predict = st->cfg.prefetch && n == 1 && nl >= 0 && st->miss_rate[nl] > 0.02f &&
+                                              (st->idle_preds < 32 || st->visit % 16 == 0);
     if (predict) {
         op->matmul(be, &m->layers[nl].moe->router, a->x, 1, st->plogits);
         sl_route(be, c, m->layers[nl].moe->router_bias, st->plogits, 1, m->layers[nl].moe->experts.n_experts, st->pids,
@@ -1429,7 +1433,7 @@ void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a) {
     if (predict) { /* read the next layer's likely experts while this one computes */
         st->pred_layer = nl;
         st->n_pred = 0;
-        int E2 = m->layers[nl].moe->experts.n_experts;
+        int E2 = m->layers[nl].moe->experts.n_experts, started = 0;
         for (int j = 0; j < k; j++) {
             int x = st->hpids[j];
             if (x < 0 || x >= E2) continue;
@@ -1443,7 +1447,9 @@ void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a) {
             int si = victim(st);
             if (si < 0) break;
             if (start_load(st, si, nl, x, 1)) goto failed;
+            started++;
         }
+        st->idle_preds = started ? 0 : st->idle_preds + 1;
     }
     st->st.host_s +=
         sl_now() - t_in - t_route - (st->st.stall_s - stall0) - (st->st.cpu_s - cpu0) - (st->st.sync_s - sync0);
