@@ -799,6 +799,12 @@ void sv_engine_metrics(sv_engine *g, sv_buf *o) {
         METRIC("expert_cpu_total", "counter", "Experts of the host cache computed on the CPU.", "%llu",
                (unsigned long long)x->cpu_experts);
         METRIC("expert_cpu_seconds_total", "counter", "Host time in experts computed on the CPU.", "%.6f", x->cpu_s);
+        METRIC("expert_device_steps_total", "counter",
+               "Decode steps run on the GPU against the slot tables that found every expert in a slot.", "%llu",
+               (unsigned long long)x->steps_device);
+        METRIC("expert_device_steps_redone_total", "counter",
+               "Decode steps run on the GPU that missed an expert and ran again host-driven.", "%llu",
+               (unsigned long long)x->steps_redone);
     }
 #undef METRIC
 }

@@ -2,7 +2,8 @@
 # The streaming flags from the command line: `sluice logits` with the experts of a MoE fixture in a
 # small host cache (--ram) writes the resident logits byte for byte, buffered and O_DIRECT (and with
 # --cpu-experts off); bad values of --vram, --ram, --io and --cpu-experts are refused with one line
-# naming the flag; bench reports the store; `sluice pack` writes an expert pack that streaming then
+# naming the flag; decode steps on the device (--device-steps on) give the same logits; bench reports the
+# store; `sluice pack` writes an expert pack that streaming then
 # reads, to the same logits; bench/vs-llamacpp-offload.sh prints its table.
 set -u
 BIN=${SLUICE_BIN:?SLUICE_BIN not set}
@@ -43,7 +44,18 @@ bad cpuexp_serve "--cpu-experts is auto, on or off, got 'sometimes'" serve "$M" 
 cmp -s "$TMP/ref.f32" "$TMP/cpuoff.f32" || fail "--cpu-experts off: logits differ from the resident model's"
 for c in run serve bench logits ppl; do
     "$BIN" $c --help 2>&1 | grep -q -- "--cpu-experts MODE" || fail "$c --help does not list --cpu-experts"
+    "$BIN" $c --help 2>&1 | grep -q -- "--device-steps MODE" || fail "$c --help does not list --device-steps"
 done
+# decode steps on the device against the slot tables: the same logits, whether they stand or run again
+bad devsteps "--device-steps is auto, on or off, got 'maybe'" logits "$M" --ids 1 --out "$TMP/x" --device-steps maybe
+for r in 1M 4M; do # every decode step misses and runs again; every expert has a slot
+    "$BIN" logits "$M" --ids $ids --decode-ids 9,99,499 --out "$TMP/dev.f32" --ram $r --device-steps on 2>"$TMP/dev.err" ||
+        fail "--ram $r --device-steps on: $(cat "$TMP/dev.err")"
+    cmp -s "$TMP/ref.f32" "$TMP/dev.f32" || fail "--ram $r --device-steps on: logits differ from the resident model's"
+done
+"$BIN" bench "$M" -p 16 -n 8 --ram 4M --device-steps on >"$TMP/devb.out" 2>&1 || fail "bench --device-steps on: $(cat "$TMP/devb.out")"
+grep -q "decode experts.* [1-9][0-9]* steps on the device (.* redone)" "$TMP/devb.out" ||
+    fail "bench --device-steps on: no device steps in: $(grep 'decode experts' "$TMP/devb.out")"
 "$BIN" logits "$M" --ids $ids --out "$TMP/small" --ram 100K 2>"$TMP/small.err" && fail "a cache below one token's experts must fail"
 grep -q "routes to 4 per layer" "$TMP/small.err" || fail "too small a cache: $(cat "$TMP/small.err")"
 "$BIN" logits "$M" --ids $ids --out "$TMP/gds" --backend cpu --ram 500K --io gds 2>"$TMP/gds.err" &&
