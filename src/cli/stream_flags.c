@@ -57,13 +57,13 @@ int cli_stream_flag(const char *cmd, const char *flag, const char *val, sl_model
         return -1;
     }
     if (!strcmp(flag, "--device-steps")) {
-        static const char *const modes[] = {"auto", "on", "off"};
-        for (int i = 0; val && i < 3; i++)
+        static const char *const modes[] = {"auto", "on", "off", "host"};
+        for (int i = 0; val && i < 4; i++)
             if (!strcmp(val, modes[i])) {
                 o->device_steps = i; /* in sl_device_steps order */
                 return 2;
             }
-        fprintf(stderr, "%s: --device-steps is auto, on or off, got '%s'\n", cmd, val ? val : "");
+        fprintf(stderr, "%s: --device-steps is auto, on, off or host, got '%s'\n", cmd, val ? val : "");
         return -1;
     }
     if (!strcmp(flag, "--no-prefetch")) {

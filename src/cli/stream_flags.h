@@ -28,7 +28,9 @@ int cli_stream_flag(const char *cmd, const char *flag, const char *val, sl_model
     "  --no-prefetch          no reading ahead of the next layer's predicted experts\n"                                \
     "  --device-steps MODE    decode steps that run on the GPU against its expert slots, without the\n"                \
     "                         host reading each layer's routing, redone host-driven when an expert\n"                  \
-    "                         is missing: auto (where recent steps found all in slots), on or off\n"
+    "                         is missing: auto (where recent steps found all in slots), on, off, or\n"                 \
+    "                         host (as auto, and experts of the host cache in no slot are read by the\n"               \
+    "                         GPU where they are, over PCIe, instead of missing)\n"
 
 #define CLI_KV_HELP                                                                                                    \
     "  --kv-type T            element type of the attention KV cache: f32, f16 or bf16 (default: f16 on\n"             \

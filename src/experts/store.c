@@ -40,6 +40,8 @@ typedef struct hentry { /* a pinned host image: the host cache's entry or a stag
     int reading, copying; /* target of reads in flight; source of queued copies (until the next sync) */
     uint64_t cpu_visit;   /* the layer visit whose CPU experts read it */
     uint8_t *img;
+    sl_expert view; /* host reads: the cached expert's weights as they sit in img (laid out as a slot) */
+    int has_view;
 } hentry;
 
 struct sl_expert_store {
@@ -116,7 +118,9 @@ struct sl_expert_store {
     int dev_n;         /* its tokens */
     int32_t *rec_dev;  /* backend [1 + n_layers * SL_STEP_MAX * k_max]: the step's misses, then each layer's ids */
     int32_t *rec_host; /* the part of it a step fills, read back (pinned where the backend has host_alloc) */
-    int *ready_slots;  /* [layer]: slots whose expert is in the layer's table */
+    int *in_table;     /* [layer]: experts the layer's table holds (slots, and host cache images with host reads) */
+    int host_reads;    /* device steps read host cache experts no slot holds where they are */
+    int step_absent;   /* this step's experts so far that the tables lacked (a device step would miss them) */
     double clean;      /* how often decode steps lately found every expert in a slot (decaying) */
     int redo_next;     /* the next step runs a missed device step again (not counted in clean) */
     int redoing;
@@ -196,15 +200,30 @@ static void placed(sl_expert_store *st, int l) {
     st->stale[l] = 0;
 }
 
+/* Entry x of layer l's table: the expert in its slot once read, else with host reads its host cache image,
+ * else none. */
+static void table_set(sl_expert_store *st, int l, int x) {
+    sl_expert_table *t = &st->m->layers[l].moe->experts;
+    const sl_expert *v = NULL;
+    int si = *wh(st, l, x), r = st->ram_where[(size_t)l * (size_t)st->n_experts + (size_t)x];
+    if (si >= 0 && st->slots[si].state == READY)
+        v = &st->slots[si].ex;
+    else if (st->host_reads && r >= 0 && st->host[r].has_view && !st->host[r].reading)
+        v = &st->host[r].view;
+    if (v == t->experts[x]) return;
+    st->in_table[l] += (v != NULL) - (t->experts[x] != NULL);
+    t->experts[x] = v;
+    changed(st, l, x);
+}
+
 static void evict_slot(sl_expert_store *st, slot *s) {
     if (s->state == EMPTY) return;
-    if (s->state == READY) st->ready_slots[s->layer]--;
-    *wh(st, s->layer, s->expert) = -1;
-    st->m->layers[s->layer].moe->experts.experts[s->expert] = NULL;
-    changed(st, s->layer, s->expert);
-    st->layer_slots[s->layer]--;
+    int l = s->layer, x = s->expert;
+    *wh(st, l, x) = -1;
+    st->layer_slots[l]--;
     s->state = EMPTY;
     s->layer = s->expert = -1;
+    table_set(st, l, x);
 }
 
 /* GCLOCK over the slots: a hit sets a slot's count, the hand takes one off per pass and takes a slot
@@ -246,9 +265,14 @@ static int host_victim(sl_expert_store *st) {
     return -1;
 }
 
+/* The entry no longer caches its expert. Only ever outside a device step, whose kernels are the only ones
+ * that read host cache images through the tables (host-driven passes take experts in slots). */
 static void host_forget(sl_expert_store *st, hentry *h) {
-    if (h->layer >= 0) st->ram_where[(size_t)h->layer * (size_t)st->n_experts + (size_t)h->expert] = -1;
+    int l = h->layer, x = h->expert;
+    if (l >= 0) st->ram_where[(size_t)l * (size_t)st->n_experts + (size_t)x] = -1;
     h->layer = h->expert = -1;
+    h->has_view = 0;
+    if (l >= 0) table_set(st, l, x);
 }
 
 /* Every queued copy has run (the backend was synchronised). */
@@ -309,14 +333,16 @@ static void loaded_run(sl_expert_store *st, int si) {
             h->expert = s->expert;
             h->ref = 0;
             st->ram_where[(size_t)s->layer * (size_t)st->n_experts + (size_t)s->expert] = s->host;
+            /* laid out as a slot from copy_off on: the backend can read it there */
+            h->has_view = st->host_reads && xi->one_copy;
+            if (h->has_view)
+                build_expert(template_of(st->m, s->layer, s->expert), xi, h->img + xi->copy_off, 1, &h->view);
         }
         s->host = -1;
     }
     build_expert(template_of(st->m, s->layer, s->expert), xi, s->base, st->own_memory, &s->ex);
     s->state = READY;
-    st->ready_slots[s->layer]++;
-    st->m->layers[s->layer].moe->experts.experts[s->expert] = &s->ex;
-    changed(st, s->layer, s->expert);
+    table_set(st, s->layer, s->expert);
 }
 
 /* loaded_run, its time (copies and table entries issued) counted apart */
@@ -700,7 +726,7 @@ int sl_store_create(sl_model *m, const sl_store_config *cfg, sl_expert_store **o
     st->where = malloc(cells * sizeof *st->where);
     st->ram_where = malloc(cells * sizeof *st->ram_where);
     st->layer_slots = calloc((size_t)st->n_layers, sizeof *st->layer_slots);
-    st->ready_slots = calloc((size_t)st->n_layers, sizeof *st->ready_slots);
+    st->in_table = calloc((size_t)st->n_layers, sizeof *st->in_table);
     st->stale = malloc((size_t)st->n_layers);
     st->n_files = m->st->n_files;
     st->fd_buf = malloc((size_t)(st->n_files + 1) * sizeof(int)); /* one more for a pack */
@@ -717,7 +743,7 @@ int sl_store_create(sl_model *m, const sl_store_config *cfg, sl_expert_store **o
     st->pred = malloc((size_t)(st->k_max + 1) * sizeof *st->pred);
     if (!st->x || !st->where || !st->ram_where || !st->layer_slots || !st->stale || !st->fd_buf || !st->fd_direct ||
         !st->gfh || !st->mark || !st->list || !st->pred || !st->pmark || !st->inflight || !st->miss_rate ||
-        !st->last_use || !st->reuse_age || !st->ready_slots) {
+        !st->last_use || !st->reuse_age || !st->in_table) {
         sl_store_free(st);
         return sl_fail(e, "out of memory describing the experts");
     }
@@ -883,6 +909,8 @@ int sl_store_create(sl_model *m, const sl_store_config *cfg, sl_expert_store **o
             sl_store_free(st);
             return sl_fail(e, "out of memory for the routing of device steps");
         }
+        /* pinned host memory is the backend's to read (the GPU's through unified addressing) */
+        st->host_reads = cfg->device_steps == SL_DEVICE_STEPS_HOST && st->ram_cache;
     }
     sl_io_reader reader = {gds_reader, st};
     /* A buffered read that the page cache holds is a copy that io_uring makes inside the submitting call,
@@ -952,7 +980,7 @@ void sl_store_free(sl_expert_store *st) {
     free(st->where);
     free(st->ram_where);
     free(st->layer_slots);
-    free(st->ready_slots);
+    free(st->in_table);
     free(st->stale);
     free(st->slots);
     free(st->mark);
@@ -1303,7 +1331,7 @@ void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a) {
     if (l == st->first_moe) {
         st->st.tokens += (uint64_t)n;
         if (st->step) st->miss_step = st->step > 1 ? 0.9 * st->miss_step + 0.1 * st->step_miss : st->step_miss;
-        st->step_miss = 0;
+        st->step_miss = st->step_absent = 0;
         st->step++;
     }
     sl_route(be, c, L->router_bias, a->logits, n, E, a->ids, a->weights);
@@ -1336,6 +1364,7 @@ void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a) {
         if (st->mark[x] != st->visit) {
             st->mark[x] = st->visit;
             st->list[nu++] = x;
+            st->step_absent += !L->experts.experts[x];
             uint32_t *lu = &st->last_use[(size_t)l * (size_t)st->n_experts + (size_t)x];
             st->reuse_age[x] = *lu ? st->step - *lu : UINT32_MAX;
             *lu = st->step;
@@ -1468,7 +1497,7 @@ failed:
 int sl_store_step_wants(const sl_expert_store *st, int n) {
     if (!st->rec_dev || st->failed || n < 1 || n > SL_STEP_MAX) return 0;
     for (int l = 0; l < st->n_layers; l++) /* a layer's table without any expert has no kernels to run */
-        if (st->m->layers[l].moe && !st->ready_slots[l]) return 0;
+        if (st->m->layers[l].moe && !st->in_table[l]) return 0;
     return st->cfg.device_steps == SL_DEVICE_STEPS_ON || st->clean >= CLEAN_MIN;
 }
 
@@ -1500,7 +1529,7 @@ static void dev_step_note(sl_expert_store *st) {
     int nk = st->dev_n * st->m->cfg.top_k;
     st->st.tokens += (uint64_t)st->dev_n;
     if (st->step) st->miss_step = st->step > 1 ? 0.9 * st->miss_step + 0.1 * st->step_miss : st->step_miss;
-    st->step_miss = 0;
+    st->step_miss = st->step_absent = 0;
     st->step++;
     for (int l = 0; l < st->n_layers; l++) {
         if (!st->m->layers[l].moe) continue;
@@ -1508,15 +1537,22 @@ static void dev_step_note(sl_expert_store *st) {
         const int32_t *ids = st->rec_host + 1 + (size_t)l * (size_t)nk;
         for (int i = 0; i < nk; i++) {
             int x = ids[i];
-            if (x < 0 || x >= st->n_experts || st->mark[x] == st->visit || *wh(st, l, x) < 0) continue;
+            if (x < 0 || x >= st->n_experts || st->mark[x] == st->visit) continue;
+            int si = *wh(st, l, x), r = st->ram_where[(size_t)l * (size_t)st->n_experts + (size_t)x];
             st->mark[x] = st->visit;
-            slot *s = &st->slots[*wh(st, l, x)];
-            if (s->ref < REF_MAX) s->ref++;
-            s->used = st->launches;
-            uint32_t *lu = &st->last_use[(size_t)l * (size_t)st->n_experts + (size_t)x];
-            *lu = st->step;
+            if (si >= 0 && st->slots[si].state == READY) {
+                slot *s = &st->slots[si];
+                if (s->ref < REF_MAX) s->ref++;
+                s->used = st->launches;
+                st->st.hits_slot++;
+            } else if (r >= 0) { /* read where it is in the host cache (host reads) */
+                if (st->host[r].ref < REF_MAX) st->host[r].ref++;
+                st->st.hits_ram++;
+            } else {
+                continue;
+            }
+            st->last_use[(size_t)l * (size_t)st->n_experts + (size_t)x] = st->step;
             st->st.lookups++;
-            st->st.hits_slot++;
         }
         st->miss_rate[l] *= 0.9f;
     }
@@ -1525,8 +1561,8 @@ static void dev_step_note(sl_expert_store *st) {
 int sl_store_step_end(sl_expert_store *st, sl_err *e) {
     if (!st->in_step) return 0;
     st->in_step = 0;
-    if (!st->dev) { /* a host-driven step (not one redone, already counted): did it find every expert? */
-        if (!st->redoing) st->clean = 0.9 * st->clean + (st->step_miss ? 0.0 : 1.0 - 0.9);
+    if (!st->dev) { /* a host-driven step (not one redone, already counted): were its experts all in tables? */
+        if (!st->redoing) st->clean = 0.9 * st->clean + (st->step_absent ? 0.0 : 1.0 - 0.9);
         return 0;
     }
     st->dev = 0;

@@ -42,8 +42,15 @@ typedef enum { SL_CPU_EXPERTS_AUTO = 0, SL_CPU_EXPERTS_ON, SL_CPU_EXPERTS_OFF } 
 #define SL_CPU_AUTO_PAIRS SL_CPU_MOE_ONE_PASS_PAIRS
 
 /* Decode steps run on the device against the slot tables: where recent steps found every expert in a
- * slot (auto), on every step that can (on), or never (off). */
-typedef enum { SL_DEVICE_STEPS_AUTO = 0, SL_DEVICE_STEPS_ON, SL_DEVICE_STEPS_OFF } sl_device_steps;
+ * slot (auto), on every step that can (on), or never (off); host: as auto, and the tables also hold the
+ * host cache's experts that no slot holds, which the backend then reads where they are (the GPU over
+ * PCIe) instead of the step missing them. */
+typedef enum {
+    SL_DEVICE_STEPS_AUTO = 0,
+    SL_DEVICE_STEPS_ON,
+    SL_DEVICE_STEPS_OFF,
+    SL_DEVICE_STEPS_HOST
+} sl_device_steps;
 
 typedef struct sl_store_config {
     int64_t slot_bytes_budget; /* backend memory for expert slots */

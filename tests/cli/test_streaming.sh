@@ -47,7 +47,7 @@ for c in run serve bench logits ppl; do
     "$BIN" $c --help 2>&1 | grep -q -- "--device-steps MODE" || fail "$c --help does not list --device-steps"
 done
 # decode steps on the device against the slot tables: the same logits, whether they stand or run again
-bad devsteps "--device-steps is auto, on or off, got 'maybe'" logits "$M" --ids 1 --out "$TMP/x" --device-steps maybe
+bad devsteps "--device-steps is auto, on, off or host, got 'maybe'" logits "$M" --ids 1 --out "$TMP/x" --device-steps maybe
 for r in 1M 4M; do # every decode step misses and runs again; every expert has a slot
     "$BIN" logits "$M" --ids $ids --decode-ids 9,99,499 --out "$TMP/dev.f32" --ram $r --device-steps on 2>"$TMP/dev.err" ||
         fail "--ram $r --device-steps on: $(cat "$TMP/dev.err")"

@@ -9,7 +9,8 @@
  * of the resident model's (on the CPU backend, whose slots then fill from the host cache as a GPU's do:
  * bit for bit); with them off, bit for bit everywhere. Decode steps run on the device against the slot
  * tables (--device-steps on) give the same logits whether they stand or miss and run again from the saved
- * state (hybrid models' recurrent state included). Runs on the backend SLUICE_BACKEND names. */
+ * state (hybrid models' recurrent state included), and so do steps that read the host cache's experts where
+ * they are (--device-steps host). Runs on the backend SLUICE_BACKEND names. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <jansson.h>
@@ -236,6 +237,64 @@ static void check_device_steps(const char *rel, int part) {
     }
     free(ref.logits);
     free(path);
+}
+
+/* Device steps that read the host cache's experts where they are (--device-steps host): slots for a few
+ * experts filled from a host cache that holds them all; once a first run has read every expert these
+ * tokens use, a second run's decode steps all stand, reading most experts from the host cache, and give
+ * the resident logits bit for bit (kernel by kernel). */
+static void check_host_reads(const char *rel) {
+    char *path = tu_fixture(rel);
+    sl_err e = {{0}};
+    int32_t p[] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3}, d[] = {2, 3, 8, 4, 6, 2, 6, 4};
+    int n = 16, nd = 8;
+    sl_model *m;
+    sl_model_opts o = {0};
+    setenv("SLUICE_CUDA_GRAPHS", "0", 1);
+    cr_assert_eq(sl_model_load(path, &o, &m, &e), 0, "%s", e.msg);
+    run ref;
+    cr_assert_eq(forward_all(m, p, n, d, nd, &ref, &e), 0, "%s", e.msg);
+    size_t V = (size_t)m->cfg.vocab_size;
+    int few = 2 * moe_layers(m) > m->cfg.top_k ? 2 * moe_layers(m) : m->cfg.top_k;
+    sl_model_free(m);
+    int64_t ram = (int64_t)256 << 20;
+    o = (sl_model_opts){.expert_slots = few,
+                        .ram = ram,
+                        .staged_ram = ram,
+                        .cpu_experts = SL_CPU_EXPERTS_OFF,
+                        .device_steps = SL_DEVICE_STEPS_HOST};
+    cr_assert_eq(sl_model_load(path, &o, &m, &e), 0, "%s: %s", rel, e.msg);
+    cr_assert_not_null(m->store);
+    run got;
+    cr_assert_eq(forward_all(m, p, n, d, nd, &got, &e), 0, "%s: %s", rel, e.msg);
+    free(got.logits);
+    sl_store_stats a, b;
+    sl_store_stats_get(m->store, &a);
+    cr_assert_eq(forward_all(m, p, n, d, nd, &got, &e), 0, "%s: %s", rel, e.msg);
+    sl_store_stats_get(m->store, &b);
+    sl_store_stats st = sl_store_stats_since(&a, &b);
+    char what[200];
+    snprintf(what, sizeof what, "%s, device steps reading the host cache, %d slots", rel, few);
+    cr_assert(st.steps_device == (uint64_t)nd && !st.steps_redone,
+              "%s: %llu of %d decode steps stood on the device, %llu redone", what, (unsigned long long)st.steps_device,
+              nd, (unsigned long long)st.steps_redone);
+    cr_assert_gt(st.hits_ram, 0, "%s: no expert was read from the host cache", what);
+    expect_close(&got, &ref, V, 1, what);
+    free(got.logits);
+    sl_model_free(m);
+    unsetenv("SLUICE_CUDA_GRAPHS");
+    free(ref.logits);
+    free(path);
+}
+
+Test(device_steps, host_reads_qwen3_5_moe) {
+    check_host_reads("models/qwen3_5_moe");
+}
+Test(device_steps, host_reads_gguf_qwen3_5_moe) {
+    check_host_reads("gguf/qwen3_5_moe-Q4_K_M/model.gguf");
+}
+Test(device_steps, host_reads_gpt_oss) {
+    check_host_reads("families/gpt_oss");
 }
 
 Test(device_steps, qwen3_5_moe) {
