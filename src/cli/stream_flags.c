@@ -16,6 +16,21 @@ static int size_arg(const char *cmd, const char *flag, const char *val, int64_t 
     return 2;
 }
 
+/* val as the index of one of the NULL-terminated modes, or "FLAG is a, b or c" */
+static int mode_arg(const char *cmd, const char *flag, const char *val, const char *const *modes, int *out) {
+    int n = 0;
+    while (modes[n]) n++;
+    for (int i = 0; val && i < n; i++)
+        if (!strcmp(val, modes[i])) {
+            *out = i;
+            return 2;
+        }
+    fprintf(stderr, "%s: %s is ", cmd, flag);
+    for (int i = 0; i < n; i++) fprintf(stderr, "%s%s", modes[i], i + 2 < n ? ", " : i + 1 < n ? " or " : "");
+    fprintf(stderr, ", got '%s'\n", val ? val : "");
+    return -1;
+}
+
 int cli_stream_flag(const char *cmd, const char *flag, const char *val, sl_model_opts *o) {
     if (!strcmp(flag, "--vram")) {
         int rc = size_arg(cmd, flag, val, &o->vram);
@@ -47,24 +62,12 @@ int cli_stream_flag(const char *cmd, const char *flag, const char *val, sl_model
         return 2;
     }
     if (!strcmp(flag, "--cpu-experts")) {
-        static const char *const modes[] = {"auto", "on", "off"};
-        for (int i = 0; val && i < 3; i++)
-            if (!strcmp(val, modes[i])) {
-                o->cpu_experts = i; /* in sl_cpu_experts order */
-                return 2;
-            }
-        fprintf(stderr, "%s: --cpu-experts is auto, on or off, got '%s'\n", cmd, val ? val : "");
-        return -1;
+        static const char *const modes[] = {"auto", "on", "off", NULL}; /* in sl_cpu_experts order */
+        return mode_arg(cmd, flag, val, modes, &o->cpu_experts);
     }
     if (!strcmp(flag, "--device-steps")) {
-        static const char *const modes[] = {"auto", "on", "off", "host"};
-        for (int i = 0; val && i < 4; i++)
-            if (!strcmp(val, modes[i])) {
-                o->device_steps = i; /* in sl_device_steps order */
-                return 2;
-            }
-        fprintf(stderr, "%s: --device-steps is auto, on, off or host, got '%s'\n", cmd, val ? val : "");
-        return -1;
+        static const char *const modes[] = {"auto", "on", "off", "host", NULL}; /* in sl_device_steps order */
+        return mode_arg(cmd, flag, val, modes, &o->device_steps);
     }
     if (!strcmp(flag, "--no-prefetch")) {
         o->no_prefetch = 1;

@@ -184,6 +184,11 @@ static int *wh(sl_expert_store *st, int l, int e) {
     return &st->where[(size_t)l * (size_t)st->n_experts + (size_t)e];
 }
 
+/* the host cache entry of (l, e), -1 none */
+static int *rwh(sl_expert_store *st, int l, int e) {
+    return &st->ram_where[(size_t)l * (size_t)st->n_experts + (size_t)e];
+}
+
 /* Entry x of layer l's table changed: the backend's copy must take it (see sl_expert_table's track). */
 static void changed(sl_expert_store *st, int l, int x) {
     sl_expert_table *t = &st->m->layers[l].moe->experts;
@@ -192,12 +197,17 @@ static void changed(sl_expert_store *st, int l, int x) {
     st->stale[l] = 1;
 }
 
-/* Layer l's table placed: nothing is pending. */
-static void placed(sl_expert_store *st, int l) {
+/* Hands layer l's table to the backend when it changed since the last time (backends that read it from
+ * their own copy); then nothing is pending. */
+static int place(sl_expert_store *st, int l, sl_err *e) {
+    sl_backend *be = st->be;
     sl_expert_table *t = &st->m->layers[l].moe->experts;
+    if (!be->ops->place_experts || !st->stale[l]) return 0;
+    if (be->ops->place_experts(be, t, e)) return -1;
     t->lo = t->n_experts;
     t->hi = 0;
     st->stale[l] = 0;
+    return 0;
 }
 
 /* Entry x of layer l's table: the expert in its slot once read, else with host reads its host cache image,
@@ -205,7 +215,7 @@ static void placed(sl_expert_store *st, int l) {
 static void table_set(sl_expert_store *st, int l, int x) {
     sl_expert_table *t = &st->m->layers[l].moe->experts;
     const sl_expert *v = NULL;
-    int si = *wh(st, l, x), r = st->ram_where[(size_t)l * (size_t)st->n_experts + (size_t)x];
+    int si = *wh(st, l, x), r = *rwh(st, l, x);
     if (si >= 0 && st->slots[si].state == READY)
         v = &st->slots[si].ex;
     else if (st->host_reads && r >= 0 && st->host[r].has_view && !st->host[r].reading)
@@ -269,7 +279,7 @@ static int host_victim(sl_expert_store *st) {
  * that read host cache images through the tables (host-driven passes take experts in slots). */
 static void host_forget(sl_expert_store *st, hentry *h) {
     int l = h->layer, x = h->expert;
-    if (l >= 0) st->ram_where[(size_t)l * (size_t)st->n_experts + (size_t)x] = -1;
+    if (l >= 0) *rwh(st, l, x) = -1;
     h->layer = h->expert = -1;
     h->has_view = 0;
     if (l >= 0) table_set(st, l, x);
@@ -1102,11 +1112,7 @@ static int pass_run(sl_expert_store *st, int l, const sl_store_moe_args *a, int 
     }
     if (!included) return 0;
     sl_err e;
-    /* rebuilding the backend's table compares every expert of the layer: only after slots changed */
-    if (be->ops->place_experts && st->stale[l]) {
-        if (be->ops->place_experts(be, &L->experts, &e)) return fail(st, "%s", e.msg);
-        placed(st, l);
-    }
+    if (place(st, l, &e)) return fail(st, "%s", e.msg);
     const int32_t *ids = a->ids; /* every pair in this pass: the routed ids as they are */
     if (included < nk) {
         if (st->own_memory) {
@@ -1146,6 +1152,14 @@ static void combine(sl_expert_store *st, int l, const sl_store_moe_args *a) {
         sl_moe_combine_shared(be, t, a->weights, a->n, k, H, a->sh_down, a->g, a->u, a->gate, a->tmp, a->out);
     else
         be->ops->moe_combine(be, a->weights, a->n, k, H, a->out);
+}
+
+/* A step of n tokens reaches the first MoE layer: the previous one's misses go into the tracked rate. */
+static void step_start(sl_expert_store *st, int n) {
+    st->st.tokens += (uint64_t)n;
+    if (st->step) st->miss_step = st->step > 1 ? 0.9 * st->miss_step + 0.1 * st->step_miss : st->step_miss;
+    st->step_miss = st->step_absent = 0;
+    st->step++;
 }
 
 /* Reads that finished while nobody waited (experts read ahead but not yet needed). */
@@ -1328,16 +1342,11 @@ void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a) {
     double t_in = sl_now(), stall0 = st->st.stall_s, cpu0 = st->st.cpu_s, sync0 = st->st.sync_s, t_route = 0;
     if (st->failed || ensure(st, nk)) goto failed;
     st->visit++;
-    if (l == st->first_moe) {
-        st->st.tokens += (uint64_t)n;
-        if (st->step) st->miss_step = st->step > 1 ? 0.9 * st->miss_step + 0.1 * st->step_miss : st->step_miss;
-        st->step_miss = st->step_absent = 0;
-        st->step++;
-    }
+    if (l == st->first_moe) step_start(st, n);
     sl_route(be, c, L->router_bias, a->logits, n, E, a->ids, a->weights);
-    /* read ahead only for a next layer that missed lately: the guess costs a router matmul and a wait */
-    /* guesses that start no read (every expert they name already in a slot, or computed where it is in host
-     * memory) cost a router matmul and a wait each: after 32 in a row, only every 16th visit guesses */
+    /* read ahead only for a next layer that missed lately: the guess costs a router matmul and a wait, so
+     * after 32 guesses in a row that started no read (every expert they named in a slot, or computed where
+     * it is in host memory) only every 16th visit guesses */
     int nl = next_moe_layer(st, l), predict = st->cfg.prefetch && n == 1 && nl >= 0 && st->miss_rate[nl] > 0.02f &&
                                               (st->idle_preds < 32 || st->visit % 16 == 0);
     if (predict) {
@@ -1494,6 +1503,11 @@ failed:
  * on qwen3.5-35b-a3b: 2.9 ms a step against 0.8 ms, an even trade at 78 %) */
 #define CLEAN_MIN 0.8
 
+/* A decode step found every expert it needed in the tables (all_in) or not. */
+static void note_clean(sl_expert_store *st, int all_in) {
+    st->clean = 0.9 * st->clean + (all_in ? 1.0 - 0.9 : 0.0);
+}
+
 int sl_store_step_wants(const sl_expert_store *st, int n) {
     if (!st->rec_dev || st->failed || n < 1 || n > SL_STEP_MAX) return 0;
     for (int l = 0; l < st->n_layers; l++) /* a layer's table without any expert has no kernels to run */
@@ -1513,10 +1527,7 @@ int sl_store_step_begin(sl_expert_store *st, int dev, int n, sl_err *e) {
     reap_finished(st); /* experts read ahead that landed join their tables now */
     if (st->failed) return sl_store_check(st, e);
     for (int l = 0; l < st->n_layers; l++)
-        if (st->m->layers[l].moe && be->ops->place_experts && st->stale[l]) {
-            if (be->ops->place_experts(be, &st->m->layers[l].moe->experts, e)) return -1;
-            placed(st, l);
-        }
+        if (st->m->layers[l].moe && place(st, l, e)) return -1;
     be->ops->zero(be, st->rec_dev, sizeof(int32_t));
     st->launches++; /* every slot may be read until the step has run */
     st->dev = 1;
@@ -1527,10 +1538,7 @@ int sl_store_step_begin(sl_expert_store *st, int dev, int n, sl_err *e) {
  * its routing read back. */
 static void dev_step_note(sl_expert_store *st) {
     int nk = st->dev_n * st->m->cfg.top_k;
-    st->st.tokens += (uint64_t)st->dev_n;
-    if (st->step) st->miss_step = st->step > 1 ? 0.9 * st->miss_step + 0.1 * st->step_miss : st->step_miss;
-    st->step_miss = st->step_absent = 0;
-    st->step++;
+    step_start(st, st->dev_n);
     for (int l = 0; l < st->n_layers; l++) {
         if (!st->m->layers[l].moe) continue;
         st->visit++;
@@ -1538,7 +1546,7 @@ static void dev_step_note(sl_expert_store *st) {
         for (int i = 0; i < nk; i++) {
             int x = ids[i];
             if (x < 0 || x >= st->n_experts || st->mark[x] == st->visit) continue;
-            int si = *wh(st, l, x), r = st->ram_where[(size_t)l * (size_t)st->n_experts + (size_t)x];
+            int si = *wh(st, l, x), r = *rwh(st, l, x);
             st->mark[x] = st->visit;
             if (si >= 0 && st->slots[si].state == READY) {
                 slot *s = &st->slots[si];
@@ -1562,7 +1570,7 @@ int sl_store_step_end(sl_expert_store *st, sl_err *e) {
     if (!st->in_step) return 0;
     st->in_step = 0;
     if (!st->dev) { /* a host-driven step (not one redone, already counted): were its experts all in tables? */
-        if (!st->redoing) st->clean = 0.9 * st->clean + (st->step_absent ? 0.0 : 1.0 - 0.9);
+        if (!st->redoing) note_clean(st, !st->step_absent);
         return 0;
     }
     st->dev = 0;
@@ -1575,12 +1583,12 @@ int sl_store_step_end(sl_expert_store *st, sl_err *e) {
     if (be->ops->check && be->ops->check(be, e)) return -1;
     if (st->rec_host[0]) {
         st->st.steps_redone++;
-        st->clean *= 0.9;
+        note_clean(st, 0);
         st->redo_next = 1;
         return 1;
     }
     st->st.steps_device++;
-    st->clean = 0.9 * st->clean + (1.0 - 0.9);
+    note_clean(st, 1);
     dev_step_note(st);
     return 0;
 }

@@ -162,12 +162,19 @@ int sl_session_create(sl_model *m, int max_ctx, sl_session **out, sl_err *e) {
     return sl_session_create_opts(m, &o, out, e);
 }
 
-void sl_session_free(sl_session *s) {
-    if (!s) return;
+/* Frees every recorded decode step (their slot lists stay, for reuse). */
+static void drop_recordings(sl_session *s) {
     for (int i = 0; i < SL_STEP_RECS; i++) {
         if (s->recs[i].rec) s->m->be->ops->step_free(s->m->be, s->recs[i].rec);
-        free(s->recs[i].seqs);
+        s->recs[i].rec = NULL;
+        s->recs[i].n = 0;
     }
+}
+
+void sl_session_free(sl_session *s) {
+    if (!s) return;
+    drop_recordings(s);
+    for (int i = 0; i < SL_STEP_RECS; i++) free(s->recs[i].seqs);
     for (int i = 0; i < s->n_bufs; i++) s->m->be->ops->free(s->m->be, s->bufs[i]);
     if (s->redo) s->m->be->ops->free(s->m->be, s->redo);
     free(s->bufs);
@@ -508,14 +515,6 @@ static size_t fixed_floats(const sl_session *s) {
     for (int l = 0; l < s->m->cfg.n_layers; l++)
         for (int i = 0; i < s->state[l].lay.n_fixed; i++) f += s->state[l].lay.fixed[i];
     return f;
-}
-
-static void drop_recordings(sl_session *s) {
-    for (int i = 0; i < SL_STEP_RECS; i++) {
-        if (s->recs[i].rec) s->m->be->ops->step_free(s->m->be, s->recs[i].rec);
-        s->recs[i].rec = NULL;
-        s->recs[i].n = 0;
-    }
 }
 
 /* Room to save the fixed state of n sequences (attention caches need none: a step run again rewrites the

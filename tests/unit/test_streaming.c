@@ -185,6 +185,35 @@ static void expect_close(const run *got, const run *ref, size_t V, int cpu, cons
     }
 }
 
+/* The prompt and decode ids of the checks below. */
+static const int32_t check_prompt[16] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3},
+                     check_decode[8] = {2, 3, 8, 4, 6, 2, 6, 4};
+#define CHECK_NP 16
+#define CHECK_ND 8
+
+/* The resident model's logits for check_prompt and check_decode, issued kernel by kernel; the model stays loaded for
+ * the caller to read its shape, and to free. */
+static sl_model *resident_ref(const char *path, run *ref) {
+    sl_err e = {{0}};
+    sl_model *m;
+    sl_model_opts o = {0};
+    setenv("SLUICE_CUDA_GRAPHS", "0", 1);
+    cr_assert_eq(sl_model_load(path, &o, &m, &e), 0, "%s", e.msg);
+    unsetenv("SLUICE_CUDA_GRAPHS");
+    cr_assert_eq(forward_all(m, check_prompt, CHECK_NP, check_decode, CHECK_ND, ref, &e), 0, "%s", e.msg);
+    return m;
+}
+
+/* check_prompt and check_decode through m into *got; the store's counters of that run. */
+static sl_store_stats counted_run(sl_model *m, run *got, const char *rel) {
+    sl_err e = {{0}};
+    sl_store_stats a, b;
+    sl_store_stats_get(m->store, &a);
+    cr_assert_eq(forward_all(m, check_prompt, CHECK_NP, check_decode, CHECK_ND, got, &e), 0, "%s: %s", rel, e.msg);
+    sl_store_stats_get(m->store, &b);
+    return sl_store_stats_since(&a, &b);
+}
+
 /* Device steps (--device-steps on): with slots for a part of the experts (1 / part), decode steps miss
  * and run again from the state saved before them; with a slot for every expert, a second pass over the same tokens
  * finds them all in slots and its steps stand. Issued kernel by kernel both give the resident logits bit for bit;
@@ -192,34 +221,25 @@ static void expect_close(const run *got, const run *ref, size_t V, int cpu, cons
 static void check_device_steps(const char *rel, int part) {
     char *path = tu_fixture(rel);
     sl_err e = {{0}};
-    int32_t p[] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3}, d[] = {2, 3, 8, 4, 6, 2, 6, 4};
-    int n = 16, nd = 8;
-    sl_model *m;
-    sl_model_opts o = {0};
-    setenv("SLUICE_CUDA_GRAPHS", "0", 1);
-    cr_assert_eq(sl_model_load(path, &o, &m, &e), 0, "%s", e.msg);
     run ref;
-    cr_assert_eq(forward_all(m, p, n, d, nd, &ref, &e), 0, "%s", e.msg);
+    sl_model *m = resident_ref(path, &ref);
     int all = moe_layers(m) * m->cfg.n_experts, few = all / part > tiny_slots(m) ? all / part : tiny_slots(m),
-        cpu = m->be->ops->place_weight == NULL;
+        cpu = m->be->ops->place_weight == NULL, nd = CHECK_ND;
     size_t V = (size_t)m->cfg.vocab_size;
     sl_model_free(m);
+    setenv("SLUICE_CUDA_GRAPHS", "0", 1);
     for (int pass = 0; pass < 3; pass++) {
         if (pass == 2) unsetenv("SLUICE_CUDA_GRAPHS");
-        o = (sl_model_opts){
+        sl_model_opts o = {
             .expert_slots = pass ? all : few, .cpu_experts = SL_CPU_EXPERTS_OFF, .device_steps = SL_DEVICE_STEPS_ON};
         cr_assert_eq(sl_model_load(path, &o, &m, &e), 0, "%s: %s", rel, e.msg);
         cr_assert_not_null(m->store);
         run got;
         if (pass) { /* the first run reads every expert these tokens use */
-            cr_assert_eq(forward_all(m, p, n, d, nd, &got, &e), 0, "%s: %s", rel, e.msg);
+            counted_run(m, &got, rel);
             free(got.logits);
         }
-        sl_store_stats a, b;
-        sl_store_stats_get(m->store, &a);
-        cr_assert_eq(forward_all(m, p, n, d, nd, &got, &e), 0, "%s (pass %d): %s", rel, pass, e.msg);
-        sl_store_stats_get(m->store, &b);
-        sl_store_stats s = sl_store_stats_since(&a, &b);
+        sl_store_stats s = counted_run(m, &got, rel);
         char what[200];
         snprintf(what, sizeof what, "%s, device steps, %d slots%s", rel, pass ? all : few,
                  pass == 2 ? ", recorded" : "");
@@ -246,33 +266,25 @@ static void check_device_steps(const char *rel, int part) {
 static void check_host_reads(const char *rel) {
     char *path = tu_fixture(rel);
     sl_err e = {{0}};
-    int32_t p[] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3}, d[] = {2, 3, 8, 4, 6, 2, 6, 4};
-    int n = 16, nd = 8;
-    sl_model *m;
-    sl_model_opts o = {0};
-    setenv("SLUICE_CUDA_GRAPHS", "0", 1);
-    cr_assert_eq(sl_model_load(path, &o, &m, &e), 0, "%s", e.msg);
     run ref;
-    cr_assert_eq(forward_all(m, p, n, d, nd, &ref, &e), 0, "%s", e.msg);
+    sl_model *m = resident_ref(path, &ref);
     size_t V = (size_t)m->cfg.vocab_size;
-    int few = 2 * moe_layers(m) > m->cfg.top_k ? 2 * moe_layers(m) : m->cfg.top_k;
+    int few = tiny_slots(m), nd = CHECK_ND;
     sl_model_free(m);
     int64_t ram = (int64_t)256 << 20;
-    o = (sl_model_opts){.expert_slots = few,
-                        .ram = ram,
-                        .staged_ram = ram,
-                        .cpu_experts = SL_CPU_EXPERTS_OFF,
-                        .device_steps = SL_DEVICE_STEPS_HOST};
+    sl_model_opts o = {.expert_slots = few,
+                       .ram = ram,
+                       .staged_ram = ram,
+                       .cpu_experts = SL_CPU_EXPERTS_OFF,
+                       .device_steps = SL_DEVICE_STEPS_HOST};
+    setenv("SLUICE_CUDA_GRAPHS", "0", 1);
     cr_assert_eq(sl_model_load(path, &o, &m, &e), 0, "%s: %s", rel, e.msg);
+    unsetenv("SLUICE_CUDA_GRAPHS");
     cr_assert_not_null(m->store);
     run got;
-    cr_assert_eq(forward_all(m, p, n, d, nd, &got, &e), 0, "%s: %s", rel, e.msg);
+    counted_run(m, &got, rel); /* reads every expert these tokens use into the host cache */
     free(got.logits);
-    sl_store_stats a, b;
-    sl_store_stats_get(m->store, &a);
-    cr_assert_eq(forward_all(m, p, n, d, nd, &got, &e), 0, "%s: %s", rel, e.msg);
-    sl_store_stats_get(m->store, &b);
-    sl_store_stats st = sl_store_stats_since(&a, &b);
+    sl_store_stats st = counted_run(m, &got, rel);
     char what[200];
     snprintf(what, sizeof what, "%s, device steps reading the host cache, %d slots", rel, few);
     cr_assert(st.steps_device == (uint64_t)nd && !st.steps_redone,
@@ -282,7 +294,6 @@ static void check_host_reads(const char *rel) {
     expect_close(&got, &ref, V, 1, what);
     free(got.logits);
     sl_model_free(m);
-    unsetenv("SLUICE_CUDA_GRAPHS");
     free(ref.logits);
     free(path);
 }
@@ -323,15 +334,8 @@ Test(device_steps, gguf_qwen3_5_moe) {
 static void check_cpu_experts(const char *rel, int64_t ram) {
     char *path = tu_fixture(rel);
     sl_err e = {{0}};
-    int32_t p[] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3}, d[] = {2, 3, 8, 4, 6, 2, 6, 4};
-    int np = 16, nd = 8;
-    sl_model *m;
-    sl_model_opts ro = {0};
-    setenv("SLUICE_CUDA_GRAPHS", "0", 1);
-    cr_assert_eq(sl_model_load(path, &ro, &m, &e), 0, "%s", e.msg);
-    unsetenv("SLUICE_CUDA_GRAPHS");
     run ref;
-    cr_assert_eq(forward_all(m, p, np, d, nd, &ref, &e), 0, "%s", e.msg);
+    sl_model *m = resident_ref(path, &ref);
     int slots = tiny_slots(m);
     int cpu = !m->be->ops->place_weight;
     size_t V = (size_t)m->cfg.vocab_size;
@@ -348,7 +352,8 @@ static void check_cpu_experts(const char *rel, int64_t ram) {
         cr_assert_eq(sl_model_load(path, &o, &m, &e), 0, "%s: %s", rel, e.msg);
         cr_assert_not_null(m->store);
         run got;
-        cr_assert_eq(forward_all(m, p, np, d, nd, &got, &e), 0, "%s (cpu experts %s): %s", rel, names[run_i], e.msg);
+        cr_assert_eq(forward_all(m, check_prompt, CHECK_NP, check_decode, CHECK_ND, &got, &e), 0,
+                     "%s (cpu experts %s): %s", rel, names[run_i], e.msg);
         sl_store_stats st;
         sl_store_stats_get(m->store, &st);
         cr_assert_eq(st.n_ram > 0, ram > 1, "%s: a host cache only when asked for", rel);
