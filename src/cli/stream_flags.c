@@ -69,6 +69,10 @@ int cli_stream_flag(const char *cmd, const char *flag, const char *val, sl_model
         static const char *const modes[] = {"auto", "on", "off", "host", NULL}; /* in sl_device_steps order */
         return mode_arg(cmd, flag, val, modes, &o->device_steps);
     }
+    if (!strcmp(flag, "--no-preload")) {
+        o->no_preload = 1;
+        return 1;
+    }
     if (!strcmp(flag, "--no-prefetch")) {
         o->no_prefetch = 1;
         return 1;

@@ -1,6 +1,6 @@
 /* The flags of every command that loads a model which say where its experts live, how they are read
- * and where they are computed (--vram, --ram, --io, --cpu-experts, --no-prefetch, --device-steps), and how its sessions
- * keep keys and values (--kv-type). */
+ * and where they are computed (--vram, --ram, --io, --cpu-experts, --no-prefetch, --no-preload,
+ * --device-steps), and how its sessions keep keys and values (--kv-type). */
 #ifndef SLUICE_CLI_STREAM_FLAGS_H
 #define SLUICE_CLI_STREAM_FLAGS_H
 
@@ -26,6 +26,8 @@ int cli_stream_flag(const char *cmd, const char *flag, const char *val, sl_model
     "                         driver is loaded and no --ram cache is asked for, else buffered while\n"                 \
     "                         free RAM can cache the experts, direct beyond that\n"                                    \
     "  --no-prefetch          no reading ahead of the next layer's predicted experts\n"                                \
+    "  --no-preload           a --ram cache that holds every expert fills as experts are used, instead\n"              \
+    "                         of reading them all at load\n"                                                           \
     "  --device-steps MODE    decode steps that run on the GPU against its expert slots, without the\n"                \
     "                         host reading each layer's routing, redone host-driven when an expert\n"                  \
     "                         is missing: auto (where recent steps found all in slots), on, off, or\n"                 \

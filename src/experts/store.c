@@ -38,6 +38,7 @@ typedef struct hentry { /* a pinned host image: the host cache's entry or a stag
     int layer, expert;  /* cached identity, -1: none */
     unsigned ref;
     int reading, copying; /* target of reads in flight; source of queued copies (until the next sync) */
+    int pending;          /* reads of a preload in flight into it */
     uint64_t cpu_visit;   /* the layer visit whose CPU experts read it */
     uint8_t *img;
     sl_expert view; /* host reads: the cached expert's weights as they sit in img (laid out as a slot) */
@@ -124,6 +125,7 @@ struct sl_expert_store {
     double clean;      /* how often decode steps lately found every expert in a slot (decaying) */
     int redo_next;     /* the next step runs a missed device step again (not counted in clean) */
     int redoing;
+    int preload_failed; /* a read of sl_store_preload failed */
     sl_store_stats st;
     sl_err failure;
     int failed;
@@ -312,6 +314,21 @@ static void busy_end(sl_expert_store *st) {
     if (!--st->busy_n) st->st.read_busy_s += sl_now() - st->busy_t0;
 }
 
+/* With host reads, the image of h (its expert's bytes all in) as the backend reads it: laid out as a slot
+ * from copy_off on. */
+static void host_view(sl_expert_store *st, hentry *h, const xinfo *xi) {
+    h->has_view = st->host_reads && xi->one_copy;
+    if (h->has_view) build_expert(template_of(st->m, h->layer, h->expert), xi, h->img + xi->copy_off, 1, &h->view);
+}
+
+/* A preloaded host entry's reads are all in: its expert joins the table where no slot holds it. */
+static void host_loaded(sl_expert_store *st, int r) {
+    hentry *h = &st->host[r];
+    h->reading = 0;
+    host_view(st, h, &st->x[(size_t)h->layer * (size_t)st->n_experts + (size_t)h->expert]);
+    table_set(st, h->layer, h->expert);
+}
+
 /* The slot's bytes are all in: copy them into backend memory when they landed in a host image, and
  * hand the expert to its layer's table. */
 static void loaded_run(sl_expert_store *st, int si) {
@@ -343,10 +360,7 @@ static void loaded_run(sl_expert_store *st, int si) {
             h->expert = s->expert;
             h->ref = 0;
             st->ram_where[(size_t)s->layer * (size_t)st->n_experts + (size_t)s->expert] = s->host;
-            /* laid out as a slot from copy_off on: the backend can read it there */
-            h->has_view = st->host_reads && xi->one_copy;
-            if (h->has_view)
-                build_expert(template_of(st->m, s->layer, s->expert), xi, h->img + xi->copy_off, 1, &h->view);
+            host_view(st, h, xi);
         }
         s->host = -1;
     }
@@ -366,6 +380,10 @@ static const char *path_of(sl_expert_store *st, int file) {
     return file < st->m->st->n_files ? st->m->st->paths[file] : st->pack_path;
 }
 
+/* Tags of reads: the owner (a slot, or with FILL_TAG a host entry being preloaded) << 8 | which read
+ * (a window, or with bit 7 a piece). */
+#define FILL_TAG ((uint64_t)1 << 62)
+
 /* Takes one finished read. */
 static int reap(sl_expert_store *st) {
     uint64_t tag;
@@ -374,9 +392,11 @@ static int reap(sl_expert_store *st) {
     if (sl_io_wait(st->io, &tag, &res)) return fail(st, "waiting for expert reads failed");
     st->st.stall_s += sl_now() - t0;
     busy_end(st);
-    int si = (int)(tag >> 8), wi = (int)(tag & 255);
-    slot *s = &st->slots[si];
-    const xinfo *xi = &st->x[(size_t)s->layer * (size_t)st->n_experts + (size_t)s->expert];
+    int fill = (tag & FILL_TAG) != 0, owner = (int)((tag & ~FILL_TAG) >> 8), wi = (int)(tag & 255);
+    slot *s = fill ? NULL : &st->slots[owner];
+    hentry *h = fill ? &st->host[owner] : NULL;
+    int l = fill ? h->layer : s->layer, x = fill ? h->expert : s->expert, bad = 1;
+    const xinfo *xi = &st->x[(size_t)l * (size_t)st->n_experts + (size_t)x];
     /* a window, or a piece (GPUDirect reads, buffered reads piece by piece: tags of pieces have the high bit) */
     int file;
     uint64_t lo, hi, start;
@@ -393,20 +413,25 @@ static int reap(sl_expert_store *st) {
         start = st->cfg.io == SL_IO_DIRECT ? w->off : w->lo;
     }
     if (res < 0) {
-        s->failed = 1;
-        fail(st, "%s: reading expert %d of layer %d (bytes %llu to %llu) failed: %s", path_of(st, file), s->expert,
-             s->layer, (unsigned long long)lo, (unsigned long long)hi, strerror((int)-res));
+        fail(st, "%s: reading expert %d of layer %d (bytes %llu to %llu) failed: %s", path_of(st, file), x, l,
+             (unsigned long long)lo, (unsigned long long)hi, strerror((int)-res));
     } else if (start + (uint64_t)res < hi) {
-        s->failed = 1;
         fail(st,
              "%s: the file ends at byte %llu, but expert %d of layer %d lies at bytes %llu to %llu (was the file "
              "truncated or replaced?)",
-             path_of(st, file), (unsigned long long)(start + (uint64_t)res), s->expert, s->layer,
-             (unsigned long long)lo, (unsigned long long)hi);
+             path_of(st, file), (unsigned long long)(start + (uint64_t)res), x, l, (unsigned long long)lo,
+             (unsigned long long)hi);
     } else {
         st->st.bytes_read += (uint64_t)res;
+        bad = 0;
     }
-    if (!--s->pending) loaded(st, si);
+    if (fill) {
+        st->preload_failed |= bad;
+        if (!--h->pending && !st->preload_failed) host_loaded(st, owner);
+        return 0;
+    }
+    s->failed |= bad;
+    if (!--s->pending) loaded(st, owner);
     return 0;
 }
 
@@ -432,14 +457,48 @@ static void *file_gfh(sl_expert_store *st, int file) {
     return st->gfh[file];
 }
 
-/* Queues one read for slot si (through cuFile when fh is set, else from fd), waiting for room first. */
-static int queue_read(sl_expert_store *st, int si, int fd, void *fh, uint64_t off, size_t len, void *dst,
-                      uint64_t tag) {
+/* Queues one read (tag: see FILL_TAG) for its owner (through cuFile when fh is set, else from fd), waiting
+ * for room first. */
+static int queue_read(sl_expert_store *st, int fd, void *fh, uint64_t off, size_t len, void *dst, uint64_t tag) {
     while (fh ? sl_io_read_fh(st->io, fh, off, len, dst, tag) : sl_io_read(st->io, fd, off, len, dst, tag))
         if (reap(st)) return -1; /* the queue is full */
     busy_begin(st);
-    st->slots[si].pending++;
+    int owner = (int)((tag & ~FILL_TAG) >> 8);
+    if (tag & FILL_TAG)
+        st->host[owner].pending++;
+    else
+        st->slots[owner].pending++;
     st->st.reads++;
+    return 0;
+}
+
+/* Queues the reads of expert xi into the image dst (tag0: their tag but the read's index, see FILL_TAG): a
+ * read per piece or per window, pieces held in memory copied. *failed is set when a file cannot be opened. */
+static int queue_expert(sl_expert_store *st, const xinfo *xi, uint8_t *dst, uint64_t tag0, int *failed) {
+    for (int i = 0; i < NP; i++)
+        if (xi->p[i].len && xi->p[i].file < 0) memcpy(dst + xi->p[i].img, xi->p[i].mem, xi->p[i].len);
+    int direct = st->cfg.io == SL_IO_DIRECT;
+    for (int i = 0; xi->piece_reads && i < NP; i++) { /* buffered, each piece into its place in the slot */
+        const piece *p = &xi->p[i];
+        if (!p->len || p->file < 0) continue;
+        int fd = file_fd(st, p->file, 0);
+        if (fd < 0) {
+            *failed = 1;
+            return 0;
+        }
+        if (queue_read(st, fd, NULL, p->off, p->len, dst + p->img, tag0 | 128u | (uint64_t)i)) return -1;
+    }
+    for (int wi = 0; !xi->piece_reads && wi < xi->n_win; wi++) {
+        const window *w = &xi->w[wi];
+        int fd = file_fd(st, w->file, direct);
+        if (fd < 0) {
+            *failed = 1;
+            return 0;
+        }
+        uint64_t off = direct ? w->off : w->lo;
+        size_t len = direct ? w->len : (size_t)(w->hi - w->lo);
+        if (queue_read(st, fd, NULL, off, len, dst + (direct ? w->img : w->at_lo), tag0 | (uint64_t)wi)) return -1;
+    }
     return 0;
 }
 
@@ -466,7 +525,7 @@ static int start_load_gds(sl_expert_store *st, int si, const xinfo *xi) {
             s->failed = 1;
             break;
         }
-        if (queue_read(st, si, -1, fh, p->off, p->len, s->base + p->dev, ((uint64_t)si << 8) | 128u | (uint64_t)i))
+        if (queue_read(st, -1, fh, p->off, p->len, s->base + p->dev, ((uint64_t)si << 8) | 128u | (uint64_t)i))
             return -1;
     }
     reads_queued(st, si);
@@ -523,33 +582,7 @@ static int start_load_run(sl_expert_store *st, int si, int l, int e, int ahead) 
     }
     st->st.misses += !ahead;
     st->st.prefetched += ahead != 0;
-    for (int i = 0; i < NP; i++)
-        if (xi->p[i].len && xi->p[i].file < 0) memcpy(dst + xi->p[i].img, xi->p[i].mem, xi->p[i].len);
-    int direct = st->cfg.io == SL_IO_DIRECT;
-    for (int i = 0; xi->piece_reads && i < NP; i++) { /* buffered, each piece into its place in the slot */
-        const piece *p = &xi->p[i];
-        if (!p->len || p->file < 0) continue;
-        int fd = file_fd(st, p->file, 0);
-        if (fd < 0) {
-            s->failed = 1;
-            break;
-        }
-        if (queue_read(st, si, fd, NULL, p->off, p->len, dst + p->img, ((uint64_t)si << 8) | 128u | (uint64_t)i))
-            return -1;
-    }
-    for (int wi = 0; !xi->piece_reads && wi < xi->n_win; wi++) {
-        const window *w = &xi->w[wi];
-        int fd = file_fd(st, w->file, direct);
-        if (fd < 0) {
-            s->failed = 1;
-            break;
-        }
-        uint64_t off = direct ? w->off : w->lo;
-        size_t len = direct ? w->len : (size_t)(w->hi - w->lo);
-        if (queue_read(st, si, fd, NULL, off, len, dst + (direct ? w->img : w->at_lo),
-                       ((uint64_t)si << 8) | (uint64_t)wi))
-            return -1;
-    }
+    if (queue_expert(st, xi, dst, (uint64_t)si << 8, &s->failed)) return -1;
     reads_queued(st, si);
     return 0;
 }
@@ -1007,6 +1040,42 @@ void sl_store_free(sl_expert_store *st) {
     free(st);
 }
 
+int sl_store_preload(sl_expert_store *st, sl_store_progress_fn progress, void *ctx, sl_err *e) {
+    if (!st->ram_cache || st->gds) return 0;
+    int total = 0, r = 0;
+    for (int l = 0; l < st->n_layers; l++) total += st->m->layers[l].moe ? st->n_experts : 0;
+    if (st->n_host < total) return 0;
+    double t0 = sl_now();
+    st->preload_failed = 0;
+    for (int l = 0; l < st->n_layers && !st->preload_failed; l++) {
+        if (!st->m->layers[l].moe) continue;
+        for (int x = 0; x < st->n_experts && !st->preload_failed; x++, r++) {
+            hentry *h = &st->host[r];
+            h->layer = l;
+            h->expert = x;
+            h->ref = 0;
+            h->reading = 1;
+            *rwh(st, l, x) = r;
+            int failed = 0;
+            if (queue_expert(st, &st->x[(size_t)l * (size_t)st->n_experts + (size_t)x], h->img,
+                             FILL_TAG | (uint64_t)r << 8, &failed))
+                break;
+            st->preload_failed |= failed;
+            if (!failed && !h->pending) host_loaded(st, r); /* every piece was held in memory */
+            sl_io_submit(st->io);
+        }
+        if (progress) progress(ctx, (uint64_t)r, (uint64_t)total);
+    }
+    while (sl_io_pending(st->io))
+        if (reap(st)) break;
+    if (st->failed) return sl_store_check(st, e);
+    uint64_t bytes = st->st.bytes_read;
+    sl_store_stats_reset(st);
+    st->st.preload_bytes = bytes;
+    st->st.preload_s = sl_now() - t0;
+    return 0;
+}
+
 int sl_store_check(sl_expert_store *st, sl_err *e) {
     if (!st->failed) return 0;
     /* reads still in flight (ahead of need, or for the failed pass) land now, so that none of them reports
@@ -1069,6 +1138,8 @@ void sl_store_stats_reset(sl_expert_store *st) {
     st->st.copy_s = keep.copy_s;
     st->st.cpu_t1_s = keep.cpu_t1_s;
     st->st.cpu_tm_s = keep.cpu_tm_s;
+    st->st.preload_bytes = keep.preload_bytes;
+    st->st.preload_s = keep.preload_s;
 }
 
 /* Per-visit buffers for n*k routed pairs. */

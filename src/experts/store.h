@@ -101,10 +101,12 @@ typedef struct sl_store_stats {
     /* measured at creation: one expert copied into a slot from host memory (backends of their own memory),
      * and one computed on the CPU for one token and for each token more (0 when CPU experts are off) */
     double copy_s, cpu_t1_s, cpu_tm_s;
-    int n_slots, n_ram; /* tier sizes in experts */
-    double ram_bytes;   /* the host cache's pinned bytes */
-    size_t slot_bytes;  /* bytes of one slot */
-    const char *engine; /* "io_uring", "pread threads" or "cuFile (GPUDirect)" / "cuFile (compatibility mode)" */
+    uint64_t preload_bytes; /* read into the host cache at load (sl_store_preload) */
+    double preload_s;       /* and the time that took */
+    int n_slots, n_ram;     /* tier sizes in experts */
+    double ram_bytes;       /* the host cache's pinned bytes */
+    size_t slot_bytes;      /* bytes of one slot */
+    const char *engine;     /* "io_uring", "pread threads" or "cuFile (GPUDirect)" / "cuFile (compatibility mode)" */
     sl_io_mode io;
     int packed; /* experts are read from an expert pack (sluice pack), one read each */
 } sl_store_stats;
@@ -113,6 +115,14 @@ typedef struct sl_store_stats {
  * tiers; fails naming the budget when it cannot hold one token's experts of a layer. */
 int sl_store_create(sl_model *m, const sl_store_config *cfg, sl_expert_store **out, sl_err *e);
 void sl_store_free(sl_expert_store *st);
+
+/* Called with the experts read so far and all of them. */
+typedef void (*sl_store_progress_fn)(void *ctx, uint64_t done, uint64_t total);
+/* Where the host cache holds every expert, reads them all into it now (as a model that fits in memory
+ * is loaded whole), so that decode finds each in host memory from its first step: no reads on the way,
+ * and the CPU experts and the device steps' host reads have them all. Nothing otherwise. Fails naming
+ * the file when a read does. */
+int sl_store_preload(sl_expert_store *st, sl_store_progress_fn progress, void *ctx, sl_err *e);
 
 /* The arguments of one MoE layer's routed half. */
 typedef struct sl_store_moe_args {

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/util.h"
 #include "experts/store.h"
@@ -168,6 +169,22 @@ static int place_experts_resident(sl_model *m, sl_err *e) {
     return 0;
 }
 
+typedef struct preload_progress {
+    double t0, shown;
+    int tty;
+} preload_progress;
+
+/* A line on a terminal, redrawn at most ten times a second, while the host cache fills. */
+static void preload_shown(void *ctx, uint64_t done, uint64_t total) {
+    preload_progress *p = ctx;
+    double now = sl_now();
+    if (!p->tty || (now - p->shown < 0.1 && done < total)) return;
+    p->shown = now;
+    fprintf(stderr, "\r\033[Ksluice: reading experts into the host cache: %3.0f%% (%llu of %llu), %.0f s",
+            100.0 * (double)done / (double)(total ? total : 1), (unsigned long long)done, (unsigned long long)total,
+            now - p->t0);
+}
+
 /* Where the experts live. Backends of their own memory get every weight resident when it fits in the
  * memory left for it (--vram, else what is free) beside a session; otherwise the dense weights go
  * there and the experts stream through slots in the rest. The CPU computes on the mapped checkpoint,
@@ -218,8 +235,14 @@ static int place_model(sl_model *m, const sl_model_opts *o, sl_err *e) {
         }
     }
     if (sl_store_create(m, &sc, &m->store, e)) return sl_wrap(e, "%s", m->path);
+    preload_progress pp = {.t0 = sl_now(), .tty = isatty(STDERR_FILENO)};
+    if (!(o && o->no_preload) && sl_store_preload(m->store, preload_shown, &pp, e)) return -1;
     sl_store_stats s;
     sl_store_stats_get(m->store, &s);
+    if (s.preload_bytes)
+        fprintf(stderr, "%ssluice: read every expert into the host cache: %s in %.1f s (%s/s)\n",
+                pp.tty ? "\r\033[K" : "", sl_human_bytes((double)s.preload_bytes, b1, sizeof b1), s.preload_s,
+                sl_human_bytes(s.preload_s > 0 ? (double)s.preload_bytes / s.preload_s : 0, b2, sizeof b2));
     char ram_s[48] = "off", cpu_s[160] = "";
     if (s.n_ram) snprintf(ram_s, sizeof ram_s, "%d experts (%s)", s.n_ram, sl_human_bytes(s.ram_bytes, b3, sizeof b3));
     if (s.cpu_t1_s > 0)

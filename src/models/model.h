@@ -69,6 +69,7 @@ typedef struct sl_model_opts {
     int io;
     int ctx;
     int no_prefetch;
+    int no_preload; /* a host cache that holds every expert fills as they are used, not at load */
     sl_kv_type kv_type;
     int expert_slots; /* > 0: stream with exactly this many expert slots (tests, reproducing small cards) */
     int cpu_experts;  /* sl_cpu_experts (experts/store.h): experts of the host cache computed on the CPU */

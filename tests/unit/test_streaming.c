@@ -272,28 +272,41 @@ static void check_host_reads(const char *rel) {
     int few = tiny_slots(m), nd = CHECK_ND;
     sl_model_free(m);
     int64_t ram = (int64_t)256 << 20;
-    sl_model_opts o = {.expert_slots = few,
-                       .ram = ram,
-                       .staged_ram = ram,
-                       .cpu_experts = SL_CPU_EXPERTS_OFF,
-                       .device_steps = SL_DEVICE_STEPS_HOST};
-    setenv("SLUICE_CUDA_GRAPHS", "0", 1);
-    cr_assert_eq(sl_model_load(path, &o, &m, &e), 0, "%s: %s", rel, e.msg);
-    unsetenv("SLUICE_CUDA_GRAPHS");
-    cr_assert_not_null(m->store);
-    run got;
-    counted_run(m, &got, rel); /* reads every expert these tokens use into the host cache */
-    free(got.logits);
-    sl_store_stats st = counted_run(m, &got, rel);
-    char what[200];
-    snprintf(what, sizeof what, "%s, device steps reading the host cache, %d slots", rel, few);
-    cr_assert(st.steps_device == (uint64_t)nd && !st.steps_redone,
-              "%s: %llu of %d decode steps stood on the device, %llu redone", what, (unsigned long long)st.steps_device,
-              nd, (unsigned long long)st.steps_redone);
-    cr_assert_gt(st.hits_ram, 0, "%s: no expert was read from the host cache", what);
-    expect_close(&got, &ref, V, 1, what);
-    free(got.logits);
-    sl_model_free(m);
+    /* preloaded, the host cache has every expert from the first step on; else it fills as they are used */
+    for (int preload = 1; preload >= 0; preload--) {
+        sl_model_opts o = {.expert_slots = few,
+                           .ram = ram,
+                           .staged_ram = ram,
+                           .cpu_experts = SL_CPU_EXPERTS_OFF,
+                           .device_steps = SL_DEVICE_STEPS_HOST,
+                           .no_preload = !preload};
+        setenv("SLUICE_CUDA_GRAPHS", "0", 1);
+        cr_assert_eq(sl_model_load(path, &o, &m, &e), 0, "%s: %s", rel, e.msg);
+        unsetenv("SLUICE_CUDA_GRAPHS");
+        cr_assert_not_null(m->store);
+        sl_store_stats ld;
+        sl_store_stats_get(m->store, &ld);
+        cr_assert(preload ? ld.preload_bytes > 0 : ld.preload_bytes == 0, "%s: %llu bytes preloaded", rel,
+                  (unsigned long long)ld.preload_bytes);
+        run got;
+        if (!preload) {
+            counted_run(m, &got, rel); /* reads every expert these tokens use into the host cache */
+            free(got.logits);
+        }
+        sl_store_stats st = counted_run(m, &got, rel);
+        char what[200];
+        snprintf(what, sizeof what, "%s, device steps reading the host cache, %d slots%s", rel, few,
+                 preload ? ", preloaded" : "");
+        cr_assert(st.steps_device == (uint64_t)nd && !st.steps_redone,
+                  "%s: %llu of %d decode steps stood on the device, %llu redone", what,
+                  (unsigned long long)st.steps_device, nd, (unsigned long long)st.steps_redone);
+        cr_assert_gt(st.hits_ram, 0, "%s: no expert was read from the host cache", what);
+        cr_assert(!preload || (!st.misses && !st.bytes_read), "%s: %llu experts read from the file", what,
+                  (unsigned long long)st.misses);
+        expect_close(&got, &ref, V, 1, what);
+        free(got.logits);
+        sl_model_free(m);
+    }
     free(ref.logits);
     free(path);
 }
@@ -517,6 +530,7 @@ static int truncated_case(const char *dir, const char *shard, const char *whole,
     if (cpu_experts) {
         o.ram = o.staged_ram = 64 << 20;
         o.cpu_experts = SL_CPU_EXPERTS_ON;
+        o.no_preload = 1; /* reads while requests run */
     }
     if (io == SL_IO_GDS && sl_model_load(dir, &o, &m, &e)) {
         cr_assert(!getenv("SLUICE_TEST_GDS") && strstr(e.msg, "--io gds"), "gds: %s", e.msg);
@@ -567,6 +581,14 @@ Test(streaming, truncated_expert_file) {
         truncated_case(tmp, shard, whole, len, SL_IO_GDS, 0) == 1)
         cr_log_info("GPUDirect reads not tested: cuFile is not available here");
     truncated_case(tmp, shard, whole, len, SL_IO_AUTO, 1);
+    /* a host cache that holds every expert reads them at load: the load fails naming the file (its
+     * table, checked first, already says the data is short) */
+    cr_assert_eq(truncate(shard, (off_t)(len / 2)), 0);
+    sl_model_opts o = {.expert_slots = 8, .ram = 64 << 20, .staged_ram = 64 << 20};
+    sl_model *m = NULL;
+    cr_assert_neq(sl_model_load(tmp, &o, &m, &e), 0, "preloading experts from a truncated file must fail");
+    cr_assert(strstr(e.msg, shard), "the error names the file: %s", e.msg);
+    cr_assert_eq(sl_write_file(shard, whole, len, &e), 0, "%s", e.msg);
     free(whole);
     free(shard);
     free(tmp);
