@@ -102,6 +102,18 @@ static inline int64_t sl_bm_row(const sl_batch_map *m, const int32_t *pages, int
     return (int64_t)pages[(int64_t)s * m->max_pages + p / m->page_size] * m->page_size + p % m->page_size;
 }
 
+/* A MoE layer of a device step handed to the host (moe_handoff, moe_await): host memory from host_alloc,
+ * written by the backend (x, ids, then ready) and by the host (the rows it computed, cnt, then done). */
+typedef struct sl_handoff {
+    volatile uint32_t ready, done;
+    volatile int32_t cnt;
+    volatile uint64_t t_ready, t_wait, t_seen; /* backend clock, ns (see moe_guard) */
+    float *x;     /* [SL_HANDOFF_PAIRS][hidden] floats room (n <= SL_HANDOFF_PAIRS tokens) */
+    int32_t *ids; /* [SL_HANDOFF_PAIRS] */
+} sl_handoff;
+#define SL_HANDOFF_PAIRS 64
+#define SL_HANDOFF_LOST (1 << 20)
+
 /* Most tokens of a recorded step. */
 #define SL_STEP_MAX 256
 
@@ -174,8 +186,25 @@ typedef struct sl_backend_ops {
     /* For an expert store's steps that run without the host (no routing read back per layer): copies the
      * nk routed ids to rec, then sets to -1 each id whose expert t lacks (as the backend's copy of t,
      * place_experts', holds it; an id outside [0, t->n_experts) too) and adds the number of those to *miss.
-     * ids, rec and miss are backend memory. moe_pairs then skips those pairs. */
-    void (*moe_guard)(sl_backend *b, const sl_expert_table *t, int32_t *ids, int nk, int32_t *rec, int32_t *miss);
+     * ids, rec and miss are backend memory. moe_pairs then skips those pairs.
+     * With host (backend memory [t->n_experts], else NULL), the experts whose host[x] is set (their bytes
+     * in host memory) may be computed by the host instead: of those routed (each counted once), the first
+     * round(*share * m) of the m in routing order are, and the rest stay with t's entry; an expert t lacks
+     * with host[x] set is always the host's. The host's pairs get -1 in ids, not counted, and their ids in
+     * host_ids (the others -1). share and host_ids are backend memory. Such a device step hands the layer
+     * to the host and takes its pairs back: moe_handoff, after the ops before it, copies x [n][hidden] and
+     * host_ids to h's x and ids (host memory from host_alloc) and then sets h->ready; moe_await waits until
+     * the host set h->done, then puts P[idx[r]] = rows[r] for r < h->cnt (host memory the host wrote before
+     * h->done) into the pair buffer as moe_pairs_put does. A backend that runs ops as they are issued, or
+     * the GPU's outside a recording, first waits for its queue and calls serve(ctx, h) itself; in a
+     * recording the wait is recorded, and the caller serves h once the recording runs. A wait that lasts
+     * beyond reason adds SL_HANDOFF_LOST to *miss and stops waiting. Backends with a clock of their own
+     * write the times of h's handoff, of the start of the wait and of its end to h->t_ready, t_wait, t_seen. */
+    void (*moe_guard)(sl_backend *b, const sl_expert_table *t, int32_t *ids, int nk, int32_t *rec, int32_t *miss,
+                      const uint8_t *host, const float *share, int32_t *host_ids);
+    void (*moe_handoff)(sl_backend *b, const float *x, int n, int hidden, const int32_t *ids, int nk, sl_handoff *h);
+    void (*moe_await)(sl_backend *b, sl_handoff *h, const float *rows, const int32_t *idx, int n, int k, int hidden,
+                      int32_t *miss, void (*serve)(void *ctx, sl_handoff *h), void *ctx);
     /* Pair outputs computed elsewhere (an expert store's CPU experts): P[idx[r]] = rows[r] for r < cnt in the
      * pair buffer of n*k pairs that moe_combine reads next. rows and idx are host memory, from host_alloc on
      * backends that have it, left unchanged until sync returns. Issued after the layer's moe_pairs calls, so

@@ -30,9 +30,11 @@ int cli_stream_flag(const char *cmd, const char *flag, const char *val, sl_model
     "                         of reading them all at load\n"                                                           \
     "  --device-steps MODE    decode steps that run on the GPU against its expert slots, without the\n"                \
     "                         host reading each layer's routing, redone host-driven when an expert\n"                  \
-    "                         is missing: auto (where recent steps found all in slots), on, off, or\n"                 \
-    "                         host (as auto, and experts of the host cache in no slot are read by the\n"               \
-    "                         GPU where they are, over PCIe, instead of missing)\n"
+    "                         is missing: on, off, host (experts of the host cache in no slot are\n"                   \
+    "                         read by the GPU where they are, over PCIe, and with CPU experts a part\n"                \
+    "                         of them computed by the CPU inside the step) or auto (default: host where\n"             \
+    "                         the host cache holds every expert and the slots at most a quarter, else\n"               \
+    "                         while recent steps found all their experts in slots)\n"
 
 #define CLI_KV_HELP                                                                                                    \
     "  --kv-type T            element type of the attention KV cache: f32, f16 or bf16 (default: f16 on\n"             \

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/util.h"
@@ -126,6 +127,20 @@ struct sl_expert_store {
     int redo_next;     /* the next step runs a missed device step again (not counted in clean) */
     int redoing;
     int preload_failed; /* a read of sl_store_preload failed */
+    /* the CPU's share of device steps (host reads with CPU experts): of the host cache experts in no slot,
+     * those the CPU computes, each MoE layer handed to the host and back inside the step (moe_handoff) */
+    int share;             /* configured */
+    int share_step;        /* this device step hands its layers over */
+    int share_fixed;       /* the part is set (--cpu-experts on, SLUICE_CPU_SHARE), not tracked */
+    float *share_host;     /* pinned: the part of the routed host cache experts the CPU takes */
+    float *share_dev;      /* the backend's copy */
+    float share_sent;      /* the part the backend's copy holds */
+    uint8_t *own;          /* [layer * n_experts]: the CPU may compute it in device steps (pinned) */
+    uint8_t *own_dev;      /* the backend's copy */
+    int32_t *host_ids_dev; /* backend [SL_HANDOFF_PAIRS]: the pairs a layer hands over */
+    sl_handoff *ho;        /* [n_layers], pinned */
+    double *ho_cpu;        /* [n_layers]: the CPU's time on each layer this step */
+    uint8_t *ho_buf;       /* pinned: the input and ids every layer's handoff shares */
     sl_store_stats st;
     sl_err failure;
     int failed;
@@ -204,8 +219,12 @@ static void changed(sl_expert_store *st, int l, int x) {
 static int place(sl_expert_store *st, int l, sl_err *e) {
     sl_backend *be = st->be;
     sl_expert_table *t = &st->m->layers[l].moe->experts;
-    if (!be->ops->place_experts || !st->stale[l]) return 0;
-    if (be->ops->place_experts(be, t, e)) return -1;
+    if (!st->stale[l] || (!be->ops->place_experts && !st->own_dev)) return 0;
+    if (be->ops->place_experts && be->ops->place_experts(be, t, e)) return -1;
+    if (st->own_dev) { /* which of its experts the CPU may compute */
+        size_t row = (size_t)l * (size_t)st->n_experts;
+        be->ops->upload_async(be, st->own_dev + row, st->own + row, (size_t)st->n_experts);
+    }
     t->lo = t->n_experts;
     t->hi = 0;
     st->stale[l] = 0;
@@ -217,14 +236,18 @@ static int place(sl_expert_store *st, int l, sl_err *e) {
 static void table_set(sl_expert_store *st, int l, int x) {
     sl_expert_table *t = &st->m->layers[l].moe->experts;
     const sl_expert *v = NULL;
-    int si = *wh(st, l, x), r = *rwh(st, l, x);
-    if (si >= 0 && st->slots[si].state == READY)
+    int si = *wh(st, l, x), r = *rwh(st, l, x), o = 0;
+    uint8_t *own = st->own ? &st->own[(size_t)l * (size_t)st->n_experts + (size_t)x] : &(uint8_t){0};
+    if (si >= 0 && st->slots[si].state == READY) {
         v = &st->slots[si].ex;
-    else if (st->host_reads && r >= 0 && st->host[r].has_view && !st->host[r].reading)
+    } else if (st->host_reads && r >= 0 && st->host[r].has_view && !st->host[r].reading) {
         v = &st->host[r].view;
-    if (v == t->experts[x]) return;
+        o = st->share; /* the CPU may take it instead (see moe_guard) */
+    }
+    if (v == t->experts[x] && o == *own) return;
     st->in_table[l] += (v != NULL) - (t->experts[x] != NULL);
     t->experts[x] = v;
+    *own = (uint8_t)o;
     changed(st, l, x);
 }
 
@@ -744,6 +767,45 @@ static int cpu_setup(sl_expert_store *st, sl_err *e) {
     return 0;
 }
 
+/* The CPU's share of device steps: on, every host cache expert in no slot; auto, the part that balances
+ * an expert's measured copy over PCIe (as the GPU's reads of it cost about the same) against its CPU
+ * time; SLUICE_CPU_SHARE (0 to 1) sets the part. */
+static int share_setup(sl_expert_store *st, sl_err *e) {
+    sl_backend *be = st->be;
+    size_t cells = (size_t)st->n_layers * (size_t)st->n_experts;
+    size_t hb = (size_t)st->n_layers * sizeof(sl_handoff),
+           xb = (size_t)SL_HANDOFF_PAIRS * (size_t)st->m->cfg.hidden * sizeof(float);
+    st->own = be->ops->host_alloc(be, cells);
+    st->own_dev = be->ops->alloc(be, cells);
+    st->ho = be->ops->host_alloc(be, hb);
+    st->ho_cpu = calloc((size_t)st->n_layers, sizeof *st->ho_cpu);
+    st->ho_buf = be->ops->host_alloc(be, xb + SL_HANDOFF_PAIRS * sizeof(int32_t) + sizeof(float));
+    st->host_ids_dev = be->ops->alloc(be, SL_HANDOFF_PAIRS * sizeof(int32_t));
+    st->share_dev = be->ops->alloc(be, sizeof(float));
+    if (!st->own || !st->own_dev || !st->ho || !st->ho_cpu || !st->ho_buf || !st->host_ids_dev || !st->share_dev)
+        return sl_fail(e, "out of memory for the CPU's part of decode steps");
+    memset(st->own, 0, cells);
+    be->ops->upload_async(be, st->own_dev, st->own, cells);
+    memset(st->ho, 0, hb);
+    for (int l = 0; l < st->n_layers; l++) {
+        st->ho[l].x = (float *)(void *)st->ho_buf;
+        st->ho[l].ids = (int32_t *)(void *)(st->ho_buf + xb);
+    }
+    /* the part the CPU takes: on, all; auto, tracked (see share_track) from where an expert's measured
+     * copy (the GPU's reads of it over PCIe cost about as much) and its CPU time balance */
+    st->share_host = (float *)(void *)(st->ho_buf + xb + SL_HANDOFF_PAIRS * sizeof(int32_t));
+    const char *env = getenv("SLUICE_CPU_SHARE");
+    st->share_fixed = (env && *env) || st->cfg.cpu_experts == SL_CPU_EXPERTS_ON;
+    double f = env && *env                                ? atof(env)
+               : st->cfg.cpu_experts == SL_CPU_EXPERTS_ON ? 1.0
+                                                          : st->st.copy_s / (st->st.copy_s + st->st.cpu_t1_s + 1e-12);
+    *st->share_host = (float)(f < 0 ? 0 : f > 1 ? 1 : f);
+    st->share_sent = *st->share_host;
+    be->ops->upload_async(be, st->share_dev, st->share_host, sizeof(float));
+    st->share = 1;
+    return 0;
+}
+
 int sl_store_create(sl_model *m, const sl_store_config *cfg, sl_expert_store **out, sl_err *e) {
     sl_expert_store *st = calloc(1, sizeof *st);
     if (!st) return sl_fail(e, "out of memory");
@@ -953,7 +1015,18 @@ int sl_store_create(sl_model *m, const sl_store_config *cfg, sl_expert_store **o
             return sl_fail(e, "out of memory for the routing of device steps");
         }
         /* pinned host memory is the backend's to read (the GPU's through unified addressing) */
-        st->host_reads = cfg->device_steps == SL_DEVICE_STEPS_HOST && st->ram_cache;
+        /* auto reads the host cache where it holds every expert, the slots at most a quarter of them and
+         * the CPU computes a part: there steps against the slots alone would mostly miss (qwen3.5-35b-a3b
+         * Q4_K_M, 2 GB of slots, H200: 258 tok/s so, 211 host-driven; the GPU reading them all over PCIe,
+         * without the CPU's part, 159 against 173-180 copying them host-driven) */
+        st->host_reads =
+            st->ram_cache && (cfg->device_steps == SL_DEVICE_STEPS_HOST ||
+                              (cfg->device_steps == SL_DEVICE_STEPS_AUTO && st->cpu && m->be->ops->moe_handoff &&
+                               st->n_host >= total && (int64_t)st->n_slots * 4 <= total));
+        if (st->host_reads && st->cpu && m->be->ops->moe_handoff && share_setup(st, e)) {
+            sl_store_free(st);
+            return -1;
+        }
     }
     sl_io_reader reader = {gds_reader, st};
     /* A buffered read that the page cache holds is a copy that io_uring makes inside the submitting call,
@@ -1001,6 +1074,13 @@ void sl_store_free(sl_expert_store *st) {
         free(st->arena);
     }
     if (st->rec_dev) be->ops->free(be, st->rec_dev);
+    if (st->own) be->ops->host_free(be, st->own);
+    if (st->own_dev) be->ops->free(be, st->own_dev);
+    if (st->ho) be->ops->host_free(be, st->ho);
+    if (st->ho_buf) be->ops->host_free(be, st->ho_buf);
+    free(st->ho_cpu);
+    if (st->host_ids_dev) be->ops->free(be, st->host_ids_dev);
+    if (st->share_dev) be->ops->free(be, st->share_dev);
     if (st->rec_host) {
         if (be->ops->host_free)
             be->ops->host_free(be, st->rec_host);
@@ -1372,7 +1452,7 @@ static int cpu_pass(sl_expert_store *st, int l, const sl_store_moe_args *a, int 
     }
     int n = 0;
     for (int i = 0; i < nk; i++) {
-        int in = st->cxp[st->hids[i]] != NULL;
+        int in = st->hids[i] >= 0 && st->cxp[st->hids[i]] != NULL; /* -1: a pair the backend computes */
         st->cpu_ids[i] = in ? st->hids[i] : -1;
         if (in) st->cpu_idx[n++] = i;
     }
@@ -1396,6 +1476,76 @@ static int cpu_pass(sl_expert_store *st, int l, const sl_store_moe_args *a, int 
     return 0;
 }
 
+/* The CPU's part of layer l of a device step, once its input and routing are in: the pairs the guard
+ * gave it, from their experts' host cache images, then the rows handed back (done). Never fails the
+ * step's wait: on an error the store fails and hands back nothing. */
+static void serve_layer(sl_expert_store *st, int l) {
+    sl_handoff *h = &st->ho[l];
+    if (h->done) return;
+    double t0 = sl_now();
+    int spins = 0;
+    while (!__atomic_load_n(&h->ready, __ATOMIC_ACQUIRE)) {
+        if (++spins % 4096 == 0 && sl_now() - t0 > 30) { /* the step never reached this layer */
+            fail(st, "layer %d of a decode step never reached the host (30 s)", l);
+            h->cnt = 0;
+            __atomic_store_n(&h->done, 1, __ATOMIC_RELEASE);
+            return;
+        }
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
+    double t1 = sl_now();
+    st->st.route_wait_s += t1 - t0;
+    int n = st->dev_n, k = st->m->cfg.top_k, nk = n * k, H = st->m->cfg.hidden, ns = 0, cnt = 0, pairs = 0;
+    size_t E = (size_t)st->n_experts;
+    memcpy(st->hids, h->ids, (size_t)nk * sizeof(int32_t));
+    memcpy(st->hx, h->x, (size_t)n * (size_t)H * sizeof(float));
+    st->visit++;
+    for (int i = 0; i < nk; i++) {
+        int x = st->hids[i];
+        if (x < 0) continue; /* the backend's */
+        if (x >= (int)E || *rwh(st, l, x) < 0) {
+            fail(st, "layer %d: the host was handed expert %d, which its cache lacks", l, x);
+            break;
+        }
+        if (st->mark[x] != st->visit) {
+            st->mark[x] = st->visit;
+            st->cpu_list[ns++] = x;
+            st->cpu_src[x] = *rwh(st, l, x);
+            st->xcnt[x] = 0;
+        }
+        st->xcnt[x]++;
+        pairs++;
+    }
+    if (ns && !st->failed) {
+        sl_store_moe_args a = {.n = n};
+        if (cpu_pass(st, l, &a, nk, ns, &cnt)) cnt = 0;
+        st->st.cpu_experts += (uint64_t)ns;
+        st->st.cpu_pairs += (uint64_t)pairs;
+    }
+    h->cnt = cnt;
+    st->ho_cpu[l] = sl_now() - t1;
+    __atomic_store_n(&h->done, 1, __ATOMIC_RELEASE);
+}
+
+static void serve(void *ctx, sl_handoff *h) {
+    sl_expert_store *st = ctx;
+    serve_layer(st, (int)(h - st->ho));
+}
+
+void sl_store_step_serve(sl_expert_store *st) {
+    if (!st->dev || !st->share_step) return;
+    sl_err e;
+    if (st->be->ops->check && st->be->ops->check(st->be, &e)) { /* the step's ops never ran */
+        fail(st, "%s", e.msg);
+        sl_store_step_abort(st);
+        return;
+    }
+    for (int l = 0; l < st->n_layers; l++)
+        if (st->m->layers[l].moe) serve_layer(st, l);
+}
+
 void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a) {
     sl_model *m = st->m;
     sl_backend *be = st->be;
@@ -1404,9 +1554,14 @@ void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a) {
     sl_moe *L = m->layers[l].moe;
     int n = a->n, k = c->top_k, E = L->experts.n_experts, H = c->hidden, nk = n * k;
     if (st->dev) { /* a device step: the backend's tables decide, its count of misses tells (see store.h) */
+        int32_t *rec = st->rec_dev + 1 + (size_t)l * (size_t)nk;
         sl_route(be, c, L->router_bias, a->logits, n, E, a->ids, a->weights);
-        op->moe_guard(be, &L->experts, a->ids, nk, st->rec_dev + 1 + (size_t)l * (size_t)nk, st->rec_dev);
+        int sh = st->share_step;
+        op->moe_guard(be, &L->experts, a->ids, nk, rec, st->rec_dev, sh ? st->own_dev + (size_t)l * (size_t)E : NULL,
+                      sh ? st->share_dev : NULL, sh ? st->host_ids_dev : NULL);
+        if (sh) op->moe_handoff(be, a->x, n, H, st->host_ids_dev, nk, &st->ho[l]);
         op->moe_pairs(be, &L->experts, a->x, n, H, a->ids, k);
+        if (sh) op->moe_await(be, &st->ho[l], st->cpu_rows, st->cpu_idx, n, k, H, st->rec_dev, serve, st);
         combine(st, l, a);
         return;
     }
@@ -1597,12 +1752,46 @@ int sl_store_step_begin(sl_expert_store *st, int dev, int n, sl_err *e) {
     sl_backend *be = st->be;
     reap_finished(st); /* experts read ahead that landed join their tables now */
     if (st->failed) return sl_store_check(st, e);
+    int nk = n * st->m->cfg.top_k;
+    st->share_step = st->share && nk <= SL_HANDOFF_PAIRS;
+    if (st->share_step) {
+        if (ensure(st, nk) || !host_input(st, (size_t)n * (size_t)st->m->cfg.hidden)) {
+            if (!st->failed) fail(st, "out of memory for the CPU's part of a decode step");
+            return sl_store_check(st, e);
+        }
+        for (int l = 0; l < st->n_layers; l++) {
+            st->ho[l].ready = st->ho[l].done = 0;
+            st->ho[l].t_wait = 0;
+        }
+        if (*st->share_host != st->share_sent) {
+            st->share_sent = *st->share_host;
+            be->ops->upload_async(be, st->share_dev, st->share_host, sizeof(float));
+        }
+    }
     for (int l = 0; l < st->n_layers; l++)
         if (st->m->layers[l].moe && place(st, l, e)) return -1;
     be->ops->zero(be, st->rec_dev, sizeof(int32_t));
     st->launches++; /* every slot may be read until the step has run */
     st->dev = 1;
     return 0;
+}
+
+/* After a device step with the CPU's part: the GPU's time on its part of each layer (from the handoff to
+ * the start of its wait) and the CPU's, each taken as proportional to its part, give the part at which
+ * both would take as long; the part moves a fifth of the way there. Backends that keep no times (the
+ * CPU, which runs both parts in turn) leave it. */
+static void share_track(sl_expert_store *st) {
+    double g = 0, cpu = 0, f = *st->share_host;
+    for (int l = 0; l < st->n_layers; l++) {
+        const sl_handoff *h = &st->ho[l];
+        if (!st->m->layers[l].moe || !h->t_wait) continue;
+        g += h->t_wait > h->t_ready ? (double)(h->t_wait - h->t_ready) * 1e-9 : 0;
+        cpu += st->ho_cpu[l];
+    }
+    if (st->share_fixed || g <= 0 || cpu <= 0) return;
+    double a = g / (1.0 - (f < 0.95 ? f : 0.95)), b = cpu / (f > 0.05 ? f : 0.05), want = a / (a + b);
+    f = (float)(0.8 * f + 0.2 * want);
+    *st->share_host = f < 0.05f ? 0.05f : f > 0.95f ? 0.95f : f;
 }
 
 /* A device step stood: what host-driven steps note per layer visit (slot hits, reuse, miss rates), from
@@ -1659,13 +1848,20 @@ int sl_store_step_end(sl_expert_store *st, sl_err *e) {
         return 1;
     }
     st->st.steps_device++;
+    if (st->share_step) share_track(st);
     note_clean(st, 1);
     dev_step_note(st);
     return 0;
 }
 
 void sl_store_step_abort(sl_expert_store *st) {
-    st->in_step = st->dev = st->redo_next = 0;
+    /* a recording that still runs finds every layer handed back, with nothing */
+    for (int l = 0; st->share_step && l < st->n_layers; l++)
+        if (!st->ho[l].done) {
+            st->ho[l].cnt = 0;
+            __atomic_store_n(&st->ho[l].done, 1, __ATOMIC_RELEASE);
+        }
+    st->in_step = st->dev = st->redo_next = st->share_step = 0;
 }
 
 double sl_store_probe_read(sl_expert_store *st, uint64_t bytes, sl_err *e) {

@@ -44,7 +44,9 @@ typedef enum { SL_CPU_EXPERTS_AUTO = 0, SL_CPU_EXPERTS_ON, SL_CPU_EXPERTS_OFF } 
 /* Decode steps run on the device against the slot tables: where recent steps found every expert in a
  * slot (auto), on every step that can (on), or never (off); host: as auto, and the tables also hold the
  * host cache's experts that no slot holds, which the backend then reads where they are (the GPU over
- * PCIe) instead of the step missing them. */
+ * PCIe) instead of the step missing them; with CPU experts, the CPU computes a part of those, each MoE
+ * layer handed to the host and back inside the step, the part tracked so that both finish together.
+ * auto does as host where the host cache holds every expert and the slots under a quarter of them. */
 typedef enum {
     SL_DEVICE_STEPS_AUTO = 0,
     SL_DEVICE_STEPS_ON,
@@ -150,6 +152,9 @@ void sl_store_moe(sl_expert_store *st, int l, const sl_store_moe_args *a);
 int sl_store_step_wants(const sl_expert_store *st, int n);
 int sl_store_step_begin(sl_expert_store *st, int dev, int n, sl_err *e);
 int sl_store_step_end(sl_expert_store *st, sl_err *e);
+/* After a device step's ops are issued (or its recording launched), before sl_store_step_end: computes
+ * the CPU's part of each MoE layer as the step hands it over (--device-steps host with CPU experts). */
+void sl_store_step_serve(sl_expert_store *st);
 /* Ends a decode step that failed before sl_store_step_end. */
 void sl_store_step_abort(sl_expert_store *st);
 /* -1 with the first failure since the last call, which it clears. */

@@ -642,6 +642,7 @@ static int run(sl_session *s, const sl_batch *b, const int *want, int n_want, fl
         if (step == 0) be->ops->step_end(be, &sr->rec);
         if (step >= 0) /* a replayed step issued no ops of its own: the rows are the batch's, in order */
             for (int i = 0; i < n_want && i < s->logit_cap; i++) s->row_pos[i] = s->h_pos[want[i]];
+        if (st && dev) sl_store_step_serve(st);
         int again = st && decode ? sl_store_step_end(st, e) : 0;
         if (again < 0) goto fail;
         if (!again) break;

@@ -259,30 +259,34 @@ static void check_device_steps(const char *rel, int part) {
     free(path);
 }
 
-/* Device steps that read the host cache's experts where they are (--device-steps host): slots for a few
- * experts filled from a host cache that holds them all; once a first run has read every expert these
- * tokens use, a second run's decode steps all stand, reading most experts from the host cache, and give
- * the resident logits bit for bit (kernel by kernel). */
+/* Device steps that read the host cache (--device-steps host): preloaded, the host cache has every
+ * expert from the first step on; else it fills as they are used. With CPU experts (share), half of the
+ * host cache experts in no slot are the CPU's, each MoE layer handed to the host and back inside the step.
+ * Each gives the resident logits (bit for bit on the CPU). */
 static void check_host_reads(const char *rel) {
     char *path = tu_fixture(rel);
     sl_err e = {{0}};
     run ref;
     sl_model *m = resident_ref(path, &ref);
     size_t V = (size_t)m->cfg.vocab_size;
-    int few = tiny_slots(m), nd = CHECK_ND;
+    int few = tiny_slots(m), nd = CHECK_ND, all = moe_layers(m) * m->cfg.n_experts;
     sl_model_free(m);
     int64_t ram = (int64_t)256 << 20;
-    /* preloaded, the host cache has every expert from the first step on; else it fills as they are used */
-    for (int preload = 1; preload >= 0; preload--) {
+    /* modes: 0 not preloaded, 1 preloaded, 2 the CPU's part, 3 the same chosen by auto (a host cache of
+     * every expert, slots for at most a quarter of them), its part as measured */
+    for (int mode = 0; mode < (few * 4 <= all ? 4 : 3); mode++) {
+        int preload = mode > 0, share = mode >= 2;
         sl_model_opts o = {.expert_slots = few,
                            .ram = ram,
                            .staged_ram = ram,
-                           .cpu_experts = SL_CPU_EXPERTS_OFF,
-                           .device_steps = SL_DEVICE_STEPS_HOST,
+                           .cpu_experts = share ? SL_CPU_EXPERTS_AUTO : SL_CPU_EXPERTS_OFF,
+                           .device_steps = mode == 3 ? SL_DEVICE_STEPS_AUTO : SL_DEVICE_STEPS_HOST,
                            .no_preload = !preload};
         setenv("SLUICE_CUDA_GRAPHS", "0", 1);
+        if (mode == 2) setenv("SLUICE_CPU_SHARE", "0.5", 1);
         cr_assert_eq(sl_model_load(path, &o, &m, &e), 0, "%s: %s", rel, e.msg);
         unsetenv("SLUICE_CUDA_GRAPHS");
+        unsetenv("SLUICE_CPU_SHARE");
         cr_assert_not_null(m->store);
         sl_store_stats ld;
         sl_store_stats_get(m->store, &ld);
@@ -295,15 +299,22 @@ static void check_host_reads(const char *rel) {
         }
         sl_store_stats st = counted_run(m, &got, rel);
         char what[200];
-        snprintf(what, sizeof what, "%s, device steps reading the host cache, %d slots%s", rel, few,
-                 preload ? ", preloaded" : "");
+        snprintf(what, sizeof what, "%s, device steps reading the host cache, %d slots%s%s", rel, few,
+                 preload ? ", preloaded" : "",
+                 mode == 2   ? ", half of it the CPU's"
+                 : mode == 3 ? ", chosen by auto"
+                             : "");
         cr_assert(st.steps_device == (uint64_t)nd && !st.steps_redone,
                   "%s: %llu of %d decode steps stood on the device, %llu redone", what,
                   (unsigned long long)st.steps_device, nd, (unsigned long long)st.steps_redone);
         cr_assert_gt(st.hits_ram, 0, "%s: no expert was read from the host cache", what);
         cr_assert(!preload || (!st.misses && !st.bytes_read), "%s: %llu experts read from the file", what,
                   (unsigned long long)st.misses);
-        expect_close(&got, &ref, V, 1, what);
+        cr_assert(mode == 2  ? st.cpu_experts > 0
+                  : mode < 2 ? st.cpu_experts == 0
+                             : 1,
+                  "%s: %llu experts computed on the CPU", what, (unsigned long long)st.cpu_experts);
+        expect_close(&got, &ref, V, !share || !m->be->ops->place_weight, what);
         free(got.logits);
         sl_model_free(m);
     }

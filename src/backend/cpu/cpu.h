@@ -116,7 +116,11 @@ void cpu_moe(sl_backend *b, const sl_expert_table *t, const float *x, int n, int
 void cpu_moe_pairs(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
                    int k);
 void cpu_moe_combine(sl_backend *b, const float *weights, int n, int k, int hidden, float *out);
-void cpu_moe_guard(sl_backend *b, const sl_expert_table *t, int32_t *ids, int nk, int32_t *rec, int32_t *miss);
+void cpu_moe_guard(sl_backend *b, const sl_expert_table *t, int32_t *ids, int nk, int32_t *rec, int32_t *miss,
+                   const uint8_t *host, const float *share, int32_t *host_ids);
+void cpu_moe_handoff(sl_backend *b, const float *x, int n, int hidden, const int32_t *ids, int nk, sl_handoff *h);
+void cpu_moe_await(sl_backend *b, sl_handoff *h, const float *rows, const int32_t *idx, int n, int k, int hidden,
+                   int32_t *miss, void (*serve)(void *ctx, sl_handoff *h), void *ctx);
 void cpu_moe_pairs_put(sl_backend *b, const float *rows, const int32_t *idx, int cnt, int n, int k, int hidden);
 void cpu_moe_pairs_get(sl_backend *b, float *rows, const int32_t *idx, int cnt, int hidden);
 void cpu_conv1d_silu(sl_backend *b, const float *x, int n, int channels, const float *w, int kernel, float *state,

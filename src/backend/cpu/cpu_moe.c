@@ -315,15 +315,53 @@ void cpu_moe_pairs_get(sl_backend *b, float *rows, const int32_t *idx, int cnt, 
     }
 }
 
-void cpu_moe_guard(sl_backend *b, const sl_expert_table *t, int32_t *ids, int nk, int32_t *rec, int32_t *miss) {
+/* How many host-capable experts (host[x]) the first `upto` routed ids name, each counted once. */
+static int host_rank(const int32_t *rec, int upto, const uint8_t *host, int E) {
+    int r = 0;
+    for (int j = 0; j < upto; j++) {
+        int y = rec[j], first = 1;
+        for (int u = 0; u < j && first; u++) first = rec[u] != y;
+        r += first && y >= 0 && y < E && host[y];
+    }
+    return r;
+}
+
+void cpu_moe_guard(sl_backend *b, const sl_expert_table *t, int32_t *ids, int nk, int32_t *rec, int32_t *miss,
+                   const uint8_t *host, const float *share, int32_t *host_ids) {
     (void)b;
+    int E = t->n_experts;
+    for (int i = 0; i < nk; i++) rec[i] = ids[i];
+    int take = host ? (int)lrintf(*share * (float)host_rank(rec, nk, host, E)) : 0;
     for (int i = 0; i < nk; i++) {
-        int x = rec[i] = ids[i];
-        if (x < 0 || x >= t->n_experts || !t->experts[x]) {
+        int x = rec[i];
+        if (host) host_ids[i] = -1;
+        if (x >= 0 && x < E && host && host[x]) {
+            int f = 0; /* x's first occurrence decides for all its pairs */
+            while (rec[f] != x) f++;
+            if (host_rank(rec, f, host, E) < take || !t->experts[x]) {
+                host_ids[i] = x;
+                ids[i] = -1;
+            }
+        } else if (x < 0 || x >= E || !t->experts[x]) {
             ids[i] = -1;
             ++*miss;
         }
     }
+}
+
+/* Ops run as they are issued here: the host's part is computed right away. */
+void cpu_moe_handoff(sl_backend *b, const float *x, int n, int hidden, const int32_t *ids, int nk, sl_handoff *h) {
+    (void)b;
+    memcpy(h->x, x, (size_t)n * (size_t)hidden * sizeof(float));
+    memcpy(h->ids, ids, (size_t)nk * sizeof(int32_t));
+    h->ready = 1;
+}
+
+void cpu_moe_await(sl_backend *b, sl_handoff *h, const float *rows, const int32_t *idx, int n, int k, int hidden,
+                   int32_t *miss, void (*serve)(void *ctx, sl_handoff *h), void *ctx) {
+    (void)miss;
+    if (!h->done) serve(ctx, h);
+    cpu_moe_pairs_put(b, rows, idx, h->cnt, n, k, hidden);
 }
 
 void cpu_moe_combine(sl_backend *b, const float *weights, int n, int k, int hidden, float *out) {

@@ -467,6 +467,8 @@ static const sl_backend_ops cuda_ops = {
     .moe_pairs = cu_moe_pairs,
     .moe_combine = cu_moe_combine,
     .moe_guard = cu_moe_guard,
+    .moe_handoff = cu_moe_handoff,
+    .moe_await = cu_moe_await,
     .moe_pairs_put = cu_moe_pairs_put,
     .moe_pairs_get = NULL, /* the pair buffer is GPU memory */
     .conv1d_silu = cu_conv1d_silu,
@@ -551,6 +553,7 @@ static void cu_destroy(sl_backend *b) {
     cudaFree(c->moe_buf);
     cudaFree(c->put_pairs);
     cudaFree(c->put_rows);
+    cudaFree(c->ho_rows);
     cudaFree(c->moe_grp);
     cudaFree(c->act);
     cudaFree(c->d_step);

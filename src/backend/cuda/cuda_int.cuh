@@ -228,6 +228,8 @@ struct cu_impl {
     size_t put_pairs_len;
     float *put_rows; /* moe_pairs_put: the rows and their pair indices as copied in */
     size_t put_rows_len;
+    uint8_t *ho_rows; /* moe_await in a recording: the host's rows, pair indices and count as copied in */
+    size_t ho_rows_len;
     float *act; /* swiglu_matmul of a tensor-core batch: the SwiGLU input */
     size_t act_len;
     cu_table *tables;
@@ -550,7 +552,11 @@ void cu_moe(sl_backend *b, const sl_expert_table *t, const float *x, int n, int 
 void cu_moe_pairs(sl_backend *b, const sl_expert_table *t, const float *x, int n, int hidden, const int32_t *ids,
                   int k);
 void cu_moe_combine(sl_backend *b, const float *weights, int n, int k, int hidden, float *out);
-void cu_moe_guard(sl_backend *b, const sl_expert_table *t, int32_t *ids, int nk, int32_t *rec, int32_t *miss);
+void cu_moe_guard(sl_backend *b, const sl_expert_table *t, int32_t *ids, int nk, int32_t *rec, int32_t *miss,
+                  const uint8_t *host, const float *share, int32_t *host_ids);
+void cu_moe_handoff(sl_backend *b, const float *x, int n, int hidden, const int32_t *ids, int nk, sl_handoff *h);
+void cu_moe_await(sl_backend *b, sl_handoff *h, const float *rows, const int32_t *idx, int n, int k, int hidden,
+                  int32_t *miss, void (*serve)(void *ctx, sl_handoff *h), void *ctx);
 void cu_moe_pairs_put(sl_backend *b, const float *rows, const int32_t *idx, int cnt, int n, int k, int hidden);
 void cu_moe_combine_shared(sl_backend *b, const sl_expert_table *t, const float *weights, int n, int k, int hidden,
                            const sl_weight *sh_down, const float *g, const float *u, const float *gate, float *out);

@@ -405,27 +405,35 @@ __global__ void pairs_scatter_k(const float *src, const int32_t *idx, int hidden
     if (j < hidden) dst[(long long)idx[r] * hidden + j] = src[(long long)r * hidden + j];
 }
 
-void cu_moe_pairs_put(sl_backend *b, const float *rows, const int32_t *idx, int cnt, int n, int k, int hidden) {
-    cu_impl *c = cu_of(b);
-    size_t nk = (size_t)n * (size_t)k, rb = (size_t)cnt * (size_t)hidden * sizeof(float);
-    if (cnt <= 0) return;
-    /* the layer's moe_pairs outputs, still inside the buffers (a failed layer may have left older ones) */
+/* The pair buffer rows computed elsewhere go into: the layer's moe_pairs outputs, still inside the buffers
+ * (a failed layer may have left older ones), else one of their own for the rows alone. */
+static float *put_target(cu_impl *c, int n, int k, int hidden) {
+    size_t nk = (size_t)n * (size_t)k;
     const float *mb = c->moe_buf;
     int in_moe = c->pairs >= mb && c->pairs + nk * (size_t)hidden <= mb + c->moe_len / sizeof(float);
-    if (!c->pairs || c->pairs_n != n * k || !(in_moe || c->pairs == c->put_pairs)) { /* none: the rows alone */
+    if (!c->pairs || c->pairs_n != n * k || !(in_moe || c->pairs == c->put_pairs)) {
         if (cu_grow(c, (void **)&c->put_pairs, &c->put_pairs_len, nk * (size_t)hidden * sizeof(float),
                     "MoE pair outputs"))
-            return;
+            return NULL;
         c->pairs = c->put_pairs;
         c->pairs_n = n * k;
     }
+    return (float *)c->pairs;
+}
+
+void cu_moe_pairs_put(sl_backend *b, const float *rows, const int32_t *idx, int cnt, int n, int k, int hidden) {
+    cu_impl *c = cu_of(b);
+    size_t rb = (size_t)cnt * (size_t)hidden * sizeof(float);
+    if (cnt <= 0) return;
+    float *P = put_target(c, n, k, hidden);
+    if (!P) return;
     if (cu_grow(c, (void **)&c->put_rows, &c->put_rows_len, rb + (size_t)cnt * sizeof(int32_t), "MoE pair rows"))
         return;
     int32_t *didx = (int32_t *)(void *)((char *)c->put_rows + rb);
     cudaMemcpyAsync(c->put_rows, rows, rb, cudaMemcpyHostToDevice, c->st);
     cudaMemcpyAsync(didx, idx, (size_t)cnt * sizeof(int32_t), cudaMemcpyHostToDevice, c->st);
     cu_launch(c, pairs_scatter_k, dim3(CU_BLOCKS(hidden, 256), (unsigned)cnt), 256, 0, (const float *)c->put_rows,
-              (const int32_t *)didx, hidden, (float *)c->pairs);
+              (const int32_t *)didx, hidden, P);
     cu_check_launch(c, "moe_pairs_put");
 }
 
@@ -442,15 +450,146 @@ __global__ void moe_guard_k(const cu_expert *table, int n_experts, int32_t *ids,
     }
 }
 
-void cu_moe_guard(sl_backend *b, const sl_expert_table *t, int32_t *ids, int nk, int32_t *rec, int32_t *miss) {
+/* The same with the host's share (see moe_guard): one block, a thread per pair (nk <= SL_HANDOFF_PAIRS). The
+ * first occurrence of each expert decides for its pairs; of the host-capable experts, each counted once in
+ * routing order, the first round(share * m) are the host's. */
+__global__ void moe_guard_host_k(const cu_expert *table, int n_experts, int32_t *ids, int nk, int32_t *rec,
+                                 int32_t *miss, const uint8_t *host, const float *share, int32_t *host_ids) {
+    cu_pdl_enter();
+    __shared__ int32_t r[SL_HANDOFF_PAIRS];
+    __shared__ uint8_t cap[SL_HANDOFF_PAIRS];
+    int i = threadIdx.x, x = i < nk ? ids[i] : -1, f = i;
+    if (i < nk) r[i] = rec[i] = x;
+    __syncthreads();
+    for (int j = 0; j < i && f == i; j++)
+        if (r[j] == x) f = j;
+    int ok = x >= 0 && x < n_experts, hc = ok && host[x];
+    if (i < nk) cap[i] = f == i && hc;
+    __syncthreads();
+    if (i >= nk) return;
+    int m = 0, rank = 0;
+    for (int j = 0; j < nk; j++) {
+        m += cap[j];
+        rank += j < f ? cap[j] : 0;
+    }
+    int take = __float2int_rn(*share * (float)m),
+        in_t = ok && (table[x].w[0].data || table[x].w[1].data || table[x].w[2].data);
+    host_ids[i] = -1;
+    if (hc) {
+        if (rank < take || !in_t) {
+            host_ids[i] = x;
+            ids[i] = -1;
+        }
+    } else if (!in_t) {
+        ids[i] = -1;
+        atomicAdd(miss, 1);
+    }
+}
+
+void cu_moe_guard(sl_backend *b, const sl_expert_table *t, int32_t *ids, int nk, int32_t *rec, int32_t *miss,
+                  const uint8_t *host, const float *share, int32_t *host_ids) {
     cu_impl *c = cu_of(b);
     const cu_table *tab = find_table(c, t);
     if (!tab) {
         cu_fail(c, "moe_guard: this layer's experts were not placed on the GPU");
         return;
     }
-    if (nk > 0) cu_launch(c, moe_guard_k, CU_BLOCKS(nk, 256), 256, 0, (const cu_expert *)tab->d, tab->n, ids, nk, rec, miss);
+    if (host && nk > SL_HANDOFF_PAIRS) {
+        cu_fail(c, "moe_guard: %d routed pairs for the host (at most %d)", nk, SL_HANDOFF_PAIRS);
+        return;
+    }
+    if (host && nk > 0)
+        cu_launch(c, moe_guard_host_k, 1, SL_HANDOFF_PAIRS, 0, (const cu_expert *)tab->d, tab->n, ids, nk, rec, miss,
+                  host, share, host_ids);
+    else if (nk > 0)
+        cu_launch(c, moe_guard_k, CU_BLOCKS(nk, 256), 256, 0, (const cu_expert *)tab->d, tab->n, ids, nk, rec, miss);
     cu_check_launch(c, "moe_guard");
+}
+
+__device__ __forceinline__ unsigned long long cu_globaltimer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+/* The layer's input and routing into host memory, then the flag the host waits on (after every write) */
+__global__ void handoff_k(const float *x, int nx, const int32_t *ids, int nk, float *hx, int32_t *hids, sl_handoff *h) {
+    cu_pdl_enter();
+    for (int i = threadIdx.x; i < nx; i += blockDim.x) hx[i] = x[i];
+    for (int i = threadIdx.x; i < nk; i += blockDim.x) hids[i] = ids[i];
+    __syncthreads();
+    if (threadIdx.x == 0) { /* one fence, cumulative over the block's writes the barrier ordered before it */
+        __threadfence_system();
+        ((volatile sl_handoff *)h)->t_ready = cu_globaltimer();
+        ((volatile sl_handoff *)h)->ready = 1;
+    }
+}
+
+/* moe_await's device copy of the host's part: SL_HANDOFF_PAIRS rows, their pair indices, the count. Sized
+ * outside recordings (a shape's first step is issued op by op), so that a recording never grows it. */
+static uint8_t *handoff_rows(cu_impl *c, int hidden) {
+    size_t bytes = (size_t)SL_HANDOFF_PAIRS * ((size_t)hidden + 1) * sizeof(float) + 16;
+    return cu_grow(c, (void **)&c->ho_rows, &c->ho_rows_len, bytes, "the host's MoE pair rows") ? NULL : c->ho_rows;
+}
+
+void cu_moe_handoff(sl_backend *b, const float *x, int n, int hidden, const int32_t *ids, int nk, sl_handoff *h) {
+    cu_impl *c = cu_of(b);
+    if (!handoff_rows(c, hidden)) return;
+    cu_launch(c, handoff_k, 1, 256, 0, x, n * hidden, ids, nk, h->x, h->ids, h);
+    cu_check_launch(c, "moe_handoff");
+}
+
+/* One thread polls the host's flag over PCIe; after 20 s the step counts as missed (see moe_await). */
+__global__ void await_k(sl_handoff *h, int32_t *miss) {
+    cu_pdl_enter();
+    unsigned long long t0 = cu_globaltimer();
+    ((volatile sl_handoff *)h)->t_wait = t0;
+    while (!((volatile const sl_handoff *)h)->done) {
+        __nanosleep(200);
+        if (cu_globaltimer() - t0 > 20000000000ull) {
+            atomicAdd(miss, SL_HANDOFF_LOST);
+            return;
+        }
+    }
+    ((volatile sl_handoff *)h)->t_seen = cu_globaltimer();
+    __threadfence_system();
+}
+
+/* dst[idx[r]] = src[r] for r < *cnt, rows of `hidden` */
+__global__ void pairs_scatter_cnt_k(const float *src, const int32_t *idx, const int32_t *cnt, int hidden, int nk,
+                                    float *dst) {
+    cu_pdl_enter();
+    int r = blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x, p;
+    if (r >= *cnt || j >= hidden || (p = idx[r]) < 0 || p >= nk) return;
+    dst[(long long)p * hidden + j] = src[(long long)r * hidden + j];
+}
+
+void cu_moe_await(sl_backend *b, sl_handoff *h, const float *rows, const int32_t *idx, int n, int k, int hidden,
+                  int32_t *miss, void (*serve)(void *ctx, sl_handoff *h), void *ctx) {
+    cu_impl *c = cu_of(b);
+    if (!c->capturing) { /* issued op by op: the host serves now, with the queue drained */
+        if (cudaStreamSynchronize(c->st) != cudaSuccess) {
+            cu_check_launch(c, "moe_await");
+            return;
+        }
+        if (!h->done) serve(ctx, h);
+        cu_moe_pairs_put(b, rows, idx, h->cnt, n, k, hidden);
+        return;
+    }
+    /* the host's part is copied in whole (its count too) by the copy engine: threads reading host memory
+     * pair by pair took some 450 us a layer (H200) */
+    int nk = n * k;
+    float *P = put_target(c, n, k, hidden);
+    uint8_t *d = handoff_rows(c, hidden);
+    if (!P || !d) return;
+    size_t rb = (size_t)SL_HANDOFF_PAIRS * (size_t)hidden * sizeof(float), ib = SL_HANDOFF_PAIRS * sizeof(int32_t);
+    cu_launch(c, await_k, 1, 1, 0, h, miss);
+    cudaMemcpyAsync(d, rows, (size_t)nk * (size_t)hidden * sizeof(float), cudaMemcpyHostToDevice, c->st);
+    cudaMemcpyAsync(d + rb, idx, (size_t)nk * sizeof(int32_t), cudaMemcpyHostToDevice, c->st);
+    cudaMemcpyAsync(d + rb + ib, (const void *)&h->cnt, sizeof(int32_t), cudaMemcpyHostToDevice, c->st);
+    cu_launch(c, pairs_scatter_cnt_k, dim3(CU_BLOCKS(hidden, 256), (unsigned)nk), 256, 0, (const float *)d,
+              (const int32_t *)(d + rb), (const int32_t *)(d + rb + ib), hidden, nk, P);
+    cu_check_launch(c, "moe_await");
 }
 
 void cu_moe_combine(sl_backend *b, const float *weights, int n, int k, int hidden, float *out) {
