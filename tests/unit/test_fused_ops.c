@@ -699,6 +699,56 @@ Test(fused_ops, moe_pairs_put) {
     moe_pairs_put_case(4, 2, 64, 32, 2, 0);     /* every pair put, no moe_pairs call */
 }
 
+/* The guard of device steps with the host's part: experts 0-3 in the table, 2-6 in host memory. Of the
+ * host-capable experts routed (2, 5, 3, 6, 4, each counted once in routing order), the first
+ * round(0.5 * 5) = 2 are the host's, and those the table lacks (5, 6, 4) too; 3 stays with the table, 0 is
+ * the table's alone, 7 is a miss; a repeated expert (2) goes where its first pair went. */
+Test(fused_ops, moe_guard_host_part) {
+    sl_backend *be = open_backend();
+    enum { E = 8, NK = 8 };
+    unsigned st = 7;
+    tweight tw[3 * 4];
+    sl_expert ex[4];
+    const sl_expert *exp[E] = {0};
+    for (int e = 0; e < 4; e++) {
+        for (int j = 0; j < 3; j++) make_expert_weight(be, &tw[3 * e + j], 0, 32, 64, &st);
+        ex[e] = (sl_expert){tw[3 * e].w, tw[3 * e + 1].w, tw[3 * e + 2].w};
+        exp[e] = &ex[e];
+    }
+    sl_expert_table tab = {.n_experts = E, .experts = exp};
+    sl_err e = {{0}};
+    if (be->ops->place_experts) cr_assert_eq(be->ops->place_experts(be, &tab, &e), 0, "%s", e.msg);
+    const int32_t routed[NK] = {2, 5, 0, 7, 3, 2, 6, 4};
+    const uint8_t host[E] = {0, 0, 1, 1, 1, 1, 1, 0};
+    const float share = 0.5f;
+    const int32_t want_ids[NK] = {-1, -1, 0, -1, 3, -1, -1, -1}, want_host[NK] = {2, 5, -1, -1, -1, 2, 6, 4};
+    int32_t *ids = be->ops->alloc(be, sizeof routed), *rec = be->ops->alloc(be, sizeof routed),
+            *hids = be->ops->alloc(be, sizeof routed), *miss = be->ops->alloc(be, sizeof(int32_t));
+    uint8_t *dh = be->ops->alloc(be, sizeof host);
+    float *ds = be->ops->alloc(be, sizeof share);
+    be->ops->upload(be, ids, routed, sizeof routed);
+    be->ops->upload(be, dh, host, sizeof host);
+    be->ops->upload(be, ds, &share, sizeof share);
+    be->ops->zero(be, miss, sizeof(int32_t));
+    be->ops->moe_guard(be, &tab, ids, NK, rec, miss, dh, ds, hids);
+    int32_t got_ids[NK], got_rec[NK], got_host[NK], got_miss;
+    be->ops->download(be, got_ids, ids, sizeof got_ids);
+    be->ops->download(be, got_rec, rec, sizeof got_rec);
+    be->ops->download(be, got_host, hids, sizeof got_host);
+    be->ops->download(be, &got_miss, miss, sizeof got_miss);
+    check_ok(be);
+    for (int i = 0; i < NK; i++) {
+        cr_expect_eq(got_rec[i], routed[i], "pair %d: recorded %d, routed %d", i, got_rec[i], routed[i]);
+        cr_expect_eq(got_ids[i], want_ids[i], "pair %d: the table's id %d, expected %d", i, got_ids[i], want_ids[i]);
+        cr_expect_eq(got_host[i], want_host[i], "pair %d: the host's id %d, expected %d", i, got_host[i], want_host[i]);
+    }
+    cr_expect_eq(got_miss, 1, "%d misses counted, expected 1 (expert 7)", got_miss);
+    void *bufs[] = {ids, rec, hids, miss, dh, ds};
+    for (int i = 0; i < 6; i++) be->ops->free(be, bufs[i]);
+    for (int i = 0; i < 12; i++) free_weight(&tw[i]);
+    sl_backend_destroy(be);
+}
+
 /* the backend's argmax: NaN as -inf, the lowest index among equals, -1 when nothing is above -inf */
 static void argmax_case(sl_backend *be, const float *v, int n, int32_t want) {
     float *d = be->ops->alloc(be, (size_t)n * sizeof *d);
