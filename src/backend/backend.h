@@ -107,9 +107,9 @@ static inline int64_t sl_bm_row(const sl_batch_map *m, const int32_t *pages, int
 typedef struct sl_handoff {
     volatile uint32_t ready, done;
     volatile int32_t cnt;
-    volatile uint64_t t_ready, t_wait, t_seen; /* backend clock, ns (see moe_guard) */
-    float *x;     /* [SL_HANDOFF_PAIRS][hidden] floats room (n <= SL_HANDOFF_PAIRS tokens) */
-    int32_t *ids; /* [SL_HANDOFF_PAIRS] */
+    volatile uint64_t t_ready, t_wait; /* backend clock, ns (see moe_guard) */
+    float *x;                          /* [SL_HANDOFF_PAIRS][hidden] floats room (n <= SL_HANDOFF_PAIRS tokens) */
+    int32_t *ids;                      /* [SL_HANDOFF_PAIRS] */
 } sl_handoff;
 #define SL_HANDOFF_PAIRS 64
 #define SL_HANDOFF_LOST (1 << 20)
@@ -199,7 +199,7 @@ typedef struct sl_backend_ops {
      * the GPU's outside a recording, first waits for its queue and calls serve(ctx, h) itself; in a
      * recording the wait is recorded, and the caller serves h once the recording runs. A wait that lasts
      * beyond reason adds SL_HANDOFF_LOST to *miss and stops waiting. Backends with a clock of their own
-     * write the times of h's handoff, of the start of the wait and of its end to h->t_ready, t_wait, t_seen. */
+     * write the times of h's handoff and of the start of the wait (its own part done) to h->t_ready, t_wait. */
     void (*moe_guard)(sl_backend *b, const sl_expert_table *t, int32_t *ids, int nk, int32_t *rec, int32_t *miss,
                       const uint8_t *host, const float *share, int32_t *host_ids);
     void (*moe_handoff)(sl_backend *b, const float *x, int n, int hidden, const int32_t *ids, int nk, sl_handoff *h);

@@ -551,7 +551,6 @@ __global__ void await_k(sl_handoff *h, int32_t *miss) {
             return;
         }
     }
-    ((volatile sl_handoff *)h)->t_seen = cu_globaltimer();
     __threadfence_system();
 }
 
