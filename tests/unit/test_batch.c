@@ -168,6 +168,32 @@ static void check_in(const char *kind, const char *name) {
         size_t diff = 0;
         for (size_t i = 0; i < rows * V; i++) diff += memcmp(&st[i], &batched[i], 4) != 0;
         cr_expect_eq(diff, 0, "%s: streamed batches differ from resident ones in %zu logits", name, diff);
+        sl_model_free(m);
+        /* and with decode steps of several sequences run on the backend, the host cache (filled at load)
+         * read where it is and half of its experts computed by the CPU inside the steps: bit for bit on
+         * the CPU, within the tolerance where the GPU computes the rest */
+        sl_model_opts h = {.expert_slots = slots,
+                           .ram = (int64_t)256 << 20,
+                           .staged_ram = (int64_t)256 << 20,
+                           .cpu_experts = SL_CPU_EXPERTS_AUTO,
+                           .device_steps = SL_DEVICE_STEPS_HOST};
+        setenv("SLUICE_CPU_SHARE", "0.5", 1);
+        cr_assert_eq(sl_model_load(dir, &h, &m, &e), 0, "%s", e.msg);
+        unsetenv("SLUICE_CPU_SHARE");
+        run_batched(m, p, np, d, nd, st);
+        sl_store_stats ss;
+        sl_store_stats_get(m->store, &ss);
+        cr_expect_gt(ss.steps_device, 0, "%s: no decode step of the batches ran on the backend", name);
+        cr_expect_gt(ss.cpu_experts, 0, "%s: no expert was computed by the CPU", name);
+        if (tu_on_gpu()) {
+            double r = tu_rel_l2(st, batched, rows * V);
+            cr_expect_leq(r, 3e-2, "%s: batches with the CPU's part inside device steps: rel-L2 %.3e", name, r);
+        } else {
+            diff = 0;
+            for (size_t i = 0; i < rows * V; i++) diff += memcmp(&st[i], &batched[i], 4) != 0;
+            cr_expect_eq(diff, 0, "%s: batches with the CPU's part inside device steps differ in %zu logits", name,
+                         diff);
+        }
         free(st);
         sl_model_free(m);
     }
