@@ -14,7 +14,15 @@
  * of the slot tables (moe_guard: a missing one is counted, not computed) and computes them, so the step
  * issues the same kernels as a resident model's and can be recorded; the host reads the count and every
  * layer's routing once, after the step. A step that missed is redone from the state saved before it, as a
- * host-driven step that reads what it lacks. Either way the logits are the resident model's. */
+ * host-driven step that reads what it lacks. Either way the logits are the resident model's.
+ *
+ * With host reads (sl_device_steps), the tables also hold the host cache's images of experts in no slot,
+ * read by the GPU where they are, and with CPU experts the CPU takes a part of those inside the step: the
+ * guard splits each layer's host cache experts, the backend hands the layer's input and the CPU's pairs to
+ * the host (moe_handoff), the host computes them while the GPU computes the rest (sl_store_step_serve),
+ * and the backend takes the rows back before combining (moe_await). The part is tracked from both sides'
+ * times so that they finish together. Where the host cache can hold every expert, sl_store_preload fills
+ * it at load. */
 #ifndef SLUICE_EXPERTS_STORE_H
 #define SLUICE_EXPERTS_STORE_H
 
@@ -46,7 +54,8 @@ typedef enum { SL_CPU_EXPERTS_AUTO = 0, SL_CPU_EXPERTS_ON, SL_CPU_EXPERTS_OFF } 
  * host cache's experts that no slot holds, which the backend then reads where they are (the GPU over
  * PCIe) instead of the step missing them; with CPU experts, the CPU computes a part of those, each MoE
  * layer handed to the host and back inside the step, the part tracked so that both finish together.
- * auto does as host where the host cache holds every expert and the slots under a quarter of them. */
+ * auto does as host where the host cache holds every expert, the slots at most a quarter of them, and CPU
+ * experts are on. */
 typedef enum {
     SL_DEVICE_STEPS_AUTO = 0,
     SL_DEVICE_STEPS_ON,
