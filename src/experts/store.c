@@ -128,13 +128,12 @@ struct sl_expert_store {
     int preload_failed; /* a read of sl_store_preload failed */
     /* the CPU's share of device steps (host reads with CPU experts): of the host cache experts in no slot,
      * those the CPU computes, each MoE layer handed to the host and back inside the step (moe_handoff) */
-    int share;             /* configured */
     int share_step;        /* this device step hands its layers over */
     int share_fixed;       /* the part is set (--cpu-experts on, SLUICE_CPU_SHARE), not tracked */
     float *share_host;     /* pinned: the part of the routed host cache experts the CPU takes */
     float *share_dev;      /* the backend's copy */
     float share_sent;      /* the part the backend's copy holds */
-    uint8_t *own;          /* [layer * n_experts]: the CPU may compute it in device steps (pinned) */
+    uint8_t *own;          /* [layer * n_experts]: the CPU may compute it in device steps (pinned); NULL: no part */
     uint8_t *own_dev;      /* the backend's copy */
     int32_t *host_ids_dev; /* backend [SL_HANDOFF_PAIRS]: the pairs a layer hands over */
     sl_handoff *ho;        /* [n_layers], pinned */
@@ -241,7 +240,7 @@ static void table_set(sl_expert_store *st, int l, int x) {
         v = &st->slots[si].ex;
     } else if (st->host_reads && r >= 0 && st->host[r].has_view && !st->host[r].reading) {
         v = &st->host[r].view;
-        o = st->share; /* the CPU may take it instead (see moe_guard) */
+        o = st->own != NULL; /* the CPU may take it instead (see moe_guard) */
     }
     if (v == t->experts[x] && o == *own) return;
     st->in_table[l] += (v != NULL) - (t->experts[x] != NULL);
@@ -801,7 +800,6 @@ static int share_setup(sl_expert_store *st, sl_err *e) {
     *st->share_host = (float)(f < 0 ? 0 : f > 1 ? 1 : f);
     st->share_sent = *st->share_host;
     be->ops->upload_async(be, st->share_dev, st->share_host, sizeof(float));
-    st->share = 1;
     return 0;
 }
 
@@ -1752,7 +1750,7 @@ int sl_store_step_begin(sl_expert_store *st, int dev, int n, sl_err *e) {
     reap_finished(st); /* experts read ahead that landed join their tables now */
     if (st->failed) return sl_store_check(st, e);
     int nk = n * st->m->cfg.top_k;
-    st->share_step = st->share && nk <= SL_HANDOFF_PAIRS;
+    st->share_step = st->own && nk <= SL_HANDOFF_PAIRS;
     if (st->share_step) {
         if (ensure(st, nk) || !host_input(st, (size_t)n * (size_t)st->m->cfg.hidden)) {
             if (!st->failed) fail(st, "out of memory for the CPU's part of a decode step");
