@@ -64,6 +64,17 @@ static int tiny_slots(const sl_model *m) {
     return slots > m->cfg.top_k ? slots : m->cfg.top_k;
 }
 
+/* The model at path loaded with o (NULL: the defaults), its decode steps issued kernel by kernel: a recorded
+ * step may split attention otherwise, so references and streamed runs compare alike. */
+static sl_model *load_unrecorded(const char *path, const sl_model_opts *o) {
+    sl_err e = {{0}};
+    sl_model *m;
+    setenv("SLUICE_CUDA_GRAPHS", "0", 1);
+    cr_assert_eq(sl_model_load(path, o, &m, &e), 0, "%s: %s", path, e.msg);
+    unsetenv("SLUICE_CUDA_GRAPHS");
+    return m;
+}
+
 /* The fixture's logits resident, then streamed under each I/O mode and engine; all must be equal. */
 static void check_streams(const char *rel) {
     char *path = tu_fixture(rel);
@@ -77,12 +88,7 @@ static void check_streams(const char *rel) {
     int n, nd;
     int32_t *p = ids_of(json_object_get(ex, "prompt_ids"), &n), *d = ids_of(json_object_get(ex, "decode_ids"), &nd);
     sl_err e = {{0}};
-    sl_model *m;
-    sl_model_opts o = {0};
-    /* streamed decode steps are issued kernel by kernel; a recorded step may split attention otherwise */
-    setenv("SLUICE_CUDA_GRAPHS", "0", 1);
-    cr_assert_eq(sl_model_load(path, &o, &m, &e), 0, "%s", e.msg);
-    unsetenv("SLUICE_CUDA_GRAPHS");
+    sl_model *m = load_unrecorded(path, NULL);
     cr_assert_null(m->store, "%s: resident by default", rel);
     run ref;
     cr_assert_eq(forward_all(m, p, n, d, nd, &ref, &e), 0, "%s", e.msg);
@@ -96,7 +102,7 @@ static void check_streams(const char *rel) {
         sl_io_mode io;
         sl_io_mode_parse(modes[i][0], &io);
         /* bit for bit: every expert through a slot (CPU experts are within the bf16 tolerance, see below) */
-        o = (sl_model_opts){.expert_slots = slots, .io = (int)io, .cpu_experts = SL_CPU_EXPERTS_OFF};
+        sl_model_opts o = {.expert_slots = slots, .io = (int)io, .cpu_experts = SL_CPU_EXPERTS_OFF};
         if (io == SL_IO_GDS && sl_model_load(path, &o, &m, &e)) {
             /* GPUDirect reads need libcufile and a file system cuFile takes; SLUICE_TEST_GDS=1 (the GPU
              * machine, set up for it) makes their absence a failure */
@@ -195,11 +201,7 @@ static const int32_t check_prompt[16] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 
  * the caller to read its shape, and to free. */
 static sl_model *resident_ref(const char *path, run *ref) {
     sl_err e = {{0}};
-    sl_model *m;
-    sl_model_opts o = {0};
-    setenv("SLUICE_CUDA_GRAPHS", "0", 1);
-    cr_assert_eq(sl_model_load(path, &o, &m, &e), 0, "%s", e.msg);
-    unsetenv("SLUICE_CUDA_GRAPHS");
+    sl_model *m = load_unrecorded(path, NULL);
     cr_assert_eq(forward_all(m, check_prompt, CHECK_NP, check_decode, CHECK_ND, ref, &e), 0, "%s", e.msg);
     return m;
 }
@@ -265,7 +267,6 @@ static void check_device_steps(const char *rel, int part) {
  * Each gives the resident logits (bit for bit on the CPU). */
 static void check_host_reads(const char *rel) {
     char *path = tu_fixture(rel);
-    sl_err e = {{0}};
     run ref;
     sl_model *m = resident_ref(path, &ref);
     size_t V = (size_t)m->cfg.vocab_size;
@@ -282,10 +283,8 @@ static void check_host_reads(const char *rel) {
                            .cpu_experts = share ? SL_CPU_EXPERTS_AUTO : SL_CPU_EXPERTS_OFF,
                            .device_steps = mode == 3 ? SL_DEVICE_STEPS_AUTO : SL_DEVICE_STEPS_HOST,
                            .no_preload = !preload};
-        setenv("SLUICE_CUDA_GRAPHS", "0", 1);
         if (mode == 2) setenv("SLUICE_CPU_SHARE", "0.5", 1);
-        cr_assert_eq(sl_model_load(path, &o, &m, &e), 0, "%s: %s", rel, e.msg);
-        unsetenv("SLUICE_CUDA_GRAPHS");
+        m = load_unrecorded(path, &o);
         unsetenv("SLUICE_CPU_SHARE");
         cr_assert_not_null(m->store);
         sl_store_stats ld;
@@ -559,11 +558,7 @@ static int truncated_case(const char *dir, const char *shard, const char *whole,
     cr_assert(strstr(e.msg, shard) && strstr(e.msg, "truncated"), "the error names the file: %s", e.msg);
     cr_assert_eq(sl_write_file(shard, whole, len, &e), 0, "%s", e.msg);
     cr_assert_eq(forward_all(m, p2, 8, NULL, 0, &got, &e), 0, "after the file is restored: %s", e.msg);
-    sl_model *r;
-    sl_model_opts ro = {0};
-    setenv("SLUICE_CUDA_GRAPHS", "0", 1);
-    cr_assert_eq(sl_model_load(dir, &ro, &r, &e), 0, "%s", e.msg);
-    unsetenv("SLUICE_CUDA_GRAPHS");
+    sl_model *r = load_unrecorded(dir, NULL);
     cr_assert_eq(forward_all(r, p2, 8, NULL, 0, &ref, &e), 0, "%s", e.msg);
     if (cpu_experts) {
         sl_store_stats st;
@@ -652,10 +647,7 @@ static void check_pack(const char *rel) {
     /* the reference and the streamed runs on the backend under test; the pack is written on the CPU */
     int32_t p[] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8}, d[] = {9, 7, 9};
     run ref, got;
-    sl_model_opts res = {0};
-    setenv("SLUICE_CUDA_GRAPHS", "0", 1);
-    cr_assert_eq(sl_model_load(path, &res, &m, &e), 0, "%s", e.msg);
-    unsetenv("SLUICE_CUDA_GRAPHS");
+    m = load_unrecorded(path, NULL);
     cr_assert_eq(forward_all(m, p, 12, d, 3, &ref, &e), 0, "%s", e.msg);
     sl_model_free(m);
     for (int stale = 0; stale < 2; stale++) {
