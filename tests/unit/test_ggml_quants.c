@@ -657,8 +657,9 @@ static void check_wide_gemv(sl_backend *be) {
     sl_err e;
     unsigned s = 4242;
     const int types[] = {SL_GGML_Q4_K, SL_GGML_Q6_K, SL_GGML_Q8_0};
-    for (int k = 0; k < 3; k++) {
-        int t = types[k], rows = 37, cols = 256 * 9;
+    /* 16 and 24 blocks: Q6_K rows of whole multiples of 16 bytes, staged through shared memory 8 blocks at a time */
+    for (int k = 0; k < 9; k++) {
+        int t = types[k % 3], rows = 37, cols = 256 * (k < 3 ? 9 : k < 6 ? 16 : 24);
         size_t rb = sl_ggml_row_bytes(t, cols);
         uint8_t *p = malloc(rb * (size_t)rows);
         fill_blocks(t, p, (size_t)rows * (size_t)(cols / sl_ggml_block_size(t)), &s);

@@ -631,8 +631,17 @@ int sl_cuda_backend_create(int device, sl_backend **out, char *about, size_t abo
     const char *dp = getenv("SLUICE_CUDA_DEC_PF");
     c->dec_pf = dp && !strcmp(dp, "0") ? 0 : dp && !strcmp(dp, "1") ? 1 : 2;
     const char *mv = getenv("SLUICE_CUDA_MMVQ");
-    /* to compare: 2 a row per warp, 3 a row per lane, 4 Q6_K also two rows per lane */
-    c->mmvq = !mv ? 1 : !strcmp(mv, "0") ? 0 : !strcmp(mv, "rows1") ? 2 : !strcmp(mv, "r1") ? 3 : !strcmp(mv, "q6r2") ? 4 : 1;
+    /* to compare: 2 a row per warp, 3 a row per lane, 4 Q6_K two rows per lane read in place, 5 Q6_K read in
+     * place, 6 and 7 Q6_K staged one and four rows a warp (two by default) */
+    c->mmvq = !mv                     ? 1
+              : !strcmp(mv, "0")      ? 0
+              : !strcmp(mv, "rows1")  ? 2
+              : !strcmp(mv, "r1")     ? 3
+              : !strcmp(mv, "q6r2")   ? 4
+              : !strcmp(mv, "q6win")  ? 5
+              : !strcmp(mv, "q6sm1")  ? 6
+              : !strcmp(mv, "q6sm4")  ? 7
+                                      : 1;
     const char *ms = getenv("SLUICE_CUDA_MMQ_SPLIT");
     c->mmq_fill = ms && !strcmp(ms, "fill");
     const char *qf = getenv("SLUICE_CUDA_Q16_FUSE");

@@ -372,6 +372,151 @@ __global__ void __launch_bounds__(MQ_WARPS * 32, MB)
         }
 }
 
+/* ---- one token of a Q6_K matrix, its rows' bytes staged in shared memory ----
+ * Q6_K blocks are 210 bytes, so a unit's fields (16 bytes of low bits, 16 of high bits, the scales) sit at
+ * every even offset, and mmvq_k reads each through two 16-byte windows: per 64 weights eight scattered
+ * 16-byte loads through L1, besides the input's. Nsight Compute on llama3-8b's Q6_K output head (128,256 x
+ * 4,096, H200): L1 busy 91 %, DRAM 28 % (1.36 TB/s). Here a warp copies its row 8 blocks (1,680 bytes, 105
+ * pieces of 16) at a time into shared memory with coalesced asynchronous copies, the next 8 in flight while
+ * it works on these, and lanes take their units from there; the block stages the whole q16 input once for
+ * all its rows (the grid is sized to the GPU and strides over groups of 8 R rows). Rows must be whole
+ * multiples of 16 bytes (8 blocks), as every Q6_K row of 2,048 values or more is. Two rows a warp (R = 2)
+ * share each input load; one and four measured slower (four fits one block an SM). The head then took 155 µs
+ * instead of 319 (2.80 TB/s). */
+#define Q6_CHUNK 1680                 /* 8 blocks */
+#define Q6_BUF (Q6_CHUNK + 16)        /* a chunk and the word its last unaligned read may touch */
+#define Q6_WARP_SMEM(R) (2 * (R)*Q6_BUF) /* two chunks a row */
+/* The staged input, padded so that a warp's reads meet no bank twice: lanes (block b, half n, piece c) read the
+ * 16 bytes at 256 b + 128 n + 32 g + 16 c of each plane, which without padding fall in the same four banks for
+ * every b and n. 32 bytes after every 128 spread them; one word after every 16 sums and every 8 scales. */
+__host__ __device__ __forceinline__ int q6_xp(int v) { /* plane offset of value v */
+    return v + 32 * (v >> 7);
+}
+__host__ __device__ __forceinline__ int q6_in_smem(int cols) { /* planes, scales, sums */
+    return 2 * q6_xp(cols) + 4 * (cols / 32 + cols / 256) + 4 * (cols / 16 + cols / 256);
+}
+
+/* 16 bytes at a 2-byte aligned address in shared memory, from aligned words */
+__device__ __forceinline__ int4 lds16u(const uint8_t *p) {
+    const unsigned *a = (const unsigned *)((uintptr_t)p & ~(uintptr_t)3);
+    unsigned s = ((unsigned)(uintptr_t)p & 2u) * 8u, w0 = a[0], w1 = a[1], w2 = a[2], w3 = a[3], w4 = a[4];
+    return make_int4((int)__funnelshift_r(w0, w1, s), (int)__funnelshift_r(w1, w2, s), (int)__funnelshift_r(w2, w3, s),
+                     (int)__funnelshift_r(w3, w4, s));
+}
+
+template <int R>
+__global__ void __launch_bounds__(MQ_WARPS * 32, 3)
+    q6k_sm_k(mq_set set, int x_div, cu_q16 x, long long ys, mq_epi ep) {
+    using Q = mq<SL_GGML_Q6_K>;
+    extern __shared__ __align__(16) uint8_t q6_smem[];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = blockIdx.y, cols = set.w[0].cols;
+    /* the input's planes, scales and sums, then each warp's two chunks a row */
+    int8_t *sh = (int8_t *)q6_smem;
+    uint8_t *sl = q6_smem + q6_xp(cols);
+    float *sd = (float *)(q6_smem + 2 * q6_xp(cols));
+    int *ss = (int *)(q6_smem + 2 * q6_xp(cols) + 4 * (cols / 32 + cols / 256));
+    uint8_t *ring = q6_smem + q6_in_smem(cols) + warp * Q6_WARP_SMEM(R);
+    int total = set.b0[set.nw], nch = cols / 2048;
+    bool first = true;
+    for (int rg = blockIdx.x; rg < total; rg += gridDim.x) {
+        cu_w w = set.w[0];
+        float *y = set.y[0];
+        int blk = rg;
+#pragma unroll
+        for (int i = 1; i < MQ_SET; i++)
+            if (i < set.nw && rg >= set.b0[i]) {
+                w = set.w[i];
+                y = set.y[i];
+                blk = rg - set.b0[i];
+            }
+        int row0 = (blk * MQ_WARPS + warp) * R;
+        const uint8_t *wr[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) wr[r] = w.data + (long long)min(row0 + r, w.rows - 1) * w.row_bytes;
+        auto issue = [&](int k) { /* chunk k of the rows into buffer k % 2, as one group (empty past the end) */
+            if (k < nch)
+#pragma unroll
+                for (int r = 0; r < R; r++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        int i = lane + 32 * j;
+                        if (i < Q6_CHUNK / 16) {
+                            unsigned d = (unsigned)__cvta_generic_to_shared(ring + (2 * r + (k & 1)) * Q6_BUF + 16 * i);
+                            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d),
+                                         "l"(wr[r] + (long long)k * Q6_CHUNK + 16 * i));
+                        }
+                    }
+            asm volatile("cp.async.commit_group;");
+        };
+        issue(0);
+        issue(1);
+        if (first) { /* the weights are in flight; now the input, which the previous kernel makes */
+            first = false;
+            cu_pdl_enter();
+            long long xrow = slot / x_div;
+            const int4 *gh = (const int4 *)(x.h + xrow * cols), *gl = (const int4 *)(x.l + xrow * cols),
+                       *gd = (const int4 *)(x.d + xrow * (cols / 32)), *gs = (const int4 *)(x.s + xrow * (cols / 16));
+            for (int i = threadIdx.x; i < cols / 16; i += blockDim.x) {
+                *(int4 *)(sh + q6_xp(16 * i)) = gh[i];
+                *(int4 *)(sl + q6_xp(16 * i)) = gl[i];
+            }
+            for (int i = threadIdx.x; i < cols / 128; i += blockDim.x) { /* four scales and eight sums a thread */
+                int4 dv = gd[i], s0 = gs[2 * i], s1 = gs[2 * i + 1];
+                int q = 4 * i, r = 8 * i;
+                float dd[4] = {__int_as_float(dv.x), __int_as_float(dv.y), __int_as_float(dv.z), __int_as_float(dv.w)};
+                int sv[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+#pragma unroll
+                for (int j = 0; j < 4; j++) sd[q + j + ((q + j) >> 3)] = dd[j];
+#pragma unroll
+                for (int j = 0; j < 8; j++) ss[r + j + ((r + j) >> 4)] = sv[j];
+            }
+            __syncthreads();
+        }
+        /* lane: block lane / 4 of a chunk, unit lane % 4 (half n, 16-value piece c) */
+        int bl = lane >> 2, u = lane & 3, n = u >> 1, c = u & 1;
+        float acc[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[r] = 0;
+        for (int k = 0; k < nch; k++) {
+            asm volatile("cp.async.wait_group 1;");
+            __syncwarp();
+            Q::in_t xi;
+            int b = k * 8 + bl; /* the row's block */
+#pragma unroll
+            for (int g = 0; g < 4; g++) {
+                int q = 8 * b + 4 * n + g; /* the input's 32-value block */
+                int o = q6_xp(32 * q + 16 * c);
+                xi.x[g] = {*(const int4 *)(sh + o), *(const int4 *)(sl + o)};
+                xi.d[g] = sd[q + (q >> 3)];
+                xi.s[g] = ss[2 * q + c + ((2 * q + c) >> 4)];
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const uint8_t *p = ring + (2 * r + (k & 1)) * Q6_BUF + 210 * bl;
+                Q::unit_t wt;
+                wt.la = lds16u(p + 64 * n + 16 * c);
+                wt.lb = lds16u(p + 64 * n + 32 + 16 * c);
+                wt.hb = lds16u(p + 128 + 32 * n + 16 * c);
+                int4 sc = lds16u(p + 192);
+                wt.sc = __byte_perm((unsigned)(n ? sc.z : sc.x), (unsigned)(n ? sc.w : sc.y), c ? 0x7531 : 0x6420);
+                wt.d = __half2float(*(const __half *)(p + 208));
+                acc[r] += Q::dot(wt, u, xi);
+            }
+            __syncwarp(); /* every lane is done with the buffer before it is filled again */
+            issue(k + 2);
+        }
+        asm volatile("cp.async.wait_group 0;");
+        y += (long long)slot * ys;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            float v = warp_sum(acc[r]);
+            if (lane == 0 && row0 + r < w.rows)
+                cu_gemv_store(y + row0 + r, v + (w.bias ? w.bias[row0 + r] : 0.0f), 0, row0 + r, w.rows, ep.ysc, ep.cd,
+                              ep.cw, ep.ck);
+        }
+    }
+}
+
 int cu_mmvq_takes(const cu_w *w) {
     uintptr_t a = (uintptr_t)w->data;
     switch (w->gtype) {
@@ -473,7 +618,45 @@ static void mmvq_go(cu_impl *c, const gg_call *gs, int nw, const cu_q16 &x, int 
               t0, n_x, n, g.y_stride, g.yz, pack, ep);
 }
 
+/* one token of Q6_K weights through q6k_sm_k, where its rows are whole multiples of 16 bytes and its shared
+ * memory fits: 0 where it does not take them */
+template <int R> static int q6k_sm_go(cu_impl *c, const gg_call *gs, int nw, const cu_q16 &x) {
+    int cols = gs[0].w->cols;
+    for (int i = 0; i < nw; i++)
+        if (cols % 2048 || gs[i].w->row_bytes % 16 || (uintptr_t)gs[i].w->data % 16) return 0;
+    int smem = q6_in_smem(cols) + MQ_WARPS * Q6_WARP_SMEM(R), per_sm = 0;
+    if (smem > c->smem_optin ||
+        (smem > 48 * 1024 &&
+         cudaFuncSetAttribute(q6k_sm_k<R>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, q6k_sm_k<R>, MQ_WARPS * 32, (size_t)smem) !=
+            cudaSuccess ||
+        per_sm < 1)
+        return 0;
+    mq_set set;
+    memset(&set, 0, sizeof set);
+    int groups = 0;
+    for (int i = 0; i < nw; i++) {
+        set.w[i] = *gs[i].w;
+        set.y[i] = gs[i].y;
+        set.b0[i] = groups;
+        groups += (int)CU_BLOCKS(gs[i].w->rows, MQ_WARPS * R);
+    }
+    set.b0[nw] = groups;
+    set.nw = nw;
+    const gg_call &g = gs[0];
+    mq_epi ep = {g.ysc, g.cd, g.cw, g.ck};
+    int blocks = groups < c->sms * per_sm ? groups : c->sms * per_sm;
+    cu_launch(c, q6k_sm_k<R>, dim3((unsigned)blocks, (unsigned)g.slots), MQ_WARPS * 32, (size_t)smem, set, g.x_div, x,
+              g.y_stride, ep);
+    return 1;
+}
+
 template <int T> static void mmvq_type(cu_impl *c, const gg_call *gs, int nw, const cu_q16 &x, int n) {
+    if (T == SL_GGML_Q6_K && n == 1 && !gs[0].table && gs[0].nz == 1 && (c->mmvq == 1 || c->mmvq >= 6) &&
+        (c->mmvq == 6   ? q6k_sm_go<1>(c, gs, nw, x)
+         : c->mmvq == 7 ? q6k_sm_go<4>(c, gs, nw, x)
+                        : q6k_sm_go<2>(c, gs, nw, x)))
+        return;
     if (mq_rows<T>(c, gs, n) == 2) {
         mmvq_go<1, T, 2>(c, gs, nw, x, 0, n, 1);
         return;
