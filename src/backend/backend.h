@@ -132,10 +132,11 @@ typedef struct sl_backend_ops {
     /* Ops report failures (out of memory, device errors) through a sticky flag, as GPU streams do:
      * returns -1 with the first failure's message since the last call, and clears it. */
     int (*check)(sl_backend *b, sl_err *e);
-    /* The index of the largest of the n values at x (NaN counts as -inf; the lowest index among equals), or
-     * -1 when none is above -inf: greedy decoding without copying the logits to the host. Waits for the ops
-     * before it, as download does. Every backend has it. */
-    int32_t (*argmax)(sl_backend *b, const float *x, int n);
+    /* For each of `rows` rows of n values at x (row r at x + r n), the index of the largest (NaN counts as
+     * -inf; the lowest index among equals), or -1 when none is above -inf, into out[r] on the host: greedy
+     * decoding without copying the logits to the host, every sequence of a batch in one pass. Waits for the
+     * ops before it, as download does (a failure goes to check, and out then holds -1). Every backend has it. */
+    void (*argmax)(sl_backend *b, const float *x, int rows, int n, int32_t *out);
 
     /* out[i] = row ids[i] of w (dequantised) */
     void (*embed)(sl_backend *b, const sl_weight *w, const int32_t *ids, int n, float *out);

@@ -695,8 +695,7 @@ int sl_session_row_logits(sl_session *s, int r, float *logits, sl_err *e) {
 
 int sl_session_rows_argmax(sl_session *s, int n, int32_t *ids, sl_err *e) {
     if (n > s->logit_cap) return sl_fail(e, "logits rows %d exceed the %d the session holds", n, s->logit_cap);
-    int V = s->m->cfg.vocab_size;
-    for (int r = 0; r < n; r++) ids[r] = s->m->be->ops->argmax(s->m->be, s->s.logits + (size_t)r * (size_t)V, V);
+    s->m->be->ops->argmax(s->m->be, s->s.logits, n, s->m->cfg.vocab_size, ids);
     return s->m->be->ops->check(s->m->be, e);
 }
 
@@ -723,7 +722,7 @@ static int forward(sl_session *s, const int32_t *ids, int n, float *logits, int 
         if (!rc && n_want == 1 && dst) rc = sl_session_row_logits(s, 0, dst, e);
         /* the last row computed stays in s.logits (the last chunk's, when they went to the host) */
         s->logit_row = n_want == 0 ? -1 : n_want == 1 ? 0 : (n_want - 1) % LOGIT_ROWS;
-        if (!rc && next && last_chunk) *next = s->m->be->ops->argmax(s->m->be, s->s.logits, (int)V);
+        if (!rc && next && last_chunk) s->m->be->ops->argmax(s->m->be, s->s.logits, 1, (int)V, next);
     }
     if (!rc) rc = s->m->be->ops->check(s->m->be, e);
     return rc;

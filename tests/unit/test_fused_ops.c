@@ -753,10 +753,45 @@ Test(fused_ops, moe_guard_host_part) {
 static void argmax_case(sl_backend *be, const float *v, int n, int32_t want) {
     float *d = be->ops->alloc(be, (size_t)n * sizeof *d);
     be->ops->upload(be, d, v, (size_t)n * sizeof *d);
-    int32_t got = be->ops->argmax(be, d, n);
+    int32_t got = -2;
+    be->ops->argmax(be, d, 1, n, &got);
     check_ok(be);
     cr_expect_eq(got, want, "argmax of %d values: %d, expected %d", n, got, want);
     be->ops->free(be, d);
+}
+
+/* many rows in one call (a batch's sequences), more than the backend's first buffer holds: each row's own
+ * largest, ties, NaN and all -inf rows among them */
+static void argmax_rows_case(sl_backend *be, int rows, int n) {
+    float *v = malloc((size_t)rows * (size_t)n * sizeof *v);
+    int32_t *want = malloc((size_t)rows * sizeof *want), *got = malloc((size_t)rows * sizeof *got);
+    unsigned st = (unsigned)(rows * 31 + n);
+    for (int r = 0; r < rows; r++) {
+        float *row = v + (size_t)r * (size_t)n;
+        for (int i = 0; i < n; i++) row[i] = tu_frand(&st);
+        int at = (int)((unsigned)(r * 7919) % (unsigned)n);
+        row[at] = 2.0f + (float)r;
+        want[r] = at;
+        if (r % 5 == 1) { /* an equal value later in the row: the lower index stays */
+            row[n - 1] = row[at];
+            want[r] = at < n - 1 ? at : n - 1;
+        }
+        if (r % 7 == 3) row[(at + 1) % n] = NAN;
+        if (r % 11 == 4) {
+            for (int i = 0; i < n; i++) row[i] = i % 2 ? -INFINITY : NAN;
+            want[r] = -1;
+        }
+    }
+    float *d = be->ops->alloc(be, (size_t)rows * (size_t)n * sizeof *d);
+    be->ops->upload(be, d, v, (size_t)rows * (size_t)n * sizeof *d);
+    be->ops->argmax(be, d, rows, n, got);
+    check_ok(be);
+    for (int r = 0; r < rows; r++)
+        cr_expect_eq(got[r], want[r], "argmax of row %d of %d: %d, expected %d", r, rows, got[r], want[r]);
+    be->ops->free(be, d);
+    free(v);
+    free(want);
+    free(got);
 }
 
 Test(fused_ops, argmax) {
@@ -779,6 +814,9 @@ Test(fused_ops, argmax) {
     argmax_case(be, v, n, n - 1);
     float one[1] = {-2.0f};
     argmax_case(be, one, 1, 0);
+    argmax_rows_case(be, 3, 1000);
+    argmax_rows_case(be, 70, 4099);
+    argmax_rows_case(be, 130, 257);
     free(v);
     sl_backend_destroy(be);
 }

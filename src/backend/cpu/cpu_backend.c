@@ -146,16 +146,19 @@ static void cpu_scale_rows_sigmoid(sl_backend *b, float *x, const float *s, int 
     }
 }
 
-static int32_t cpu_argmax(sl_backend *b, const float *x, int n) {
+static void cpu_argmax(sl_backend *b, const float *x, int rows, int n, int32_t *out) {
     (void)b;
-    int32_t best = -1;
-    float bv = -INFINITY;
-    for (int i = 0; i < n; i++)
-        if (x[i] > bv) { /* NaN fails the comparison */
-            bv = x[i];
-            best = i;
-        }
-    return best;
+    for (int r = 0; r < rows; r++) {
+        const float *v = x + (size_t)r * (size_t)n;
+        int32_t best = -1;
+        float bv = -INFINITY;
+        for (int i = 0; i < n; i++)
+            if (v[i] > bv) { /* NaN fails the comparison */
+                bv = v[i];
+                best = i;
+            }
+        out[r] = best;
+    }
 }
 
 /* The fused ops: the same arithmetic as the plain sequences they replace. */

@@ -236,7 +236,8 @@ struct cu_impl {
     int n_tables, cap_tables;
     /* recorded steps */
     cu_step *d_step, *h_step;
-    unsigned long long *d_amax, *h_amax; /* argmax: the packed (key, index) on the device and its pinned copy */
+    unsigned long long *d_amax, *h_amax; /* argmax: the packed (key, index) per row on the device, pinned copy */
+    int amax_cap;                        /* rows they hold */
     int capturing, steps_off;
     unsigned long long regrown; /* scratch buffers moved (cu_grow): recordings made before read freed memory */
     double bandwidth, flops; /* measured bounds, 0 until measured */
@@ -535,7 +536,7 @@ void cu_attention(sl_backend *b, const float *q, const void *kc, const void *vc,
 /* Grows the decode attention partials to what a recorded step of n tokens will need. */
 int cu_attention_reserve(cu_impl *c, int n);
 void cu_add(sl_backend *b, float *y, const float *x, size_t len);
-int32_t cu_argmax(sl_backend *b, const float *x, int n);
+void cu_argmax(sl_backend *b, const float *x, int rows, int n, int32_t *out);
 void cu_swiglu(sl_backend *b, const float *g, const float *u, size_t len, float *out);
 void cu_mul_sigmoid(sl_backend *b, float *x, const float *g, size_t len);
 void cu_scale_rows_sigmoid(sl_backend *b, float *x, const float *s, int rows, int dim);
