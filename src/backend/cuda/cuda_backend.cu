@@ -88,7 +88,17 @@ static void *cu_alloc(sl_backend *b, size_t bytes) {
         cu_fail(c, "out of GPU memory allocating %zu bytes", bytes);
         return NULL;
     }
-    cudaMemset(p, 0, bytes);
+    /* zeroed in the order of the backend's stream, and done before the memory is handed out: a plain cudaMemset
+     * runs on the legacy stream, which does not wait for (nor is waited for by) the backend's non-blocking
+     * stream, so under a busy GPU (other processes' work) it could land after the first upload and wipe it
+     * (seen as zero or stale products with four test processes on one GPU) */
+    cudaError_t err = cudaMemsetAsync(p, 0, bytes, c->st);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(c->st);
+    if (err != cudaSuccess) {
+        cu_fail(c, "clearing %zu bytes of GPU memory: %s", bytes, cudaGetErrorString(err));
+        cudaFree(p);
+        return NULL;
+    }
     return p;
 }
 
