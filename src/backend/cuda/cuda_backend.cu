@@ -102,6 +102,19 @@ static void *cu_alloc(sl_backend *b, size_t bytes) {
     return p;
 }
 
+int cu_occupancy(cu_impl *c, const void *fn, int threads, size_t smem) {
+    for (int i = 0; i < c->n_occ; i++)
+        if (c->occ[i].fn == fn && c->occ[i].threads == threads && c->occ[i].smem == smem) return c->occ[i].per_sm;
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, smem) != cudaSuccess || per_sm < 1) {
+        cudaGetLastError();
+        per_sm = 1;
+    }
+    /* a full cache keeps answering, by asking again */
+    if (c->n_occ < (int)(sizeof c->occ / sizeof c->occ[0])) c->occ[c->n_occ++] = {fn, threads, per_sm, smem};
+    return per_sm;
+}
+
 static void cu_free(sl_backend *b, void *p) {
     cu_of(b)->launches++; /* memory a made q16 came from may come back under the same address */
     cudaStreamSynchronize(cu_of(b)->st);

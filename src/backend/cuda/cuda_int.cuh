@@ -245,6 +245,14 @@ struct cu_impl {
     int rpw_balance;    /* rows per warp from the rounds a launch takes (SLUICE_CUDA_RPW_BALANCE=0: the old rule) */
     int dn_chunked;     /* prefill's delta rule in the chunked form (SLUICE_CUDA_DELTANET=recurrent: token by token) */
     int smem_optin;     /* the most shared memory a block may ask for */
+    /* resident blocks per SM of kernels launched with a grid sized to the GPU, by kernel and shared memory
+     * (cu_occupancy): asked once each, not per launch */
+    struct {
+        const void *fn;
+        int threads, per_sm;
+        size_t smem;
+    } occ[32];
+    int n_occ;
     struct cu_gds *gds; /* GPUDirect Storage once asked for (cuda_gds.cu) */
 };
 
@@ -656,6 +664,9 @@ void cu_ggml_gemv(cu_impl *c, const gg_call &g, int n);
  * d (256 h + l) per 32; in the backend's scratch, valid until the next call), and g's product from it. */
 /* (struct cu_q16: above, beside cu_impl) */
 int cu_mmvq_takes(const cu_w *w);
+/* Blocks of `threads` threads and smem bytes of dynamic shared memory of kernel fn resident per SM (at least
+ * 1), remembered per backend. */
+int cu_occupancy(cu_impl *c, const void *fn, int threads, size_t smem);
 int cu_q16_quantize(cu_impl *c, const gg_call &g, int n, cu_q16 *x);
 /* One row of cols values that a kernel about to be launched writes: where to write its q16 too, h NULL where it
  * is not worth making (see q16_fuse). After that launch, cu_q16_made(c, x, cols) records that the q16 is of x. */

@@ -872,15 +872,7 @@ static void launch_k(cu_impl *c, const gv_call &g, const gv_set &set, int t0, in
     int chunk = chunk_for(NT);
     if (chunk > cols) chunk = (cols + 255) / 256 * 256;
     size_t smem = (size_t)NT * (size_t)(chunk + chunk / 32 * 4) * sizeof(float);
-    static int per_sm; /* resident blocks per SM of this variant, for the staging size last seen */
-    static size_t per_sm_smem;
-    if (!per_sm || per_sm_smem != smem) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_k<NT, K, K2, FX, RPW>, GV_WARPS * 32, smem) !=
-                cudaSuccess ||
-            per_sm < 1)
-            per_sm = 1;
-        per_sm_smem = smem;
-    }
+    int per_sm = cu_occupancy(c, (const void *)gemv_k<NT, K, K2, FX, RPW>, GV_WARPS * 32, smem);
     unsigned groups = (unsigned)set.g0[set.nw], fit = (unsigned)(c->sms * per_sm);
     /* one table launch covers many slots: the grid's y and z dimensions fill the GPU already */
     if (g.slots * g.nz > 1) fit = (fit + (unsigned)(g.slots * g.nz) - 1) / (unsigned)(g.slots * g.nz);

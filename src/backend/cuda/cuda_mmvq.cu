@@ -624,14 +624,12 @@ template <int R> static int q6k_sm_go(cu_impl *c, const gg_call *gs, int nw, con
     int cols = gs[0].w->cols;
     for (int i = 0; i < nw; i++)
         if (cols % 2048 || gs[i].w->row_bytes % 16 || (uintptr_t)gs[i].w->data % 16) return 0;
-    int smem = q6_in_smem(cols) + MQ_WARPS * Q6_WARP_SMEM(R), per_sm = 0;
+    int smem = q6_in_smem(cols) + MQ_WARPS * Q6_WARP_SMEM(R);
     if (smem > c->smem_optin ||
         (smem > 48 * 1024 &&
-         cudaFuncSetAttribute(q6k_sm_k<R>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, q6k_sm_k<R>, MQ_WARPS * 32, (size_t)smem) !=
-            cudaSuccess ||
-        per_sm < 1)
+         cudaFuncSetAttribute(q6k_sm_k<R>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess))
         return 0;
+    int per_sm = cu_occupancy(c, (const void *)q6k_sm_k<R>, MQ_WARPS * 32, (size_t)smem);
     mq_set set;
     memset(&set, 0, sizeof set);
     int groups = 0;
