@@ -782,8 +782,7 @@ static int share_setup(sl_expert_store *st, sl_err *e) {
     st->share_dev = be->ops->alloc(be, sizeof(float));
     if (!st->own || !st->own_dev || !st->ho || !st->ho_cpu || !st->ho_buf || !st->host_ids_dev || !st->share_dev)
         return sl_fail(e, "out of memory for the CPU's part of decode steps");
-    memset(st->own, 0, cells);
-    be->ops->upload_async(be, st->own_dev, st->own, cells);
+    memset(st->own, 0, cells); /* own_dev comes zeroed from alloc */
     memset(st->ho, 0, hb);
     for (int l = 0; l < st->n_layers; l++) {
         st->ho[l].x = (float *)(void *)st->ho_buf;

@@ -679,15 +679,12 @@ int sl_cuda_backend_create(int device, sl_backend **out, char *about, size_t abo
         cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(c->blas, c->st) != CUBLAS_STATUS_SUCCESS ||
         cudaMalloc((void **)&c->d_step, sizeof(cu_step)) != cudaSuccess ||
         cudaMallocHost((void **)&c->h_step, sizeof(cu_step)) != cudaSuccess ||
-        cudaMalloc((void **)&c->d_amax, 64 * sizeof *c->d_amax) != cudaSuccess ||
-        cudaMallocHost((void **)&c->h_amax, 64 * sizeof *c->h_amax) != cudaSuccess ||
         cudaMalloc((void **)&c->att_part, part) != cudaSuccess || cu_ggml_init()) {
         snprintf(about, about_len, "setting up %s: %s", p.name, cudaGetErrorString(cudaGetLastError()));
         cu_destroy(b);
         return -1;
     }
     c->att_part_len = part;
-    c->amax_cap = 64;
     size_t fr = 0, tot = 0;
     cudaMemGetInfo(&fr, &tot);
     snprintf(about, about_len, "%s, sm_%d%d, %.1f GiB free of %.1f GiB", p.name, p.major, p.minor,

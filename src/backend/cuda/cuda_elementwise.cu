@@ -348,7 +348,7 @@ void cu_argmax(sl_backend *b, const float *x, int rows, int n, int32_t *out) {
     cu_impl *c = cu_of(b);
     for (int r = 0; r < rows; r++) out[r] = -1;
     if (rows <= 0 || n <= 0) return;
-    if (rows > c->amax_cap) { /* the keys on the device and their pinned copy, grown to the batch */
+    if (rows > c->amax_cap) { /* the keys on the device and their pinned copy: made at the first call, grown to the batch */
         int cap = rows < 64 ? 64 : rows;
         cudaFree(c->d_amax);
         cudaFreeHost(c->h_amax);
