@@ -301,6 +301,13 @@ Test(fused_ops, swiglu_matmul) {
     swiglu_matmul_case(24, 64, 20, 1, 1);
     swiglu_matmul_case(9, 64, 2, 0, 0);
     swiglu_matmul_case(9, 64, 2, 1, 0);
+    /* inputs as wide as a dense model's down projection: one token stages them whole (SwiGLU formed on the
+     * way), wider ones and two tokens go in chunks */
+    swiglu_matmul_case(40, 14336, 1, 0, 1);
+    swiglu_matmul_case(40, 14336, 1, 1, 1);
+    swiglu_matmul_case(40, 14336, 1, 0, 0);
+    swiglu_matmul_case(24, 20480, 1, 0, 1);
+    swiglu_matmul_case(16, 14336, 2, 0, 1);
 }
 
 static void sigmoid_matmul_case(int rows, int cols, int n, int fused) {

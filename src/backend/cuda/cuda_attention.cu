@@ -233,18 +233,22 @@ __device__ __forceinline__ void att_decode(const att_args<T> &a, int splits, int
     /* running max and sum of head (lane % HG): the same in every lane of that head */
     float m = -INFINITY, l = 0;
     int mi = lane & (V - 1), mj = mi / HG, mh = mi % HG;
-    /* U keys and values of the rows from c on (zero past b1). The U positions are consecutive: one page
-     * lookup (and one division) for all, a second only where they run into the next page. */
+    /* U keys and values of the rows from c on (zero past b1). The U positions are consecutive and a page
+     * holds at least U rows (see decode_launch_v): one page lookup (and one division) for all, a second only
+     * where they run into the next page, and no division per key, which keeps the unrolled code small (a
+     * kernel that runs once a layer fetches all of its code cold). */
     const int *pt = a.bm.pages + (long long)sq * a.bm.maxp;
     int hoff = kvh * hd + d0;
     auto fetch = [&](int c, dec_raw<T, VPL> *kr, dec_raw<T, VPL> *vr) {
         int psz = a.bm.psz, pg = c / psz, off = c - pg * psz;
-        long long base = c < b1 ? (long long)pt[pg] * psz : 0;
+        long long base = c < b1 ? (long long)pt[pg] * psz + off : 0;
+        /* rows past the page's end: row of the next page's start, minus the keys this page had */
+        long long next = (pg + 1) * psz < b1 ? (long long)pt[pg + 1] * psz - (psz - off) : base;
 #pragma unroll
         for (int j = 0; j < U; j++) {
-            int t = c + j, o = off + j;
-            if (lane_on && t < b1) {
-                long long row = o < psz ? base + o : (long long)pt[pg + o / psz] * psz + o % psz;
+            bool in = lane_on && c + j < b1;
+            long long row = (off + j < psz ? base : next) + j;
+            if (in) {
                 dec_ld<VPL>(a.kc, row * kw + hoff, kr[j]);
                 dec_ld<VPL>(a.vc, row * kw + hoff, vr[j]);
             } else {
@@ -322,24 +326,27 @@ __device__ __forceinline__ void att_decode(const att_args<T> &a, int splits, int
         for (int e = 0; e < VPL; e++)
             if (lane_on) os[((long long)warp * HG + h) * hd + d0 + e] = o[h][e];
     __syncthreads();
-    if (kwi) return;
+    /* one head of one chunk a warp, all warps taking part: lane k < kwarps weighs key-warp k's partial once
+     * (not once per value), and the loops stay rolled (short caches run this once, its code fetched cold) */
+#pragma unroll 1
+    for (int it = warp; it < hc * HG; it += nw) {
+        int c = it / HG, h = it % HG;
+        if (c * HG + h >= group) continue;
+        float mk = lane < kwarps ? ms[(c + lane * hc) * HG + h] : -INFINITY, M = mk;
 #pragma unroll
-    for (int h = 0; h < HG; h++) {
-        if (h0 + h >= group) break;
-        float M = -INFINITY;
-        for (int k = 0; k < kwarps; k++) M = fmaxf(M, ms[(hci + k * hc) * HG + h]);
-        float L = 0;
-        for (int k = 0; k < kwarps; k++) {
-            float mk = ms[(hci + k * hc) * HG + h];
-            if (mk != -INFINITY) L += ls[(hci + k * hc) * HG + h] * expf(mk - M);
-        }
-        float *dst = part + (((long long)z * a.n_heads + kvh * group + h0 + h) * splits + sp) * (hd + 2);
+        for (int off = 16; off; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+        float f = mk == -INFINITY ? 0.0f : expf(mk - M);
+        float L = warp_sum(lane < kwarps ? ls[(c + lane * hc) * HG + h] * f : 0.0f);
+        /* the weights replace the maxima, which only this warp reads */
+        if (lane < kwarps) ms[(c + lane * hc) * HG + h] = f;
+        __syncwarp();
+        float *dst = part + (((long long)z * a.n_heads + kvh * group + c * HG + h) * splits + sp) * (hd + 2);
+#pragma unroll 1
         for (int d = lane; d < hd; d += 32) {
             float v = 0;
-            for (int k = 0; k < kwarps; k++) {
-                float mk = ms[(hci + k * hc) * HG + h];
-                if (mk != -INFINITY) v += os[((long long)(hci + k * hc) * HG + h) * hd + d] * expf(mk - M);
-            }
+#pragma unroll 1
+            for (int k = 0; k < kwarps; k++)
+                v += os[((long long)(c + k * hc) * HG + h) * hd + d] * ms[(c + k * hc) * HG + h];
             dst[d] = v;
         }
         if (lane == 0) {
@@ -407,6 +414,10 @@ static int decode_launch_v(cu_impl *c, const att_args<T> &a, int n_dec, int spli
     int hc = (group + HG - 1) / HG, kwarps = hc >= DEC_WARPS ? 1 : DEC_WARPS / hc, nw = hc * kwarps;
     if (nw > 8) {
         cu_fail(c, "attention: %d query heads per KV head is above the decode kernel's limit of %d", group, 8 * HG);
+        return -1;
+    }
+    if (a.bm.psz < dec_shape<VPL>::U) { /* att_decode's fetch crosses at most one page boundary */
+        cu_fail(c, "attention: KV pages of %d rows are below the decode kernel's %d", a.bm.psz, dec_shape<VPL>::U);
         return -1;
     }
     size_t smem = (size_t)nw * HG * (2 + (size_t)a.hd) * sizeof(float);
