@@ -262,6 +262,51 @@ Test(fused_ops, matmul_multi) {
     matmul_multi_case(3, 64, 2, 0, 0);
 }
 
+/* Small fp32 weights marked exact (a MoE router and a shared expert's gate, one call) at n tokens: within
+ * fp32 rounding of the double-precision product, whichever kernel the backend takes for n. */
+static void exact_f32_case(int n) {
+    static const int heights[] = {256, 1};
+    sl_backend *be = open_backend();
+    unsigned st = (unsigned)(n * 7 + 3);
+    tweight t[2];
+    const sl_weight *w[2];
+    float *y[2];
+    for (int i = 0; i < 2; i++) {
+        make_weight(be, &t[i], SL_WF_F32, heights[i], 2048, i == 1, &st);
+        t[i].w.exact = 1;
+        w[i] = &t[i].w;
+        y[i] = be->ops->alloc(be, (size_t)n * (size_t)heights[i] * sizeof(float));
+    }
+    float *hx, *x = dev_rand(be, (size_t)n * 2048, &st, &hx);
+    sl_matmul_multi(be, 2, w, x, n, y);
+    for (int i = 0; i < 2; i++) {
+        size_t len = (size_t)n * (size_t)heights[i];
+        float *got = download(be, y[i], len), *want = malloc(len * sizeof *want);
+        ref_matmul(&t[i], hx, n, want);
+        check_ok(be);
+        expect_close(got, want, len, 1e-4f, "exact fp32 matmul_multi");
+        be->ops->matmul(be, w[i], x, n, y[i]);
+        free(got);
+        got = download(be, y[i], len);
+        check_ok(be);
+        expect_close(got, want, len, 1e-4f, "exact fp32 matmul");
+        free(got);
+        free(want);
+        be->ops->free(be, y[i]);
+        free_weight(&t[i]);
+    }
+    be->ops->free(be, x);
+    free(hx);
+    sl_backend_destroy(be);
+}
+
+Test(fused_ops, exact_f32) {
+    exact_f32_case(1);
+    exact_f32_case(8);
+    exact_f32_case(16); /* past one GEMV launch: the fp32 product on CUDA */
+    exact_f32_case(40);
+}
+
 /* y = (silu(g) * u) . w^T, or with gated, y0 + sigmoid(s) * that */
 static void swiglu_matmul_case(int rows, int cols, int n, int gated, int fused) {
     sl_backend *be = open_backend();

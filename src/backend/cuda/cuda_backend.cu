@@ -642,6 +642,8 @@ int sl_cuda_backend_create(int device, sl_backend **out, char *about, size_t abo
     c->pdl = p.major >= 9 && !(pd && !strcmp(pd, "0"));
     const char *rb = getenv("SLUICE_CUDA_RPW_BALANCE");
     c->rpw_balance = !(rb && !strcmp(rb, "0"));
+    const char *fg = getenv("SLUICE_CUDA_F32_GEMM");
+    c->f32_gemm = !(fg && !strcmp(fg, "0"));
     const char *dn = getenv("SLUICE_CUDA_DELTANET");
     c->dn_chunked = !(dn && !strcmp(dn, "recurrent"));
     c->smem_optin = p.sharedMemPerBlockOptin > 0 ? (int)p.sharedMemPerBlockOptin : 48 << 10;

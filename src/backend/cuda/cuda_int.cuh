@@ -243,6 +243,7 @@ struct cu_impl {
     double bandwidth, flops; /* measured bounds, 0 until measured */
     int pdl;                 /* programmatic dependent launch (sm_90+, SLUICE_CUDA_PDL=0 turns it off) */
     int rpw_balance;    /* rows per warp from the rounds a launch takes (SLUICE_CUDA_RPW_BALANCE=0: the old rule) */
+    int f32_gemm;       /* small exact fp32 weights past 8 tokens on fp32 cuBLAS (SLUICE_CUDA_F32_GEMM=0: GEMV, split) */
     int dn_chunked;     /* prefill's delta rule in the chunked form (SLUICE_CUDA_DELTANET=recurrent: token by token) */
     int smem_optin;     /* the most shared memory a block may ask for */
     /* resident blocks per SM of kernels launched with a grid sized to the GPU, by kernel and shared memory

@@ -1230,6 +1230,14 @@ static int mmq_takes(const cu_impl *c, const sl_weight *sw) {
  * passes). GGML weights go to the tile-decoding tensor-core kernel from SLUICE_CUDA_MMQ_MIN tokens; other quantized
  * weights keep the GEMV kernels to 16 tokens, since their GEMM first dequantizes the whole matrix.
  * SLUICE_CUDA_GEMV_MAX sets one limit for all. */
+/* Small exact fp32 weights (a MoE router, a shared expert's gate) past one GEMV launch of 8 tokens go through
+ * one fp32 cuBLAS product (gemm_f32): fp32 products and sums as in the GEMV, where the GEMV took two launches
+ * of few blocks (qwen3.5-35b-a3b's router and shared gate at 16 tokens: 17 blocks, 18 us each). */
+static int small_f32(const cu_impl *c, const sl_weight *w) {
+    return c->f32_gemm && w->fmt == SL_WF_F32 && !w->transposed && w->row_bytes % 16 == 0 &&
+           (uintptr_t)w->data % 16 == 0;
+}
+
 static int gemv_max(const cu_impl *c, const sl_weight *w) {
     if (c->gemv_max > 0) return c->gemv_max;
     /* exact weights: the GEMV's one pass of up to 8 tokens beats three products per tile there */
@@ -1237,7 +1245,7 @@ static int gemv_max(const cu_impl *c, const sl_weight *w) {
     int flt = w->fmt == SL_WF_F32 || w->fmt == SL_WF_F16 || w->fmt == SL_WF_BF16;
     /* small exact float weights (a MoE router, a shared expert's gate): two GEMV passes at 16 tokens cost
      * less than splitting weight and input into halves and two or three GEMMs, four launches a call */
-    if (flt && gemm_exact(c, w) && (long long)w->rows * w->cols <= (1 << 20)) return 16;
+    if (flt && gemm_exact(c, w) && (long long)w->rows * w->cols <= (1 << 20)) return small_f32(c, w) ? 8 : 16;
     return flt ? 2 : 16;
 }
 
@@ -1255,6 +1263,8 @@ static void gemm_rounded(cu_impl *c, const sl_weight *sw, const __nv_bfloat16 *x
                          float *y);
 
 static void matmul_one(cu_impl *c, const sl_weight *sw, const float *x, int n, float *y);
+static int takes_f32(const cu_impl *c, const sl_weight *sw, int n);
+static void gemm_f32(cu_impl *c, const sl_weight *sw, const float *x, int n, float *y);
 
 /* Whether cu_matmul takes sw for n tokens through the small-batch tile kernels (cu_ggml_mmq). */
 static int takes_mmq(const cu_impl *c, const sl_weight *sw, int n) {
@@ -1288,10 +1298,37 @@ static void matmul_one(cu_impl *c, const sl_weight *sw, const float *x, int n, f
         cu_ggml_mmq(c, &w, x, n, gemm_exact(c, sw), y);
         return;
     }
+    if (takes_f32(c, sw, n)) {
+        gemm_f32(c, sw, x, n, y);
+        return;
+    }
     int exact = gemm_exact(c, sw);
     const __nv_bfloat16 *xhi, *xlo;
     if (gemm_input(c, x, n, w.cols, exact, &xhi, &xlo)) return;
     gemm_rounded(c, sw, xhi, xlo, n, y);
+}
+
+/* Whether a batch of n tokens on sw takes gemm_f32: the small exact fp32 weights past the GEMV's tokens. */
+static int takes_f32(const cu_impl *c, const sl_weight *sw, int n) {
+    return small_f32(c, sw) && gemm_exact(c, sw) && (long long)sw->rows * sw->cols <= (1 << 20) && n > gemv_max(c, sw);
+}
+
+/* y[n][rows] = x[n][cols] . W^T (+ bias) in fp32 on cuBLAS (no tensor cores: CUBLAS_COMPUTE_32F). */
+static void gemm_f32(cu_impl *c, const sl_weight *sw, const float *x, int n, float *y) {
+    const float one = 1.0f, zero = 0.0f;
+    int ld = (int)(sw->row_bytes / sizeof(float));
+    cublasStatus_t st = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, sw->rows, n, sw->cols, &one, sw->data,
+                                     CUDA_R_32F, ld, x, CUDA_R_32F, sw->cols, &zero, y, CUDA_R_32F, sw->rows,
+                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        cu_fail(c, "cuBLAS fp32 GEMM of %d x %d by %d tokens failed (status %d)", sw->rows, sw->cols, n, (int)st);
+        return;
+    }
+    if (sw->bias) {
+        size_t len = (size_t)n * (size_t)sw->rows;
+        cu_launch(c, add_bias_k, CU_BLOCKS(len, 256), 256, 0, y, sw->bias, sw->rows, (long long)len);
+    }
+    cu_check_launch(c, "fp32 matmul");
 }
 
 /* Whether cu_matmul takes sw for n tokens through the cuBLAS product of gemm_rounded. */
@@ -1401,13 +1438,18 @@ static void matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const
             gemv_run(c, g, n);
             continue;
         }
+        if (takes_f32(c, w[i], n)) {
+            gemm_f32(c, w[i], x, n, y[i]);
+            continue;
+        }
         /* cuBLAS products: the weights of the same width and mode after i share one rounding of the input */
         if (takes_gemm(c, w[i], n)) {
             int exact = gemm_exact(c, w[i]);
             const __nv_bfloat16 *xhi, *xlo;
             if (gemm_input(c, x, n, w[i]->cols, exact, &xhi, &xlo)) return;
             for (int j = i; j < nw && j < SL_MATMUL_MULTI; j++)
-                if (!done[j] && takes_gemm(c, w[j], n) && w[j]->cols == w[i]->cols && gemm_exact(c, w[j]) == exact) {
+                if (!done[j] && takes_gemm(c, w[j], n) && !takes_f32(c, w[j], n) && w[j]->cols == w[i]->cols &&
+                    gemm_exact(c, w[j]) == exact) {
                     gemm_rounded(c, w[j], xhi, xlo, n, y[j]);
                     done[j] = 1;
                 }
