@@ -215,9 +215,13 @@ Test(fused_ops, add_rmsnorm) {
 }
 
 /* nw weights of mixed formats and heights sharing one input, n tokens, through sl_matmul_multi; with
- * mlx, 4-bit and 8-bit MLX weights (a router beside 4-bit projections) instead */
-static void matmul_multi_case(int nw, int cols, int n, int mlx, int fused) {
-    static const int heights[] = {7, 33, 100, 1, 64, 17};
+ * mlx, 4-bit and 8-bit MLX weights (a router beside 4-bit projections) instead; with exact, two small fp32
+ * weights marked exact (a MoE router and a shared expert's gate with a bias), also each through matmul alone,
+ * within fp32 rounding whichever kernel the backend takes for n */
+static void matmul_multi_case(int nw, int cols, int n, int mlx, int fused, int exact) {
+    static const int heights_mixed[] = {7, 33, 100, 1, 64, 17}, heights_exact[] = {256, 1};
+    const int *heights = exact ? heights_exact : heights_mixed;
+    float tol = exact ? 1e-4f : 1e-3f;
     sl_backend *be = open_backend();
     unfused u;
     sl_backend *run = fused ? be : unfused_of(be, &u);
@@ -228,8 +232,11 @@ static void matmul_multi_case(int nw, int cols, int n, int mlx, int fused) {
     for (int i = 0; i < nw; i++) {
         if (mlx)
             make_mlx(be, &t[i], i % 3 == 1 ? 8 : 4, heights[i], cols, &st);
+        else if (exact)
+            make_weight(be, &t[i], SL_WF_F32, heights[i], cols, i == 1, &st);
         else
             make_weight(be, &t[i], i % 3 == 1 ? SL_WF_F32 : SL_WF_BF16, heights[i], cols, i == 2, &st);
+        t[i].w.exact = exact;
         w[i] = &t[i].w;
         y[i] = be->ops->alloc(be, (size_t)n * (size_t)heights[i] * sizeof(float));
     }
@@ -241,7 +248,14 @@ static void matmul_multi_case(int nw, int cols, int n, int mlx, int fused) {
         float *got = download(be, y[i], len), *want = malloc(len * sizeof *want);
         ref_matmul(&t[i], hx, n, want);
         check_ok(be);
-        expect_close(got, want, len, 1e-3f, "matmul_multi");
+        expect_close(got, want, len, tol, "matmul_multi");
+        if (exact) {
+            be->ops->matmul(be, w[i], x, n, y[i]);
+            free(got);
+            got = download(be, y[i], len);
+            check_ok(be);
+            expect_close(got, want, len, tol, "matmul of an exact weight");
+        }
         free(got);
         free(want);
         be->ops->free(be, y[i]);
@@ -253,58 +267,20 @@ static void matmul_multi_case(int nw, int cols, int n, int mlx, int fused) {
 }
 
 Test(fused_ops, matmul_multi) {
-    matmul_multi_case(3, 256, 1, 0, 1);
-    matmul_multi_case(4, 96, 3, 0, 1);
-    matmul_multi_case(2, 512, 24, 0, 1); /* a prefill batch */
-    matmul_multi_case(6, 64, 1, 0, 1);   /* more weights than one call takes */
-    matmul_multi_case(4, 256, 1, 1, 1);
-    matmul_multi_case(6, 128, 2, 1, 1);
-    matmul_multi_case(3, 64, 2, 0, 0);
-}
-
-/* Small fp32 weights marked exact (a MoE router and a shared expert's gate, one call) at n tokens: within
- * fp32 rounding of the double-precision product, whichever kernel the backend takes for n. */
-static void exact_f32_case(int n) {
-    static const int heights[] = {256, 1};
-    sl_backend *be = open_backend();
-    unsigned st = (unsigned)(n * 7 + 3);
-    tweight t[2];
-    const sl_weight *w[2];
-    float *y[2];
-    for (int i = 0; i < 2; i++) {
-        make_weight(be, &t[i], SL_WF_F32, heights[i], 2048, i == 1, &st);
-        t[i].w.exact = 1;
-        w[i] = &t[i].w;
-        y[i] = be->ops->alloc(be, (size_t)n * (size_t)heights[i] * sizeof(float));
-    }
-    float *hx, *x = dev_rand(be, (size_t)n * 2048, &st, &hx);
-    sl_matmul_multi(be, 2, w, x, n, y);
-    for (int i = 0; i < 2; i++) {
-        size_t len = (size_t)n * (size_t)heights[i];
-        float *got = download(be, y[i], len), *want = malloc(len * sizeof *want);
-        ref_matmul(&t[i], hx, n, want);
-        check_ok(be);
-        expect_close(got, want, len, 1e-4f, "exact fp32 matmul_multi");
-        be->ops->matmul(be, w[i], x, n, y[i]);
-        free(got);
-        got = download(be, y[i], len);
-        check_ok(be);
-        expect_close(got, want, len, 1e-4f, "exact fp32 matmul");
-        free(got);
-        free(want);
-        be->ops->free(be, y[i]);
-        free_weight(&t[i]);
-    }
-    be->ops->free(be, x);
-    free(hx);
-    sl_backend_destroy(be);
+    matmul_multi_case(3, 256, 1, 0, 1, 0);
+    matmul_multi_case(4, 96, 3, 0, 1, 0);
+    matmul_multi_case(2, 512, 24, 0, 1, 0); /* a prefill batch */
+    matmul_multi_case(6, 64, 1, 0, 1, 0);   /* more weights than one call takes */
+    matmul_multi_case(4, 256, 1, 1, 1, 0);
+    matmul_multi_case(6, 128, 2, 1, 1, 0);
+    matmul_multi_case(3, 64, 2, 0, 0, 0);
 }
 
 Test(fused_ops, exact_f32) {
-    exact_f32_case(1);
-    exact_f32_case(8);
-    exact_f32_case(16); /* past one GEMV launch: the fp32 product on CUDA */
-    exact_f32_case(40);
+    matmul_multi_case(2, 2048, 1, 0, 1, 1);
+    matmul_multi_case(2, 2048, 8, 0, 1, 1);
+    matmul_multi_case(2, 2048, 16, 0, 1, 1); /* past one GEMV launch: the fp32 product on CUDA */
+    matmul_multi_case(2, 2048, 40, 0, 1, 1);
 }
 
 /* y = (silu(g) * u) . w^T, or with gated, y0 + sigmoid(s) * that */
