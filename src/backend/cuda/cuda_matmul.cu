@@ -1224,29 +1224,34 @@ static int mmq_takes(const cu_impl *c, const sl_weight *sw) {
     return c->mmq_min > 0 && sw->fmt == SL_WF_GGML;
 }
 
+/* Small exact float weights: a MoE router, a shared expert's gate. */
+static int small_exact(const cu_impl *c, const sl_weight *w) {
+    int flt = w->fmt == SL_WF_F32 || w->fmt == SL_WF_F16 || w->fmt == SL_WF_BF16;
+    return flt && gemm_exact(c, w) && (long long)w->rows * w->cols <= (1 << 20);
+}
+
+/* Those in fp32, as rows cuBLAS can read, past one GEMV launch of 8 tokens go through one fp32 cuBLAS product
+ * (gemm_f32): fp32 products and sums as in the GEMV, where the GEMV took two launches of few blocks
+ * (qwen3.5-35b-a3b's router and shared gate at 16 tokens: 17 blocks, 18 us each). */
+static int small_f32(const cu_impl *c, const sl_weight *w) {
+    return c->f32_gemm && w->fmt == SL_WF_F32 && !w->transposed && w->row_bytes % 16 == 0 &&
+           (uintptr_t)w->data % 16 == 0 && small_exact(c, w);
+}
+
 /* The largest batch a weight's GEMV kernels take before the tensor-core GEMM does. Float weights go to the
  * GEMM from 3 tokens, which beats the GEMV kernels' time growing with every token (llama3-8b bf16 on H100,
  * sequences decoding at once: 4 at 515 against 297 tok/s, 16 at 1046 against 302 when it split in two
  * passes). GGML weights go to the tile-decoding tensor-core kernel from SLUICE_CUDA_MMQ_MIN tokens; other quantized
  * weights keep the GEMV kernels to 16 tokens, since their GEMM first dequantizes the whole matrix.
  * SLUICE_CUDA_GEMV_MAX sets one limit for all. */
-/* Small exact fp32 weights (a MoE router, a shared expert's gate) past one GEMV launch of 8 tokens go through
- * one fp32 cuBLAS product (gemm_f32): fp32 products and sums as in the GEMV, where the GEMV took two launches
- * of few blocks (qwen3.5-35b-a3b's router and shared gate at 16 tokens: 17 blocks, 18 us each). */
-static int small_f32(const cu_impl *c, const sl_weight *w) {
-    return c->f32_gemm && w->fmt == SL_WF_F32 && !w->transposed && w->row_bytes % 16 == 0 &&
-           (uintptr_t)w->data % 16 == 0;
-}
-
 static int gemv_max(const cu_impl *c, const sl_weight *w) {
     if (c->gemv_max > 0) return c->gemv_max;
     /* exact weights: the GEMV's one pass of up to 8 tokens beats three products per tile there */
     if (w->fmt == SL_WF_GGML && mmq_takes(c, w)) return gemm_exact(c, w) && c->mmq_min <= 8 ? 8 : c->mmq_min - 1;
-    int flt = w->fmt == SL_WF_F32 || w->fmt == SL_WF_F16 || w->fmt == SL_WF_BF16;
-    /* small exact float weights (a MoE router, a shared expert's gate): two GEMV passes at 16 tokens cost
-     * less than splitting weight and input into halves and two or three GEMMs, four launches a call */
-    if (flt && gemm_exact(c, w) && (long long)w->rows * w->cols <= (1 << 20)) return small_f32(c, w) ? 8 : 16;
-    return flt ? 2 : 16;
+    /* small exact float weights: two GEMV passes at 16 tokens cost less than splitting weight and input into
+     * halves and two or three GEMMs, four launches a call (fp32 ones take gemm_f32 past 8 instead) */
+    if (small_exact(c, w)) return small_f32(c, w) ? 8 : 16;
+    return w->fmt == SL_WF_F32 || w->fmt == SL_WF_F16 || w->fmt == SL_WF_BF16 ? 2 : 16;
 }
 
 /* Whether cu_matmul has a kernel for sw's format at all (the others fail there by name). */
@@ -1310,7 +1315,14 @@ static void matmul_one(cu_impl *c, const sl_weight *sw, const float *x, int n, f
 
 /* Whether a batch of n tokens on sw takes gemm_f32: the small exact fp32 weights past the GEMV's tokens. */
 static int takes_f32(const cu_impl *c, const sl_weight *sw, int n) {
-    return small_f32(c, sw) && gemm_exact(c, sw) && (long long)sw->rows * sw->cols <= (1 << 20) && n > gemv_max(c, sw);
+    return small_f32(c, sw) && n > gemv_max(c, sw);
+}
+
+/* The bias of sw added to a cuBLAS product's n rows y (which cuBLAS leaves without it). */
+static void gemm_bias(cu_impl *c, const sl_weight *sw, int n, float *y) {
+    if (!sw->bias) return;
+    size_t len = (size_t)n * (size_t)sw->rows;
+    cu_launch(c, add_bias_k, CU_BLOCKS(len, 256), 256, 0, y, sw->bias, sw->rows, (long long)len);
 }
 
 /* y[n][rows] = x[n][cols] . W^T (+ bias) in fp32 on cuBLAS (no tensor cores: CUBLAS_COMPUTE_32F). */
@@ -1324,16 +1336,13 @@ static void gemm_f32(cu_impl *c, const sl_weight *sw, const float *x, int n, flo
         cu_fail(c, "cuBLAS fp32 GEMM of %d x %d by %d tokens failed (status %d)", sw->rows, sw->cols, n, (int)st);
         return;
     }
-    if (sw->bias) {
-        size_t len = (size_t)n * (size_t)sw->rows;
-        cu_launch(c, add_bias_k, CU_BLOCKS(len, 256), 256, 0, y, sw->bias, sw->rows, (long long)len);
-    }
+    gemm_bias(c, sw, n, y);
     cu_check_launch(c, "fp32 matmul");
 }
 
 /* Whether cu_matmul takes sw for n tokens through the cuBLAS product of gemm_rounded. */
 static int takes_gemm(const cu_impl *c, const sl_weight *sw, int n) {
-    return matmul_takes(sw) && n > gemv_max(c, sw) && !takes_mmq(c, sw, n);
+    return matmul_takes(sw) && n > gemv_max(c, sw) && !takes_mmq(c, sw, n) && !takes_f32(c, sw, n);
 }
 
 static int gemm_input(cu_impl *c, const float *x, int n, int cols, int exact, const __nv_bfloat16 **hi,
@@ -1376,10 +1385,7 @@ static void gemm_rounded(cu_impl *c, const sl_weight *sw, const __nv_bfloat16 *x
             return;
         }
     }
-    if (w.bias) {
-        size_t len = (size_t)n * (size_t)w.rows;
-        cu_launch(c, add_bias_k, CU_BLOCKS(len, 256), 256, 0, y, w.bias, w.rows, (long long)len);
-    }
+    gemm_bias(c, sw, n, y);
     cu_check_launch(c, "matmul");
 }
 
@@ -1448,8 +1454,7 @@ static void matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const
             const __nv_bfloat16 *xhi, *xlo;
             if (gemm_input(c, x, n, w[i]->cols, exact, &xhi, &xlo)) return;
             for (int j = i; j < nw && j < SL_MATMUL_MULTI; j++)
-                if (!done[j] && takes_gemm(c, w[j], n) && !takes_f32(c, w[j], n) && w[j]->cols == w[i]->cols &&
-                    gemm_exact(c, w[j]) == exact) {
+                if (!done[j] && takes_gemm(c, w[j], n) && w[j]->cols == w[i]->cols && gemm_exact(c, w[j]) == exact) {
                     gemm_rounded(c, w[j], xhi, xlo, n, y[j]);
                     done[j] = 1;
                 }
