@@ -647,6 +647,7 @@ int sl_cuda_backend_create(int device, sl_backend **out, char *about, size_t abo
     const char *dn = getenv("SLUICE_CUDA_DELTANET");
     c->dn_chunked = !(dn && !strcmp(dn, "recurrent"));
     c->smem_optin = p.sharedMemPerBlockOptin > 0 ? (int)p.sharedMemPerBlockOptin : 48 << 10;
+    c->smem_sm = p.sharedMemPerMultiprocessor > 0 ? (int)p.sharedMemPerMultiprocessor : 64 << 10;
     const char *pf = getenv("SLUICE_CUDA_PREFILL");
     c->gemm_exact = pf && !strcmp(pf, "exact") ? 1 : pf && !strcmp(pf, "bf16") ? -1 : 0;
     const char *mq = getenv("SLUICE_CUDA_MMQ"), *mqm = getenv("SLUICE_CUDA_MMQ_MIN");
@@ -669,6 +670,10 @@ int sl_cuda_backend_create(int device, sl_backend **out, char *about, size_t abo
                                       : 1;
     const char *ms = getenv("SLUICE_CUDA_MMQ_SPLIT");
     c->mmq_fill = ms && !strcmp(ms, "fill");
+    const char *mj = getenv("SLUICE_CUDA_MMQ_JOIN");
+    c->mmq_join = !(mj && !strcmp(mj, "0"));
+    const char *mb = getenv("SLUICE_CUDA_MMQ_BLOCKS");
+    c->mmq_three = !(mb && !strcmp(mb, "2"));
     const char *qf = getenv("SLUICE_CUDA_Q16_FUSE");
     c->q16_fuse = qf && !strcmp(qf, "0") ? -1 : 0; /* -1: never; 1 once a placed weight takes the integer GEMV */
     const char *im = getenv("SLUICE_CUDA_IMMA");

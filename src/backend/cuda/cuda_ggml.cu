@@ -805,6 +805,15 @@ __global__ void ggml_mmq_input_k(const float *x, const float *u, int n, int cols
     }
 }
 
+/* Plain launches: further weights of the first one's type and width (q, k and v), their row tiles after its
+ * own: block row x belongs to the last weight k with tbeg[k] <= x (the first weight's from 0) */
+struct mq_more {
+    cu_w w[SL_MATMUL_MULTI - 1];
+    float *y[SL_MATMUL_MULTI - 1], *part[SL_MATMUL_MULTI - 1];
+    int tbeg[SL_MATMUL_MULTI - 1];
+    int n;
+};
+
 /* What a launch multiplies. Plain: weight w by tokens 0..n-1 of xp into rows 0..n-1 of y (or, with column
  * splits, of the split's partial sums). Grouped (units set): block row y takes unit y of the routed pairs
  * grouped by expert (expert, first index into pairs, count <= NT8 * 8; units past *count do nothing); its
@@ -819,6 +828,7 @@ struct mmq_args {
     int colsp, n, kper;
     float *y, *part;
     long long yz;
+    mq_more more;
 };
 
 /* The block's share of a launch (mmq_args or imma_args): grouped, unit blockIdx.y of the routed pairs
@@ -826,9 +836,13 @@ struct mmq_args {
  * plain, tokens 0..n-1 and column split blockIdx.y. Returns 0 for a unit past the count (the whole block
  * leaves). The caller synchronises before reading rin and rout. */
 template <int NTOK, class A>
-__device__ __forceinline__ int mq_block(const A &a, cu_w &w, int &n, int &k0, int &k1, int *rin, int *rout) {
+__device__ __forceinline__ int mq_block(const A &a, cu_w &w, int &n, int &k0, int &k1, int *rin, int *rout,
+                                       int &row0, float *&y, float *&part) {
     w = a.w;
     n = a.n;
+    y = a.y;
+    part = a.part;
+    row0 = blockIdx.x * MQ_ROWS;
     if (a.units) {
         int u = blockIdx.y;
         if (u >= *a.count) return 0;
@@ -843,6 +857,15 @@ __device__ __forceinline__ int mq_block(const A &a, cu_w &w, int &n, int &k0, in
         k0 = 0;
         k1 = w.cols;
     } else {
+        int t0 = 0;
+        for (int k = 0; k < a.more.n; k++)
+            if ((int)blockIdx.x >= a.more.tbeg[k]) {
+                w = a.more.w[k];
+                y = a.more.y[k];
+                part = a.more.part[k];
+                t0 = a.more.tbeg[k];
+            }
+        row0 = ((int)blockIdx.x - t0) * MQ_ROWS;
         for (int i = threadIdx.x; i < NTOK; i += blockDim.x) rin[i] = rout[i] = min(i, n - 1);
         k0 = blockIdx.y * a.kper;
         k1 = min(k0 + a.kper, w.cols);
@@ -868,10 +891,10 @@ __device__ __forceinline__ void mq_rows_async(uint8_t *raw, const cu_w &w, int w
  * launch's output rows rout (or the column split's partial sums); the bias where the sums are whole */
 template <int NT8, class A>
 __device__ __forceinline__ void mq_store(const A &a, const cu_w &w, int n, int wrow0, const int *rout,
-                                         const float (*acc)[4]) {
+                                         const float (*acc)[4], float *y, float *part) {
     int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     bool whole = a.units || gridDim.y == 1; /* no partial sums: the bias goes in here */
-    float *out = a.units ? a.y + blockIdx.z * a.yz : gridDim.y == 1 ? a.y : a.part + (long long)blockIdx.y * n * w.rows;
+    float *out = a.units ? y + blockIdx.z * a.yz : gridDim.y == 1 ? y : part + (long long)blockIdx.y * n * w.rows;
 #pragma unroll
     for (int j = 0; j < NT8; j++)
 #pragma unroll
@@ -882,13 +905,104 @@ __device__ __forceinline__ void mq_store(const A &a, const cu_w &w, int n, int w
         }
 }
 
+/* four bytes at a 2-byte aligned address in shared memory */
+__device__ __forceinline__ uint32_t im_ld4(const uint8_t *p) {
+    const unsigned short *h = (const unsigned short *)p;
+    return (uint32_t)h[0] | ((uint32_t)h[1] << 16);
+}
+
+/* The tile kernel's decode of unit s of block b, four values (4 q .. 4 q + 3) at a time. Generic: the whole
+ * unit by gq first (32 registers). Q4_K (one bf16 pass) and Q6_K decode each four when they are multiplied,
+ * in affine form, value = a f - c with f = 1 + q / 128 made by one byte permute: a permute and an FMA a value
+ * (the float of a code and its scaling took three to ten instructions, Q6_K reading each byte on its own), and
+ * few registers, so that three blocks fit a SM (mq_blocks). Q6_K gives the same bits as gq's d sc q (a = 128
+ * d sc and c = 160 d sc are exact, so the FMA rounds the exact value once); Q4_K's c = 128 dl + ml is rounded
+ * once, within 2^-17 dl, far under the bf16 rounding that follows. A unit past the columns (live 0) is 0. */
+template <int T, int EX> struct mq_dec {
+    float v[32];
+    __device__ __forceinline__ void prep(const uint8_t *b, int s, bool, bool live) {
+        if (live) {
+            gq<T>::unit(b, s, v);
+        } else {
+#pragma unroll
+            for (int q = 0; q < 32; q++) v[q] = 0.0f;
+        }
+    }
+    __device__ __forceinline__ void four(int q, float *o) const {
+#pragma unroll
+        for (int e = 0; e < 4; e++) o[e] = v[4 * q + e];
+    }
+};
+template <> struct mq_dec<SL_GGML_Q4_K, 0> {
+    float a, c;
+    const uint8_t *qs;
+    int sh;
+    __device__ __forceinline__ void prep(const uint8_t *b, int s, bool, bool live) {
+        unsigned dm = *(const unsigned *)b;
+        const unsigned *sw = (const unsigned *)(b + 4);
+        int j = 8 * (s & 3);
+        int b0 = (sw[0] >> j) & 255, b1 = (sw[1] >> j) & 255, b2 = (sw[2] >> j) & 255;
+        int sc = s < 4 ? b0 & 63 : (b2 & 15) | ((b0 >> 6) << 4);
+        int mn = s < 4 ? b1 & 63 : (b2 >> 4) | ((b1 >> 6) << 4);
+        float dl = __half2float(__ushort_as_half((unsigned short)dm)) * i2f(sc);
+        float ml = __half2float(__ushort_as_half((unsigned short)(dm >> 16))) * i2f(mn);
+        a = live ? 128.0f * dl : 0.0f;
+        c = live ? 128.0f * dl + ml : 0.0f;
+        qs = b + 16 + 32 * (s >> 1);
+        sh = 4 * (s & 1);
+    }
+    __device__ __forceinline__ void four(int q, float *o) const {
+        unsigned m = ((*(const unsigned *)(qs + 4 * q) >> sh) & 0x0F0F0F0Fu) | 0x80808080u;
+#pragma unroll
+        for (int e = 0; e < 4; e++) o[e] = fmaf(a, __uint_as_float(__byte_perm(m, 0x3F000000u, 0x7044 + (e << 8))), -c);
+    }
+};
+template <> struct mq_dec<SL_GGML_Q6_K, 0> { /* either mode: the values are exact before their one rounding */
+    float a[2], c[2]; /* values 16 h .. 16 h + 15 share scale byte h */
+    const uint8_t *ql, *qh;
+    int lsh, hsh;
+    bool al2;
+    __device__ __forceinline__ void prep(const uint8_t *b, int s, bool al, bool live) {
+        int half = s >> 2, quad = s & 3;
+        ql = b + 64 * half + 32 * (quad & 1);
+        qh = b + 128 + 32 * half;
+        lsh = 4 * (quad >> 1);
+        hsh = 2 * quad;
+        al2 = al;
+        float d = f16at(b + 208);
+        const signed char *sc = (const signed char *)(b + 192 + 8 * half + 2 * quad);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float ds = live ? d * i2f(sc[h]) : 0.0f;
+            a[h] = 128.0f * ds;
+            c[h] = 160.0f * ds;
+        }
+    }
+    __device__ __forceinline__ void four(int q, float *o) const {
+        int h = q >> 2, k = q & 3; /* 2-byte aligned blocks: two 16-bit reads a word, else four bytes */
+        uint32_t lo = al2 ? im_ld4(ql + 16 * h + 4 * k) : u32at(ql + 16 * h + 4 * k);
+        uint32_t hi = al2 ? im_ld4(qh + 16 * h + 4 * k) : u32at(qh + 16 * h + 4 * k);
+        uint32_t m = ((lo >> lsh) & 0x0F0F0F0Fu) | (((hi >> hsh) & 0x03030303u) << 4) | 0x80808080u;
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            o[e] = fmaf(a[h], __uint_as_float(__byte_perm(m, 0x3F000000u, 0x7044 + (e << 8))), -c[h]);
+    }
+};
+template <> struct mq_dec<SL_GGML_Q6_K, 1> : mq_dec<SL_GGML_Q6_K, 0> {};
+
+/* blocks a SM of the tile kernel: three for Q4_K's one-pass tiles of up to 16 tokens (its lazy decoder's few
+ * registers and 57 KB of shared memory allow it; Q6_K's wider rows take 77 KB), else two */
+__host__ __device__ constexpr int mq_blocks(int t, int nt8, int ex) {
+    return t == SL_GGML_Q4_K && !ex && nt8 <= 2 ? 3 : 2;
+}
+
 /* EX: operands in bf16 halves, hi.hi + hi.lo + lo.hi summed in fp32 (near-fp32 products, for the weights
  * marked exact, as the split GEMM); else one bf16 pass. FULL (plain launches): every token tile is multiplied,
  * those past n on whatever the shared memory holds, into output columns that are never stored (a product's
  * column depends on its input column alone); without the test per product that a group's few pairs need, a
  * 64-sequence llama3-8b Q4_K step ran 17 % faster (4,843 / 4,908 against 4,167 / 4,170 tok/s, H200). */
 template <int T, int NT8, int EX, int FULL>
-__global__ void __launch_bounds__(MQ_WARPS * 32, 2) ggml_mmq_k(mmq_args a) {
+__global__ void __launch_bounds__(MQ_WARPS * 32, mq_blocks(T, NT8, EX)) ggml_mmq_k(mmq_args a) {
     constexpr int BS = gq<T>::BS, BB = gq<T>::BB, SPAN = mq_span<T>();
     constexpr int STAGE = mq_stage<T, NT8 *(EX ? 2 : 1)>(), XT = NT8 * 8 * MQ_LD; /* one input tile */
     extern __shared__ float4 smem4[];
@@ -898,9 +1012,12 @@ __global__ void __launch_bounds__(MQ_WARPS * 32, 2) ggml_mmq_k(mmq_args a) {
     cu_w w;
     int n, k0, k1;
     cu_pdl_enter();
-    if (!mq_block<NT8 * 8>(a, w, n, k0, k1, rin, rout)) return;
+    int row0;
+    float *y, *part;
+    if (!mq_block<NT8 * 8>(a, w, n, k0, k1, rin, rout, row0, y, part)) return;
     __syncthreads();
-    int row0 = blockIdx.x * MQ_ROWS, wrow0 = row0 + warp * 16;
+    int wrow0 = row0 + warp * 16;
+    bool al2 = !(((uintptr_t)w.data | (uintptr_t)w.row_bytes) & 1);
     /* step kc into buffer b: the warp's 16 rows' bytes, and the block's input tile(s) */
     auto issue = [&](int kc, int b) {
         mq_rows_async<T>(sm + b * STAGE + warp * 16 * SPAN, w, wrow0, kc, k1, lane);
@@ -926,34 +1043,32 @@ __global__ void __launch_bounds__(MQ_WARPS * 32, 2) ggml_mmq_k(mmq_args a) {
         for (int i = 0; i < 2; i++) {
             /* unit t4 + 4 i of the step, rows g and g + 8 of the warp's tile */
             int u = t4 + 4 * i, col = kc + 32 * u;
-            float vg[32], vh[32];
+            mq_dec<T, EX> dec[2];
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                float *v = h ? vh : vg;
-                if (col < k1) {
-                    int row = min(wrow0 + g + 8 * h, w.rows - 1);
-                    const uint8_t *src = w.data + (long long)row * w.row_bytes + (long long)(kc / BS) * BB;
-                    int off = (int)((uintptr_t)src & 15);
-                    gq<T>::unit(raw + (g + 8 * h) * SPAN + off + (32 * u / BS) * BB, (32 * u % BS) >> 5, v);
-                } else {
-#pragma unroll
-                    for (int q = 0; q < 32; q++) v[q] = 0.0f;
-                }
+                /* a unit past the columns decodes (clamped) bytes of its row to zeros */
+                int row = min(wrow0 + g + 8 * h, w.rows - 1);
+                const uint8_t *src = w.data + (long long)row * w.row_bytes + (long long)(kc / BS) * BB;
+                int off = (int)((uintptr_t)src & 15);
+                dec[h].prep(raw + (g + 8 * h) * SPAN + off + (32 * u / BS) * BB, (32 * u % BS) >> 5, al2, col < k1);
             }
 #pragma unroll
             for (int q = 0; q < 8; q++) {
                 int ks = 8 * i + q;
+                float vg[4], vh[4];
+                dec[0].four(q, vg);
+                dec[1].four(q, vh);
                 uint32_t ah[4], al[4];
                 if (EX) {
-                    mq_split(vg[4 * q], vg[4 * q + 1], ah[0], al[0]);
-                    mq_split(vh[4 * q], vh[4 * q + 1], ah[1], al[1]);
-                    mq_split(vg[4 * q + 2], vg[4 * q + 3], ah[2], al[2]);
-                    mq_split(vh[4 * q + 2], vh[4 * q + 3], ah[3], al[3]);
+                    mq_split(vg[0], vg[1], ah[0], al[0]);
+                    mq_split(vh[0], vh[1], ah[1], al[1]);
+                    mq_split(vg[2], vg[3], ah[2], al[2]);
+                    mq_split(vh[2], vh[3], ah[3], al[3]);
                 } else {
-                    ah[0] = mq_pack(vg[4 * q], vg[4 * q + 1]);
-                    ah[1] = mq_pack(vh[4 * q], vh[4 * q + 1]);
-                    ah[2] = mq_pack(vg[4 * q + 2], vg[4 * q + 3]);
-                    ah[3] = mq_pack(vh[4 * q + 2], vh[4 * q + 3]);
+                    ah[0] = mq_pack(vg[0], vg[1]);
+                    ah[1] = mq_pack(vh[0], vh[1]);
+                    ah[2] = mq_pack(vg[2], vg[3]);
+                    ah[3] = mq_pack(vh[2], vh[3]);
                 }
 #pragma unroll
                 for (int j = 0; j < NT8; j++) {
@@ -973,7 +1088,7 @@ __global__ void __launch_bounds__(MQ_WARPS * 32, 2) ggml_mmq_k(mmq_args a) {
         }
         __syncthreads(); /* buffer b is refilled by the next step's issue */
     }
-    mq_store<NT8>(a, w, n, wrow0, rout, acc);
+    mq_store<NT8>(a, w, n, wrow0, rout, acc, y, part);
 }
 
 /* ---- Q4_K, Q6_K and Q8_0 on integer tensor cores ----
@@ -1006,6 +1121,7 @@ struct imma_args {
     int cols, n, kper;
     float *y, *part;
     long long yz;
+    mq_more more;
 };
 
 /* k = 16: two A registers, one B */
@@ -1020,11 +1136,6 @@ __device__ __forceinline__ void im_mma16(int *c, const uint32_t *a, uint32_t b, 
                      : "r"(a[0]), "r"(a[1]), "r"(b));
 }
 
-/* four bytes at a 2-byte aligned address in shared memory */
-__device__ __forceinline__ uint32_t im_ld4(const uint8_t *p) {
-    const unsigned short *h = (const unsigned short *)p;
-    return (uint32_t)h[0] | ((uint32_t)h[1] << 16);
-}
 
 /* k = 32: A unsigned (Q4_K, Q6_K codes) or, with AS, signed bytes (Q8_0); B signed (the input's high bytes)
  * or unsigned (its low bytes) */
@@ -1205,9 +1316,11 @@ template <int T, int NT8> __global__ void __launch_bounds__(MQ_WARPS * 32, 2) gg
     cu_w w;
     int n, k0, k1;
     cu_pdl_enter();
-    if (!mq_block<NTOK>(a, w, n, k0, k1, rin, rout)) return;
+    int row0;
+    float *y, *part;
+    if (!mq_block<NTOK>(a, w, n, k0, k1, rin, rout, row0, y, part)) return;
     __syncthreads();
-    int row0 = blockIdx.x * MQ_ROWS, wrow0 = row0 + warp * 16;
+    int wrow0 = row0 + warp * 16;
     auto issue = [&](int kc, int b) {
         uint8_t *base = sm + b * STAGE;
         mq_rows_async<T>(base + warp * 16 * SPAN, w, wrow0, kc, k1, lane);
@@ -1256,7 +1369,7 @@ template <int T, int NT8> __global__ void __launch_bounds__(MQ_WARPS * 32, 2) gg
             im_q80_step<NT8>(blk, xh, xl, xdm, n, g, t4, acc);
         __syncthreads(); /* buffer b is refilled by the next step's issue */
     }
-    mq_store<NT8>(a, w, n, wrow0, rout, acc);
+    mq_store<NT8>(a, w, n, wrow0, rout, acc, y, part);
 }
 
 /* whether the integer kernel takes GGML weight w: Q4_K (4-byte aligned for its word reads), or Q6_K and Q8_0
@@ -1291,14 +1404,26 @@ template <int NT8> static void imma_go(cu_impl *c, const imma_args &a, dim3 grid
         imma_type<SL_GGML_Q8_0, NT8>(c, a, grid);
 }
 
-/* y[t][r] = the splits' partial sums in order (+ bias) */
-__global__ void ggml_mmq_sum_k(const float *part, int splits, long long len, int rows, const float *bias, float *y) {
+/* The partial sums of up to SL_MATMUL_MULTI launches that read one input, added in one launch */
+struct mmq_sums {
+    const float *part[SL_MATMUL_MULTI], *bias[SL_MATMUL_MULTI];
+    float *y[SL_MATMUL_MULTI];
+    long long len[SL_MATMUL_MULTI];
+    int rows[SL_MATMUL_MULTI], splits[SL_MATMUL_MULTI];
+    int n;
+};
+
+/* y[t][r] of each entry = its splits' partial sums in order (+ bias); the entries' elements one after another */
+__global__ void ggml_mmq_sum_k(mmq_sums s) {
     cu_pdl_enter();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= len) return;
-    float s = bias ? bias[i % rows] : 0.0f;
-    for (int k = 0; k < splits; k++) s += part[k * len + i];
-    y[i] = s;
+    int e = 0;
+    while (e < s.n && i >= s.len[e]) i -= s.len[e++];
+    if (e >= s.n) return;
+    const float *part = s.part[e];
+    float v = s.bias[e] ? s.bias[e][i % s.rows[e]] : 0.0f;
+    for (int k = 0; k < s.splits[e]; k++) v += part[k * s.len[e] + i];
+    s.y[e][i] = v;
 }
 
 struct mmq_f {
@@ -1365,11 +1490,10 @@ static int mmq_integer(const cu_impl *c, const cu_w *w, int n, int exact) {
     return imma_takes(c, w) && (exact || n <= 8);
 }
 
-int cu_ggml_mmq_in(cu_impl *c, const cu_w *w, const float *x, int n, int exact, cu_mmq_in *in) {
+int cu_ggml_mmq_in(cu_impl *c, const cu_w *w, const float *x, const float *u, int n, int exact, cu_mmq_in *in) {
     if (n < 1 || n > CU_MMQ_MAX || w->cols % 32) return cu_fail(c, "GGML tensor-core kernel: %d tokens", n);
     *in = {mmq_integer(c, w, n, exact), exact, w->cols, n, {NULL, NULL, NULL, NULL, NULL}, NULL, NULL};
-    return in->im ? cu_q16_rows(c, x, NULL, n, w->cols, &in->xq)
-                  : mmq_input(c, x, NULL, n, w->cols, exact, &in->xp, &in->xpl);
+    return in->im ? cu_q16_rows(c, x, u, n, w->cols, &in->xq) : mmq_input(c, x, u, n, w->cols, exact, &in->xp, &in->xpl);
 }
 
 int cu_ggml_mmq_same(const cu_impl *c, const cu_w *w, int exact, const cu_mmq_in &in) {
@@ -1378,20 +1502,22 @@ int cu_ggml_mmq_same(const cu_impl *c, const cu_w *w, int exact, const cu_mmq_in
 
 int cu_ggml_mmq(cu_impl *c, const cu_w *w, const float *x, int n, int exact, float *y) {
     cu_mmq_in in;
-    if (cu_ggml_mmq_in(c, w, x, n, exact, &in)) return -1;
-    return cu_ggml_mmq_run(c, w, in, y);
+    if (cu_ggml_mmq_in(c, w, x, NULL, n, exact, &in)) return -1;
+    return cu_ggml_mmq_run(c, w, 1, in, &y);
 }
 
-int cu_ggml_mmq_run(cu_impl *c, const cu_w *w, const cu_mmq_in &in, float *y) {
-    int n = in.n, exact = in.exact;
-    if (!cu_ggml_mmq_same(c, w, exact, in)) return cu_fail(c, "GGML tensor-core kernel: an input of another form");
+/* columns a block of weight w takes (whole steps) */
+static int mmq_kper(const cu_impl *c, const cu_w *w, int tiles, const cu_mmq_in &in) {
     int colsp = (w->cols + MQ_KC - 1) / MQ_KC * MQ_KC;
-    /* Columns split in whole steps (at least two a block) so that the launch ends soonest: a block's steps take
-     * about the same time at one or two blocks a SM (each waits on its own latencies), so a launch takes its
-     * waves of two blocks a SM times the steps of a block; the fewest splits of the shortest. (Enough blocks
-     * for two a SM, the rule before, split llama3-8b's 112 gate tiles three ways: 1.3 waves of 6 steps where 2
-     * splits take one wave of 8.) */
-    int tiles = (w->rows + MQ_ROWS - 1) / MQ_ROWS, steps = colsp / MQ_KC, slots = 2 * c->sms;
+    /* Columns split in whole steps (at least two a block) so that the launch of `tiles` row tiles ends soonest:
+     * a block's steps take about the same time at one or two blocks a SM (each waits on its own latencies), so
+     * a launch takes its waves of blocks (mq_blocks a SM) times the steps of a block; the fewest splits of the
+     * shortest. (Enough blocks for two a SM, the rule before, split llama3-8b's 112 gate tiles three ways: 1.3
+     * waves of 6 steps where 2 splits take one wave of 8.) */
+    int nt8 = in.n <= 8 ? 1 : in.n <= 16 ? 2 : 3; /* as plain() picks; 3 stands for more */
+    int per_sm = in.im || !c->mmq_three ? 2 : mq_blocks(w->gtype, nt8, in.exact);
+    if (per_sm == 3 && 3 * (2 * (size_t)mq_stage<SL_GGML_Q4_K, 2>() + 1024) > (size_t)c->smem_sm) per_sm = 2;
+    int steps = colsp / MQ_KC, slots = per_sm * c->sms;
     int kps = steps; /* steps a block */
     if (c->mmq_fill) { /* SLUICE_CUDA_MMQ_SPLIT=fill, to compare: enough blocks for two a SM */
         int sp = (slots + tiles - 1) / tiles;
@@ -1409,15 +1535,28 @@ int cu_ggml_mmq_run(cu_impl *c, const cu_w *w, const cu_mmq_in &in, float *y) {
             }
         }
     }
-    int kper = kps * MQ_KC, splits = (w->cols + kper - 1) / kper;
-    long long len = (long long)n * w->rows;
-    if (splits > 1 &&
-        cu_grow(c, &c->wtmp, &c->wtmp_len, (size_t)splits * (size_t)len * sizeof(float), "matmul partial sums"))
-        return -1;
-    float *part = splits > 1 ? (float *)c->wtmp : NULL;
+    return kps * MQ_KC;
+}
+
+/* weights ws[0..m) (one type and width) in one launch by the converted input into ys, each one's column
+ * splits' partial sums (if any) at parts */
+static int mmq_launch(cu_impl *c, const cu_w *ws, int m, const cu_mmq_in &in, int kper, float *const *parts,
+                      float *const *ys) {
+    int n = in.n, exact = in.exact;
+    const cu_w *w = &ws[0];
+    int colsp = (w->cols + MQ_KC - 1) / MQ_KC * MQ_KC, splits = (w->cols + kper - 1) / kper;
+    mq_more more = {};
+    int tiles = (w->rows + MQ_ROWS - 1) / MQ_ROWS;
+    for (int k = 1; k < m; k++) {
+        more.w[more.n] = ws[k];
+        more.y[more.n] = ys[k];
+        more.part[more.n] = parts[k];
+        more.tbeg[more.n++] = tiles;
+        tiles += (ws[k].rows + MQ_ROWS - 1) / MQ_ROWS;
+    }
     dim3 grid((unsigned)tiles, (unsigned)splits);
     if (in.im) {
-        imma_args ia = {*w, NULL, NULL, NULL, NULL, 0, 1, in.xq, w->cols, n, kper, y, part, 0};
+        imma_args ia = {*w, NULL, NULL, NULL, NULL, 0, 1, in.xq, w->cols, n, kper, ys[0], parts[0], 0, more};
         if (n <= 8)
             imma_go<1>(c, ia, grid);
         else if (n <= 16)
@@ -1427,13 +1566,65 @@ int cu_ggml_mmq_run(cu_impl *c, const cu_w *w, const cu_mmq_in &in, float *y) {
         else
             imma_go<8>(c, ia, grid);
     } else {
-        mmq_args a = {*w, NULL, NULL, NULL, NULL, 0, 1, in.xp, in.xpl, colsp, n, kper, y, part, 0};
+        mmq_args a = {*w, NULL, NULL, NULL, NULL, 0, 1, in.xp, in.xpl, colsp, n, kper, ys[0], parts[0], 0, more};
         mmq_f f = {c, a, grid, exact};
         if (!with_type(w->gtype, f)) return cu_fail(c, "GGML type %s has no CUDA kernel", sl_ggml_type_name(w->gtype));
     }
-    if (splits > 1)
-        cu_launch(c, ggml_mmq_sum_k, CU_BLOCKS(len, 256), 256, 0, (const float *)part, splits, len, w->rows, w->bias,
-                  y);
+    return 0;
+}
+
+int cu_ggml_mmq_run(cu_impl *c, const cu_w *ws, int nw, const cu_mmq_in &in, float *const *ys) {
+    if (nw < 1 || nw > SL_MATMUL_MULTI) return cu_fail(c, "GGML tensor-core kernel: %d weights", nw);
+    /* launches: the weights of one type together (SLUICE_CUDA_MMQ_JOIN=0: one each), in order of their first */
+    int set[SL_MATMUL_MULTI], kper[SL_MATMUL_MULTI], splits[SL_MATMUL_MULTI], tiles[SL_MATMUL_MULTI] = {0};
+    int lead[SL_MATMUL_MULTI], nl = 0; /* set[i]: the first weight of i's launch */
+    for (int i = 0; i < nw; i++) {
+        if (!cu_ggml_mmq_same(c, &ws[i], in.exact, in))
+            return cu_fail(c, "GGML tensor-core kernel: an input of another form");
+        int k = 0;
+        while (k < nl && !(c->mmq_join && ws[lead[k]].gtype == ws[i].gtype)) k++;
+        if (k == nl) lead[nl++] = i;
+        set[i] = lead[k];
+        tiles[set[i]] += (ws[i].rows + MQ_ROWS - 1) / MQ_ROWS;
+    }
+    size_t total = 0; /* the partial sums of every weight with column splits, one after another */
+    for (int i = 0; i < nw; i++) {
+        if (set[i] == i) kper[i] = mmq_kper(c, &ws[i], tiles[i], in);
+        kper[i] = kper[set[i]];
+        splits[i] = (ws[i].cols + kper[i] - 1) / kper[i];
+        if (splits[i] > 1) total += (size_t)splits[i] * (size_t)in.n * (size_t)ws[i].rows;
+    }
+    if (total && cu_grow(c, &c->wtmp, &c->wtmp_len, total * sizeof(float), "matmul partial sums")) return -1;
+    mmq_sums sm = {};
+    long long all = 0;
+    float *part = (float *)c->wtmp, *parts[SL_MATMUL_MULTI];
+    for (int i = 0; i < nw; i++) {
+        long long len = (long long)in.n * ws[i].rows;
+        parts[i] = splits[i] > 1 ? part : NULL;
+        if (splits[i] == 1) continue;
+        sm.part[sm.n] = part;
+        sm.bias[sm.n] = ws[i].bias;
+        sm.y[sm.n] = ys[i];
+        sm.len[sm.n] = len;
+        sm.rows[sm.n] = ws[i].rows;
+        sm.splits[sm.n++] = splits[i];
+        part += splits[i] * len;
+        all += len;
+    }
+    for (int i = 0; i < nw; i++) {
+        if (set[i] != i) continue;
+        cu_w lw[SL_MATMUL_MULTI];
+        float *ly[SL_MATMUL_MULTI], *lp[SL_MATMUL_MULTI];
+        int m = 0;
+        for (int j = i; j < nw; j++)
+            if (set[j] == i) {
+                lw[m] = ws[j];
+                ly[m] = ys[j];
+                lp[m++] = parts[j];
+            }
+        if (mmq_launch(c, lw, m, in, kper[i], lp, ly)) return -1;
+    }
+    if (sm.n) cu_launch(c, ggml_mmq_sum_k, CU_BLOCKS(all, 256), 256, 0, sm);
     return cu_check_launch(c, "GGML tensor-core kernel");
 }
 
@@ -1446,13 +1637,13 @@ int cu_ggml_mmq_grouped(cu_impl *c, const cu_w *w0, const cu_expert *table, int 
     if (imma_takes(c, w0)) { /* every expert of the table shares w0's type, shape and alignment */
         cu_q16 xq;
         if (cu_q16_rows(c, x, u, n_x, w0->cols, &xq)) return -1;
-        imma_args ia = {*w0, table, units, pairs, count, which, x_div, xq, w0->cols, 0, w0->cols, y, NULL, yz};
+        imma_args ia = {*w0, table, units, pairs, count, which, x_div, xq, w0->cols, 0, w0->cols, y, NULL, yz, {}};
         imma_go<CU_MMQ_GROUP / 8>(c, ia, grid);
         return cu_check_launch(c, "GGML grouped integer tensor-core kernel");
     }
     __nv_bfloat16 *xp, *xpl;
     if (mmq_input(c, x, u, n_x, w0->cols, exact, &xp, &xpl)) return -1;
-    mmq_args a = {*w0, table, units, pairs, count, which, x_div, xp, xpl, colsp, 0, w0->cols, y, NULL, yz};
+    mmq_args a = {*w0, table, units, pairs, count, which, x_div, xp, xpl, colsp, 0, w0->cols, y, NULL, yz, {}};
     mmq_f f = {c, a, grid, exact};
     if (!with_type(w0->gtype, f)) return cu_fail(c, "GGML type %s has no CUDA kernel", sl_ggml_type_name(w0->gtype));
     return cu_check_launch(c, "GGML grouped tensor-core kernel");

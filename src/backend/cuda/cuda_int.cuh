@@ -197,6 +197,10 @@ struct cu_impl {
     int gemv_max;   /* largest batch that runs through the GEMV kernels (SLUICE_CUDA_GEMV_MAX; 0: per format) */
     int mmq_fill;   /* the tensor-core kernels' column splits: enough blocks for two a SM (SLUICE_CUDA_MMQ_SPLIT=fill),
                      * else the fewest waves times steps (cu_ggml_mmq) */
+    int mmq_join;   /* the weights of one type in a call that share the input in one launch (SLUICE_CUDA_MMQ_JOIN=0:
+                     * one each) */
+    int mmq_three;  /* splits counted with the three blocks a SM that Q4_K tiles of up to 16 tokens can have
+                     * (SLUICE_CUDA_MMQ_BLOCKS=2: with two, as for the other tiles) */
     sl_err failure;
     int failed;
     /* resident weights: bump-allocated from large blocks, freed together */
@@ -246,6 +250,7 @@ struct cu_impl {
     int f32_gemm;       /* small exact fp32 weights past 8 tokens on fp32 cuBLAS (SLUICE_CUDA_F32_GEMM=0: GEMV, split) */
     int dn_chunked;     /* prefill's delta rule in the chunked form (SLUICE_CUDA_DELTANET=recurrent: token by token) */
     int smem_optin;     /* the most shared memory a block may ask for */
+    int smem_sm;        /* shared memory of a SM */
     /* resident blocks per SM of kernels launched with a grid sized to the GPU, by kernel and shared memory
      * (cu_occupancy): asked once each, not per launch */
     struct {
@@ -698,9 +703,11 @@ struct cu_mmq_in {
     cu_q16 xq;
     __nv_bfloat16 *xp, *xpl;
 };
-int cu_ggml_mmq_in(cu_impl *c, const cu_w *w, const float *x, int n, int exact, cu_mmq_in *in);
+int cu_ggml_mmq_in(cu_impl *c, const cu_w *w, const float *x, const float *u, int n, int exact, cu_mmq_in *in);
 int cu_ggml_mmq_same(const cu_impl *c, const cu_w *w, int exact, const cu_mmq_in &in);
-int cu_ggml_mmq_run(cu_impl *c, const cu_w *w, const cu_mmq_in &in, float *y);
+/* weights ws[0..nw) (nw <= SL_MATMUL_MULTI) by one converted input into ys[i]; the column splits of all of them
+ * summed in one launch */
+int cu_ggml_mmq_run(cu_impl *c, const cu_w *ws, int nw, const cu_mmq_in &in, float *const *ys);
 /* Routed pairs of a prompt grouped by expert (units of up to CU_MMQ_GROUP pairs, see moe_group_k) times the
  * table's GGML experts on tensor cores: weight which + z (z < nz) of unit u's expert by rows p / x_div of
  * x [n_x][w0->cols] (of silu(x) u with u) into rows p of y + z * yz. exact: operands in bf16 halves (near

@@ -1465,14 +1465,19 @@ static void matmul_multi(sl_backend *b, int nw, const sl_weight *const *w, const
         if (takes_mmq(c, w[i], n)) {
             cu_w wi = cu_w_of(w[i]);
             cu_mmq_in in;
-            if (cu_ggml_mmq_in(c, &wi, x, n, gemm_exact(c, w[i]), &in)) return;
+            if (cu_ggml_mmq_in(c, &wi, x, NULL, n, gemm_exact(c, w[i]), &in)) return;
+            cu_w ws[SL_MATMUL_MULTI];
+            float *ys[SL_MATMUL_MULTI];
+            int m = 0;
             for (int j = i; j < nw && j < SL_MATMUL_MULTI; j++) {
                 if (done[j] || !takes_mmq(c, w[j], n)) continue;
                 cu_w wj = cu_w_of(w[j]);
                 if (!cu_ggml_mmq_same(c, &wj, gemm_exact(c, w[j]), in)) continue;
-                cu_ggml_mmq_run(c, &wj, in, y[j]);
+                ws[m] = wj;
+                ys[m++] = y[j];
                 done[j] = 1;
             }
+            cu_ggml_mmq_run(c, ws, m, in, ys);
             continue;
         }
         /* other tensor-core batches and formats without a GEMV kernel go one by one (the latter fail there) */
@@ -1512,6 +1517,13 @@ void cu_swiglu_matmul(sl_backend *b, const sl_weight *sw, const float *gt, const
     /* Forming the SwiGLU while staging pays when the input is staged once per block; wider inputs are
      * restaged per row group and per chunk (an MLP's down projection: 1.4 ms/token slower on llama3-8b
      * than the separate SwiGLU), so those and tensor-core batches take it from a scratch buffer. */
+    if (!gate && takes_mmq(c, sw, n)) { /* the tile kernels' input conversion forms the SwiGLU */
+        cu_w w = cu_w_of(sw);
+        cu_mmq_in in;
+        if (cu_ggml_mmq_in(c, &w, gt, u, n, gemm_exact(c, sw), &in)) return;
+        cu_ggml_mmq_run(c, &w, 1, in, &y);
+        return;
+    }
     if (!cu_mmvq_epilogue(c, sw, n) && (n > gemv_max(c, sw) || !has_kernel(sw) || sw->cols > chunk_for(8))) {
         size_t len = (size_t)n * (size_t)sw->cols, out = gate ? (size_t)n * (size_t)sw->rows : 0;
         if (cu_grow(c, (void **)&c->act, &c->act_len, (len + out) * sizeof(float), "SwiGLU input")) return;
