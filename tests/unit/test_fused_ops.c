@@ -639,7 +639,8 @@ Test(fused_ops, moe_shared) {
     moe_shared_case(4, 2, 1, 64, 32, 1, 1, 0);
     moe_shared_case(8, 3, 0, 128, 64, 3, 1, 0);
     moe_shared_case(40, 8, 1, 64, 32, 2, 1, 0); /* more experts than a warp has lanes */
-    moe_shared_case(6, 2, 1, 64, 32, 20, 1, 0); /* a prefill batch */
+    moe_shared_case(6, 2, 1, 64, 32, 20, 1, 0); /* a batch under the grouped kernels' start for float experts */
+    moe_shared_case(6, 1, 1, 64, 32, 40, 1, 0); /* a prefill batch: the grouped kernels */
     moe_shared_case(4, 2, 0, 32, 32, 2, 0, 0);
     /* MLX experts: the CUDA backend runs every down projection and the combine in one launch */
     moe_shared_case(8, 3, 1, 128, 64, 1, 1, 4);
@@ -723,7 +724,8 @@ static void moe_pairs_put_case(int E, int k, int hidden, int inter, int n, unsig
 Test(fused_ops, moe_pairs_put) {
     moe_pairs_put_case(4, 2, 64, 32, 1, 0x5);   /* decode: one token, half its experts put */
     moe_pairs_put_case(8, 3, 128, 64, 3, 0x0f); /* a few tokens */
-    moe_pairs_put_case(6, 2, 64, 96, 12, 0x2a); /* a prompt: the grouped kernels, where the GPU groups */
+    moe_pairs_put_case(6, 2, 64, 96, 12, 0x2a); /* a batch of the GEMV per pair (float experts) */
+    moe_pairs_put_case(6, 1, 64, 96, 40, 0x2a); /* a prompt: the grouped kernels, where the GPU groups */
     moe_pairs_put_case(4, 2, 64, 32, 2, 0);     /* every pair put, no moe_pairs call */
 }
 

@@ -635,9 +635,10 @@ int sl_cuda_backend_create(int device, sl_backend **out, char *about, size_t abo
     /* batches up to this size use the fp32 GEMV kernels, larger ones bf16 tensor cores */
     const char *gm = getenv("SLUICE_CUDA_GEMV_MAX");
     c->gemv_max = gm && atoi(gm) > 0 ? atoi(gm) : 0; /* 0: per weight format (cuda_matmul.cu) */
-    /* prompts of this many tokens or more run the grouped MoE kernels (SLUICE_CUDA_MOE_GROUP=0: never) */
+    /* batches of this many tokens or more run the grouped MoE kernels (SLUICE_CUDA_MOE_GROUP=0: never; unset, per
+     * expert format: cuda_moe.cu) */
     const char *mg = getenv("SLUICE_CUDA_MOE_GROUP");
-    c->moe_group_min = mg && *mg ? atoi(mg) : 8;
+    c->moe_group_min = mg && *mg ? atoi(mg) : -1;
     const char *pd = getenv("SLUICE_CUDA_PDL");
     c->pdl = p.major >= 9 && !(pd && !strcmp(pd, "0"));
     const char *rb = getenv("SLUICE_CUDA_RPW_BALANCE");

@@ -225,7 +225,8 @@ struct cu_impl {
     size_t moe_len;
     int *moe_grp; /* grouped MoE: the group count, the groups and the pairs in expert order */
     size_t moe_grp_len;
-    int moe_group_min;  /* prompts of at least this many tokens run the grouped MoE kernels (0: never) */
+    int moe_group_min;  /* batches of at least this many tokens run the grouped MoE kernels (0: never; -1: per
+                         * expert format, see cuda_moe.cu) */
     const float *pairs; /* moe_pairs: where the latest call left its outputs (in moe_buf), for n*k pairs */
     int pairs_n;
     float *put_pairs; /* moe_pairs_put of a layer no moe_pairs call ran for: the pair outputs */

@@ -229,9 +229,12 @@ static int experts_exact(const cu_impl *c) {
     return c->gemm_exact >= 0;
 }
 
-/* 1 when a batch of n tokens takes the grouped expert kernels (a prompt) */
-static int grouped(const cu_impl *c, int n, int E) {
-    return c->moe_group_min > 0 && n >= c->moe_group_min && n >= 2 && E <= 4096;
+/* 1 when a batch of n tokens takes the grouped expert kernels: GGML experts from 8 tokens, float experts from
+ * 33, below which a GEMV launch a routed pair reads them faster (16 and 32 sequences of qwen3.5-35b-a3b bf16:
+ * 2,892 and 4,248 tok/s against 2,450 and 3,184 grouped); SLUICE_CUDA_MOE_GROUP=N sets both (0: never) */
+static int grouped(const cu_impl *c, int n, int E, int ggml) {
+    int min = c->moe_group_min >= 0 ? c->moe_group_min : ggml ? 8 : 33;
+    return min > 0 && n >= min && n >= 2 && E <= 4096;
 }
 
 /* a[s][i] = the expert activation (sl_expert_act) of pair s's gate and up values: interleaved in
@@ -279,7 +282,7 @@ static const float *experts_act(cu_impl *c, const cu_table *tab, const sl_expert
     cu_w gs = cu_w_of(&e0->gate), us = cu_w_of(&e0->up), ds = cu_w_of(&e0->down);
     int ggml = gs.fmt == SL_WF_GGML || us.fmt == SL_WF_GGML || ds.fmt == SL_WF_GGML;
     moe_groups gr = {};
-    int grp = !ggml && grouped(c, n, t->n_experts), mmq = ggml && grouped(c, n, t->n_experts) && c->mmq_min > 0;
+    int grp = !ggml && grouped(c, n, t->n_experts, 0), mmq = ggml && grouped(c, n, t->n_experts, 1) && c->mmq_min > 0;
     int ex = experts_exact(c);
     if (mmq) { /* GGML experts of a prompt: grouped tensor-core products (see experts) */
         if (group_pairs(c, t->n_experts, ids, slots, CU_MMQ_GROUP, &gr)) return NULL;
@@ -334,7 +337,7 @@ static const float *experts(cu_impl *c, const sl_expert_table *t, const float *x
     /* shapes and formats are per expert (read from the table); e0 only sizes the grids */
     cu_w gs = cu_w_of(&e0->gate), us = cu_w_of(&e0->up), ds = cu_w_of(&e0->down);
     int ggml = gs.fmt == SL_WF_GGML || us.fmt == SL_WF_GGML || ds.fmt == SL_WF_GGML;
-    if (ggml && grouped(c, n, t->n_experts) && c->mmq_min > 0) {
+    if (ggml && grouped(c, n, t->n_experts, 1) && c->mmq_min > 0) {
         /* a prompt of GGML experts: pairs grouped by expert, each group's tokens multiplied on tensor cores
          * with the blocks decoded once per group: gate and up, then down from their SwiGLU */
         if (logits) cu_launch(c, route_k, n, 32, (size_t)ne * sizeof(float), logits, n, ne, k, renorm, ids, weights);
@@ -355,7 +358,7 @@ static const float *experts(cu_impl *c, const sl_expert_table *t, const float *x
                             d, 0);
         return d;
     }
-    if (!ggml && grouped(c, n, t->n_experts)) {
+    if (!ggml && grouped(c, n, t->n_experts, 0)) {
         /* a prompt: group the pairs by expert, so each expert's weights are read once per group of tokens */
         if (logits) cu_launch(c, route_k, n, 32, (size_t)ne * sizeof(float), logits, n, ne, k, renorm, ids, weights);
         moe_groups gr;
