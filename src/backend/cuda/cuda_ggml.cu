@@ -210,20 +210,26 @@ __device__ __forceinline__ void k4_scale_min(int j, const uint8_t *q, int *sc, i
     }
 }
 
+/* Sub-block s's scale dl = d sc and minimum ml = dmin mn of a Q4_K block: k4_scale_min on its three scale words
+ * (byte s & 3 of each) */
+__device__ __forceinline__ void q4k_scales(const uint8_t *b, int s, float &dl, float &ml) {
+    unsigned dm = *(const unsigned *)b;
+    const unsigned *sw = (const unsigned *)(b + 4);
+    int j = 8 * (s & 3);
+    int b0 = (sw[0] >> j) & 255, b1 = (sw[1] >> j) & 255, b2 = (sw[2] >> j) & 255;
+    int sc = s < 4 ? b0 & 63 : (b2 & 15) | ((b0 >> 6) << 4);
+    int mn = s < 4 ? b1 & 63 : (b2 >> 4) | ((b1 >> 6) << 4);
+    dl = __half2float(__ushort_as_half((unsigned short)dm)) * i2f(sc);
+    ml = __half2float(__ushort_as_half((unsigned short)(dm >> 16))) * i2f(mn);
+}
+
 /* Q4_K blocks are 144 bytes, so with 16-byte aligned rows every field is word aligned: the unit's
  * 32 bytes of nibbles come in two 128-bit reads, and each value is one byte permute into a float */
 template <> struct gq<SL_GGML_Q4_K> {
     static constexpr int BS = 256, BB = 144;
     static __device__ __forceinline__ void unit(const uint8_t *b, int s, float *y) {
-        unsigned dm = *(const unsigned *)b;
-        const unsigned *sw = (const unsigned *)(b + 4);
-        /* k4_scale_min on the three scale words: byte s & 3 of each */
-        int j = 8 * (s & 3);
-        int b0 = (sw[0] >> j) & 255, b1 = (sw[1] >> j) & 255, b2 = (sw[2] >> j) & 255;
-        int sc = s < 4 ? b0 & 63 : (b2 & 15) | ((b0 >> 6) << 4);
-        int mn = s < 4 ? b1 & 63 : (b2 >> 4) | ((b1 >> 6) << 4);
-        float dl = __half2float(__ushort_as_half((unsigned short)dm)) * i2f(sc);
-        float ml = __half2float(__ushort_as_half((unsigned short)(dm >> 16))) * i2f(mn);
+        float dl, ml;
+        q4k_scales(b, s, dl, ml);
         const uint4 *qv = (const uint4 *)(b + 16 + 32 * (s >> 1));
         uint4 a = qv[0], c = qv[1];
         unsigned wq[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
@@ -242,14 +248,8 @@ template <> struct gq<SL_GGML_Q4_K> {
  * one byte permute (0x3F8q0000), so the dot is a * sum(f x) - b * sum(x): a = 128 dl, b = 128 dl + ml.
  * Rounding stays near fp32 (f carries q exactly; the sums lose about 8 ulp to the shared 1). */
 __device__ __forceinline__ void q4k_affine(const uint8_t *b, int s, float *f, float *a, float *c) {
-    unsigned dm = *(const unsigned *)b;
-    const unsigned *sw = (const unsigned *)(b + 4);
-    int j = 8 * (s & 3);
-    int b0 = (sw[0] >> j) & 255, b1 = (sw[1] >> j) & 255, b2 = (sw[2] >> j) & 255;
-    int sc = s < 4 ? b0 & 63 : (b2 & 15) | ((b0 >> 6) << 4);
-    int mn = s < 4 ? b1 & 63 : (b2 >> 4) | ((b1 >> 6) << 4);
-    float dl = __half2float(__ushort_as_half((unsigned short)dm)) * i2f(sc);
-    float ml = __half2float(__ushort_as_half((unsigned short)(dm >> 16))) * i2f(mn);
+    float dl, ml;
+    q4k_scales(b, s, dl, ml);
     *a = 128.0f * dl;
     *c = 128.0f * dl + ml;
     const uint4 *qv = (const uint4 *)(b + 16 + 32 * (s >> 1));
@@ -938,14 +938,8 @@ template <> struct mq_dec<SL_GGML_Q4_K, 0> {
     const uint8_t *qs;
     int sh;
     __device__ __forceinline__ void prep(const uint8_t *b, int s, bool, bool live) {
-        unsigned dm = *(const unsigned *)b;
-        const unsigned *sw = (const unsigned *)(b + 4);
-        int j = 8 * (s & 3);
-        int b0 = (sw[0] >> j) & 255, b1 = (sw[1] >> j) & 255, b2 = (sw[2] >> j) & 255;
-        int sc = s < 4 ? b0 & 63 : (b2 & 15) | ((b0 >> 6) << 4);
-        int mn = s < 4 ? b1 & 63 : (b2 >> 4) | ((b1 >> 6) << 4);
-        float dl = __half2float(__ushort_as_half((unsigned short)dm)) * i2f(sc);
-        float ml = __half2float(__ushort_as_half((unsigned short)(dm >> 16))) * i2f(mn);
+        float dl, ml;
+        q4k_scales(b, s, dl, ml);
         a = live ? 128.0f * dl : 0.0f;
         c = live ? 128.0f * dl + ml : 0.0f;
         qs = b + 16 + 32 * (s >> 1);
