@@ -210,15 +210,21 @@ __device__ __forceinline__ void k4_scale_min(int j, const uint8_t *q, int *sc, i
     }
 }
 
-/* Sub-block s's scale dl = d sc and minimum ml = dmin mn of a Q4_K block: k4_scale_min on its three scale words
- * (byte s & 3 of each) */
+/* sub-block s's scale and minimum codes from a Q4_K block's 12 scale bytes (three words): k4_scale_min on
+ * byte s & 3 of each */
+__device__ __forceinline__ void im_scale(unsigned s0, unsigned s1, unsigned s2, int s, int &sc, int &mn) {
+    int j = 8 * (s & 3);
+    int b0 = (s0 >> j) & 255, b1 = (s1 >> j) & 255, b2 = (s2 >> j) & 255;
+    sc = s < 4 ? b0 & 63 : (b2 & 15) | ((b0 >> 6) << 4);
+    mn = s < 4 ? b1 & 63 : (b2 >> 4) | ((b1 >> 6) << 4);
+}
+
+/* Sub-block s's scale dl = d sc and minimum ml = dmin mn of a Q4_K block */
 __device__ __forceinline__ void q4k_scales(const uint8_t *b, int s, float &dl, float &ml) {
     unsigned dm = *(const unsigned *)b;
     const unsigned *sw = (const unsigned *)(b + 4);
-    int j = 8 * (s & 3);
-    int b0 = (sw[0] >> j) & 255, b1 = (sw[1] >> j) & 255, b2 = (sw[2] >> j) & 255;
-    int sc = s < 4 ? b0 & 63 : (b2 & 15) | ((b0 >> 6) << 4);
-    int mn = s < 4 ? b1 & 63 : (b2 >> 4) | ((b1 >> 6) << 4);
+    int sc, mn;
+    im_scale(sw[0], sw[1], sw[2], s, sc, mn);
     dl = __half2float(__ushort_as_half((unsigned short)dm)) * i2f(sc);
     ml = __half2float(__ushort_as_half((unsigned short)(dm >> 16))) * i2f(mn);
 }
@@ -1130,7 +1136,6 @@ __device__ __forceinline__ void im_mma16(int *c, const uint32_t *a, uint32_t b, 
                      : "r"(a[0]), "r"(a[1]), "r"(b));
 }
 
-
 /* k = 32: A unsigned (Q4_K, Q6_K codes) or, with AS, signed bytes (Q8_0); B signed (the input's high bytes)
  * or unsigned (its low bytes) */
 #define IM_MMA32(AT, BT)                                                                                            \
@@ -1150,14 +1155,6 @@ __device__ __forceinline__ void im_mma(int *c, const uint32_t *a, const uint32_t
         IM_MMA32("u8", "u8");
 }
 #undef IM_MMA32
-
-/* sub-block s's scale and minimum codes from a Q4_K block's 12 scale bytes (three words) */
-__device__ __forceinline__ void im_scale(unsigned s0, unsigned s1, unsigned s2, int s, int &sc, int &mn) {
-    int j = 8 * (s & 3);
-    int b0 = (s0 >> j) & 255, b1 = (s1 >> j) & 255, b2 = (s2 >> j) & 255;
-    sc = s < 4 ? b0 & 63 : (b2 & 15) | ((b0 >> 6) << 4);
-    mn = s < 4 ? b1 & 63 : (b2 >> 4) | ((b1 >> 6) << 4);
-}
 
 /* One step (a block of 256 per row) of Q4_K: rows g and g + 8 of the warp's tile in blk[0], blk[1] */
 template <int NT8>

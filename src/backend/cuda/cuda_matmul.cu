@@ -1224,10 +1224,13 @@ static int mmq_takes(const cu_impl *c, const sl_weight *sw) {
     return c->mmq_min > 0 && sw->fmt == SL_WF_GGML;
 }
 
+static int is_float(const sl_weight *w) {
+    return w->fmt == SL_WF_F32 || w->fmt == SL_WF_F16 || w->fmt == SL_WF_BF16;
+}
+
 /* Small exact float weights: a MoE router, a shared expert's gate. */
 static int small_exact(const cu_impl *c, const sl_weight *w) {
-    int flt = w->fmt == SL_WF_F32 || w->fmt == SL_WF_F16 || w->fmt == SL_WF_BF16;
-    return flt && gemm_exact(c, w) && (long long)w->rows * w->cols <= (1 << 20);
+    return is_float(w) && gemm_exact(c, w) && (long long)w->rows * w->cols <= (1 << 20);
 }
 
 /* Those in fp32, as rows cuBLAS can read, past one GEMV launch of 8 tokens go through one fp32 cuBLAS product
@@ -1251,7 +1254,7 @@ static int gemv_max(const cu_impl *c, const sl_weight *w) {
     /* small exact float weights: two GEMV passes at 16 tokens cost less than splitting weight and input into
      * halves and two or three GEMMs, four launches a call (fp32 ones take gemm_f32 past 8 instead) */
     if (small_exact(c, w)) return small_f32(c, w) ? 8 : 16;
-    return w->fmt == SL_WF_F32 || w->fmt == SL_WF_F16 || w->fmt == SL_WF_BF16 ? 2 : 16;
+    return is_float(w) ? 2 : 16;
 }
 
 /* Whether cu_matmul has a kernel for sw's format at all (the others fail there by name). */
