@@ -639,6 +639,8 @@ int sl_cuda_backend_create(int device, sl_backend **out, char *about, size_t abo
      * expert format: cuda_moe.cu) */
     const char *mg = getenv("SLUICE_CUDA_MOE_GROUP");
     c->moe_group_min = mg && *mg ? atoi(mg) : -1;
+    const char *hr = getenv("SLUICE_CUDA_HALF_RPW");
+    c->half_rpw4 = !(hr && !strcmp(hr, "2"));
     const char *pd = getenv("SLUICE_CUDA_PDL");
     c->pdl = p.major >= 9 && !(pd && !strcmp(pd, "0"));
     const char *rb = getenv("SLUICE_CUDA_RPW_BALANCE");

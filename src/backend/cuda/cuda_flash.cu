@@ -30,6 +30,14 @@ __device__ __forceinline__ uint32_t fa_pack(float lo, float hi) {
     return *reinterpret_cast<uint32_t *>(&h);
 }
 
+/* 2^x by the special-function unit alone (inputs <= 0 here; -inf gives 0): exp2f's range checks cost more
+ * than the exponent itself in the softmax of every tile */
+__device__ __forceinline__ float fa_ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 __device__ __forceinline__ uint32_t fa_ld32(const __half *p) {
     return *reinterpret_cast<const uint32_t *>(p);
 }
@@ -83,23 +91,31 @@ template <int HD, int BK, typename T> __global__ void __launch_bounds__(128) fla
     int p0 = pos0 + min(i0 + r0, a.n - 1), p1 = pos0 + min(i0 + r0 + 8, a.n - 1); /* rows past the run: clamped */
     int last = pos0 + min(i0 + FA_BQ, a.n) - 1;
     int first = a.window > 0 ? max(0, pos0 + i0 - a.window + 1) : 0;
-    /* keys kt .. kt + BK - 1 into buffer b (zero rows past last) */
+    /* keys kt .. kt + BK - 1 into buffer b (zero rows past last). A thread copies one column range of every
+     * STEP-th row: it divides by the page size once a tile and follows its rows through the pages. */
+    const int *pages = a.bm.pages + (long long)sq * a.bm.maxp;
     auto load = [&](int kt, int b) {
         __half *sK = sKV + b * 2 * BK * LK, *sV = sK + BK * LK;
+        constexpr int CW = std::is_same<T, __half>::value ? 8 : 4, CPR = HD / CW, STEP = 128 / CPR;
+        int j0 = (int)threadIdx.x / CPR, d = (int)threadIdx.x % CPR * CW, t = kt + j0;
+        int pi = t / a.bm.psz, off = t - pi * a.bm.psz, page = t <= last ? pages[pi] : 0;
+        auto next = [&]() { /* the thread's row STEP positions on */
+            t += STEP;
+            for (off += STEP; off >= a.bm.psz; off -= a.bm.psz) pi++;
+            page = t <= last ? pages[pi] : 0;
+        };
         if constexpr (std::is_same<T, __half>::value) {
-            for (int e = threadIdx.x; e < BK * HD / 8; e += blockDim.x) {
-                int j = e / (HD / 8), d = e % (HD / 8) * 8, t = kt + j;
-                long long row = t <= last ? cu_bm_row(a.bm, sq, t) * kw + kvh * HD + d : 0;
+            for (int j = j0; j < BK; j += STEP, next()) {
+                long long row = t <= last ? ((long long)page * a.bm.psz + off) * kw + kvh * HD + d : 0;
                 fa_cp16(sK + j * LK + d, a.kc + row, t <= last ? 16 : 0);
                 fa_cp16(sV + j * LK + d, a.vc + row, t <= last ? 16 : 0);
             }
             asm volatile("cp.async.commit_group;");
         } else {
-            for (int e = threadIdx.x; e < BK * HD / 4; e += blockDim.x) {
-                int j = e / (HD / 4), d = e % (HD / 4) * 4, t = kt + j;
+            for (int j = j0; j < BK; j += STEP, next()) {
                 float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
                 if (t <= last) {
-                    long long row = cu_bm_row(a.bm, sq, t) * kw + kvh * HD + d;
+                    long long row = ((long long)page * a.bm.psz + off) * kw + kvh * HD + d;
                     kv = cu_kv_get4(a.kc, row);
                     vv = cu_kv_get4(a.vc, row);
                 }
@@ -110,6 +126,20 @@ template <int HD, int BK, typename T> __global__ void __launch_bounds__(128) fla
             }
         }
     };
+    /* the lane's query fragments, read from shared memory once (HD 256 reads them each tile: registers) */
+    constexpr int QR = HD <= 128 ? HD / 16 : 1;
+    uint32_t qf[QR][4];
+    if constexpr (HD <= 128) {
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < QR; kk++) {
+            const __half *qa = sQ + r0 * LQ + kk * 16 + 2 * tq;
+            qf[kk][0] = fa_ld32(qa);
+            qf[kk][1] = fa_ld32(qa + 8 * LQ);
+            qf[kk][2] = fa_ld32(qa + 8);
+            qf[kk][3] = fa_ld32(qa + 8 * LQ + 8);
+        }
+    }
     float o[HD / 8][4];
 #pragma unroll
     for (int d = 0; d < HD / 8; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
@@ -129,8 +159,19 @@ template <int HD, int BK, typename T> __global__ void __launch_bounds__(128) fla
         for (int nt = 0; nt < BK / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
 #pragma unroll
         for (int kk = 0; kk < HD / 16; kk++) {
-            const __half *qa = sQ + r0 * LQ + kk * 16 + 2 * tq;
-            uint32_t A[4] = {fa_ld32(qa), fa_ld32(qa + 8 * LQ), fa_ld32(qa + 8), fa_ld32(qa + 8 * LQ + 8)};
+            uint32_t A[4];
+            if constexpr (HD <= 128) {
+                A[0] = qf[kk][0];
+                A[1] = qf[kk][1];
+                A[2] = qf[kk][2];
+                A[3] = qf[kk][3];
+            } else {
+                const __half *qa = sQ + r0 * LQ + kk * 16 + 2 * tq;
+                A[0] = fa_ld32(qa);
+                A[1] = fa_ld32(qa + 8 * LQ);
+                A[2] = fa_ld32(qa + 8);
+                A[3] = fa_ld32(qa + 8 * LQ + 8);
+            }
 #pragma unroll
             for (int nt = 0; nt < BK / 8; nt += 2) { /* key tiles nt and nt + 1 in one ldmatrix */
                 uint32_t B[4];
@@ -139,33 +180,42 @@ template <int HD, int BK, typename T> __global__ void __launch_bounds__(128) fla
                 cu_mma_f16(s[nt + 1], A, B + 2);
             }
         }
-        /* causal and window masks; keys past the block's last query are zero rows, masked too */
+        /* causal and window masks; keys past the block's last query are zero rows, masked too. A tile before
+         * the block's first query and inside every query's window needs none (all but the last of a long cache) */
         float mx0 = -INFINITY, mx1 = -INFINITY;
+        if (kt + BK - 1 <= pos0 + i0 && (a.window <= 0 || kt > last - a.window)) {
 #pragma unroll
-        for (int nt = 0; nt < BK / 8; nt++)
-#pragma unroll
-            for (int c = 0; c < 2; c++) {
-                int t = kt + nt * 8 + 2 * tq + c;
-                bool ok0 = t <= p0 && (a.window <= 0 || t > p0 - a.window);
-                bool ok1 = t <= p1 && (a.window <= 0 || t > p1 - a.window);
-                s[nt][c] = ok0 ? s[nt][c] : -INFINITY;
-                s[nt][2 + c] = ok1 ? s[nt][2 + c] : -INFINITY;
-                mx0 = fmaxf(mx0, s[nt][c]);
-                mx1 = fmaxf(mx1, s[nt][2 + c]);
+            for (int nt = 0; nt < BK / 8; nt++) {
+                mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
+                mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
             }
+        } else {
+#pragma unroll
+            for (int nt = 0; nt < BK / 8; nt++)
+#pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    int t = kt + nt * 8 + 2 * tq + c;
+                    bool ok0 = t <= p0 && (a.window <= 0 || t > p0 - a.window);
+                    bool ok1 = t <= p1 && (a.window <= 0 || t > p1 - a.window);
+                    s[nt][c] = ok0 ? s[nt][c] : -INFINITY;
+                    s[nt][2 + c] = ok1 ? s[nt][2 + c] : -INFINITY;
+                    mx0 = fmaxf(mx0, s[nt][c]);
+                    mx1 = fmaxf(mx1, s[nt][2 + c]);
+                }
+        }
         mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
         mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
         float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
         float b0 = n0 == -INFINITY ? 0.f : n0, b1 = n1 == -INFINITY ? 0.f : n1; /* rows with nothing yet */
-        float c0 = exp2f(m0 - b0), c1 = exp2f(m1 - b1), rs0 = 0.f, rs1 = 0.f;
+        float c0 = fa_ex2(m0 - b0), c1 = fa_ex2(m1 - b1), rs0 = 0.f, rs1 = 0.f;
 #pragma unroll
         for (int nt = 0; nt < BK / 8; nt++) {
-            s[nt][0] = exp2f(s[nt][0] - b0);
-            s[nt][1] = exp2f(s[nt][1] - b0);
-            s[nt][2] = exp2f(s[nt][2] - b1);
-            s[nt][3] = exp2f(s[nt][3] - b1);
+            s[nt][0] = fa_ex2(s[nt][0] - b0);
+            s[nt][1] = fa_ex2(s[nt][1] - b0);
+            s[nt][2] = fa_ex2(s[nt][2] - b1);
+            s[nt][3] = fa_ex2(s[nt][3] - b1);
             rs0 += s[nt][0] + s[nt][1];
             rs1 += s[nt][2] + s[nt][3];
         }
@@ -177,7 +227,7 @@ template <int HD, int BK, typename T> __global__ void __launch_bounds__(128) fla
         l1 = l1 * c1 + rs1;
         m0 = n0;
         m1 = n1;
-        fa_rescale<HD>(o, c0, c1);
+        if (__any_sync(0xffffffffu, c0 != 1.f || c1 != 1.f)) fa_rescale<HD>(o, c0, c1); /* no row's max moved */
         /* the score fragments are the A fragments of P.V: keys 16kk.. are score tiles 2kk and 2kk+1 */
 #pragma unroll
         for (int kk = 0; kk < BK / 16; kk++) {

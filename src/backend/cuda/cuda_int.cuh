@@ -247,6 +247,7 @@ struct cu_impl {
     unsigned long long regrown; /* scratch buffers moved (cu_grow): recordings made before read freed memory */
     double bandwidth, flops; /* measured bounds, 0 until measured */
     int pdl;                 /* programmatic dependent launch (sm_90+, SLUICE_CUDA_PDL=0 turns it off) */
+    int half_rpw4;      /* short 16-bit float rows 4 a warp (SLUICE_CUDA_HALF_RPW=2: 2, see short_half) */
     int rpw_balance;    /* rows per warp from the rounds a launch takes (SLUICE_CUDA_RPW_BALANCE=0: the old rule) */
     int f32_gemm;       /* small exact fp32 weights past 8 tokens on fp32 cuBLAS (SLUICE_CUDA_F32_GEMM=0: GEMV, split) */
     int dn_chunked;     /* prefill's delta rule in the chunked form (SLUICE_CUDA_DELTANET=recurrent: token by token) */

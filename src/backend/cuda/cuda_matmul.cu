@@ -115,11 +115,12 @@ __device__ __forceinline__ void dot_units(const float *f, int V, const float *sx
     }
 }
 
-/* bf16 / f16 rows: units of 8 values (one 128-bit load) */
-template <int NT, bool BF>
+/* bf16 / f16 rows: units of 8 values (one 128-bit load); 16 units a lane in flight, over 2 rows or, for short
+ * rows (whose 2 rows would leave most of them empty), 4 */
+template <int NT, bool BF, int RPW>
 __device__ __forceinline__ void rows_half(const cu_w &w, int row0, int c0, int cl, const float *sx, int padw, int n,
                                           int lane, float (*acc)[NT]) {
-    constexpr int RPW = 2, UB = 8; /* units per lane loaded before any is used */
+    constexpr int UB = 16 / RPW; /* units per lane loaded before any is used */
     const int nu = cl / 8;
     for (int u0 = lane; u0 < nu; u0 += 32 * UB) {
         uint4 q[RPW][UB];
@@ -666,9 +667,9 @@ template <int NT, int K, int RPW>
 __device__ __forceinline__ void rows_kind(const cu_w &w, int row0, int c0, int cl, const float *sx, int padw, int n,
                                           int lane, float (*acc)[NT]) {
     if constexpr (K == KIND_BF16)
-        rows_half<NT, true>(w, row0, c0, cl, sx, padw, n, lane, acc);
+        rows_half<NT, true, RPW>(w, row0, c0, cl, sx, padw, n, lane, acc);
     else if constexpr (K == KIND_F16)
-        rows_half<NT, false>(w, row0, c0, cl, sx, padw, n, lane, acc);
+        rows_half<NT, false, RPW>(w, row0, c0, cl, sx, padw, n, lane, acc);
     else if constexpr (K == KIND_F32)
         rows_f32<NT>(w, row0, c0, cl, sx, padw, n, lane, acc);
     else if constexpr (K == KIND_FP8)
@@ -886,6 +887,19 @@ static void launch_k(cu_impl *c, const gv_call &g, const gv_set &set, int t0, in
               g.rne, g.rrenorm, g.rids, g.rw, g.gunits, g.gpairs, g.gcount);
 }
 
+/* Variants with 4 rows a warp of 16-bit floats: of up to 4 tokens (their sums stay in registers), without the
+ * gated norm, conv or routing; short_half says which weights take them. */
+static constexpr bool half4(int nt, int fx) {
+    return nt <= 4 && fx != 2 && fx != 3;
+}
+
+/* Rows a warp for w's rows: 4 for 16-bit rows of up to 1,024 values (a routed expert's down projection: with
+ * 2, most of the 16 units a lane keeps in flight would be past the row's end), else 2 */
+static int short_half(const cu_impl *c, const cu_w &w, int nt) {
+    int k = kind_of(w);
+    return c->half_rpw4 && nt <= 4 && (k == KIND_BF16 || k == KIND_F16) && w.cols <= 1024 ? 4 : 2;
+}
+
 /* One kind, with the extras FX (see gemv_k). */
 template <int NT, int FX>
 static void launch_kind(cu_impl *c, const gv_call &g, const gv_set &set, int t0, int n, int kind, int rpw) {
@@ -894,8 +908,16 @@ static void launch_kind(cu_impl *c, const gv_call &g, const gv_set &set, int t0,
         if (rpw == 4 && kind == KIND_MLX + 8) return launch_k<1, KIND_MLX + 8, KIND_MLX + 8, FX, 4>(c, g, set, t0, n);
     }
     switch (kind) {
-    case KIND_BF16: launch_k<NT, KIND_BF16, KIND_BF16, FX, 2>(c, g, set, t0, n); break;
-    case KIND_F16: launch_k<NT, KIND_F16, KIND_F16, FX, 2>(c, g, set, t0, n); break;
+    case KIND_BF16:
+        if constexpr (half4(NT, FX))
+            if (rpw == 4) return launch_k<NT, KIND_BF16, KIND_BF16, FX, 4>(c, g, set, t0, n);
+        launch_k<NT, KIND_BF16, KIND_BF16, FX, 2>(c, g, set, t0, n);
+        break;
+    case KIND_F16:
+        if constexpr (half4(NT, FX))
+            if (rpw == 4) return launch_k<NT, KIND_F16, KIND_F16, FX, 4>(c, g, set, t0, n);
+        launch_k<NT, KIND_F16, KIND_F16, FX, 2>(c, g, set, t0, n);
+        break;
     case KIND_F32: launch_k<NT, KIND_F32, KIND_F32, FX, 2>(c, g, set, t0, n); break;
     case KIND_FP8: launch_k<NT, KIND_FP8, KIND_FP8, FX, 2>(c, g, set, t0, n); break;
     case KIND_MXFP4: launch_k<NT, KIND_MXFP4, KIND_MXFP4, FX, 2>(c, g, set, t0, n); break;
@@ -938,6 +960,11 @@ template <int NT> static void launch_nt(cu_impl *c, const gv_call &g, const gv_s
             rpw = c2 * 10 < c4 * 9 ? 2 : 4;
         else if (g4 >= c->sms)
             rpw = 4;
+    }
+    if (!g.rl && !g.gz && !g.conv_w && k2 == k1) { /* 4 when every weight of the launch takes them */
+        int all = 1;
+        for (int i = 0; i < set.nw; i++) all &= short_half(c, set.w[i], NT) == 4;
+        if (all) rpw = 4;
     }
     set.g0[0] = 0;
     for (int i = 0; i < set.nw; i++) set.g0[i + 1] = set.g0[i] + (int)CU_BLOCKS(set.w[i].rows, GV_WARPS * rpw);
@@ -1134,9 +1161,10 @@ int cu_moe_group_size(int hidden) {
 
 template <int NT> static void grouped_run(cu_impl *c, const gv_call &g) {
     gv_set set = g.set;
+    int rpw = short_half(c, set.w[0], NT);
     set.g0[0] = 0;
-    set.g0[1] = (int)CU_BLOCKS(set.w[0].rows, GV_WARPS * 2);
-    launch_kind<NT, 4>(c, g, set, 0, NT, kind_of(set.w[0]), 2);
+    set.g0[1] = (int)CU_BLOCKS(set.w[0].rows, GV_WARPS * rpw);
+    launch_kind<NT, 4>(c, g, set, 0, NT, kind_of(set.w[0]), rpw);
 }
 
 void cu_moe_grouped(cu_impl *c, const cu_w *gate, const cu_w *down, const cu_expert *table, const int4 *units,
