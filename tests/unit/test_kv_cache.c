@@ -45,10 +45,10 @@ static void round_row(const float *row, size_t n, sl_kv_type kt, float *out) {
 }
 
 /* Host attention of query q (one head of hd) at position p over widened cache rows kc/vc (row r of head kvh
- * at (r * n_kv + kvh) * hd). */
+ * at (r * n_kv + kvh) * hd); sink: one more score with no value (NAN: none). */
 static void ref_attention(const float *q, const float *kc, const float *vc, const int32_t *pages, int P, int p,
-                          int n_kv, int kvh, int hd, float scale, float *out) {
-    double *s = malloc((size_t)(p + 1) * sizeof *s), mx = -INFINITY, sum = 0;
+                          int n_kv, int kvh, int hd, float scale, float sink, float *out) {
+    double *s = malloc((size_t)(p + 1) * sizeof *s), mx = isnan(sink) ? -INFINITY : sink, sum = 0;
     for (int t = 0; t <= p; t++) {
         size_t r = (size_t)pages[t / P] * (size_t)P + (size_t)(t % P);
         const float *k = kc + (r * (size_t)n_kv + (size_t)kvh) * (size_t)hd;
@@ -58,6 +58,7 @@ static void ref_attention(const float *q, const float *kc, const float *vc, cons
         mx = s[t] > mx ? s[t] : mx;
     }
     for (int t = 0; t <= p; t++) sum += (s[t] = exp(s[t] - mx));
+    if (!isnan(sink)) sum += exp(sink - mx);
     for (int j = 0; j < hd; j++) {
         double o = 0;
         for (int t = 0; t <= p; t++) {
@@ -70,8 +71,8 @@ static void ref_attention(const float *q, const float *kc, const float *vc, cons
 }
 
 /* n prompt tokens stored and attended as one run, then one decode token at position n; nh query heads
- * over nkv KV heads */
-static void round_trip_heads(sl_kv_type kt, int hd, int n, int nh, int nkv) {
+ * over nkv KV heads, with a sink score per head when sinks */
+static void round_trip_sinks(sl_kv_type kt, int hd, int n, int nh, int nkv, int sinks) {
     sl_backend *be;
     sl_err e = {{0}};
     char note[256];
@@ -92,14 +93,20 @@ static void round_trip_heads(sl_kv_type kt, int hd, int n, int nh, int nkv) {
     be->ops->upload(be, q, hq, (size_t)(n + 1) * qw * 4);
     int32_t *hpos = malloc((size_t)(n + 1) * sizeof *hpos), *hseq = malloc((size_t)(n + 1) * sizeof *hseq),
             *hpages = malloc((size_t)np * sizeof *hpages);
-    float scale = 1.0f / sqrtf((float)hd);
+    float scale = 1.0f / sqrtf((float)hd), hs[64];
+    float *ds = NULL;
+    for (int h = 0; h < nh; h++) hs[h] = sinks ? 16.0f + 4.0f * tu_frand(&st) : NAN; /* near the largest scores */
+    if (sinks) {
+        ds = be->ops->alloc(be, (size_t)nh * 4);
+        be->ops->upload(be, ds, hs, (size_t)nh * 4);
+    }
 
     /* the prompt run: stored, then attended */
     tu_map m;
     tu_map_make(&m, be, n, 0, hpos, hseq, hpages, np, P);
     be->ops->kv_store(be, kc, kt, &m.bm, k, (int)kw);
     be->ops->kv_store(be, vc, kt, &m.bm, v, (int)kw);
-    be->ops->attention(be, q, kc, vc, kt, &m.bm, nh, nkv, hd, 0, scale, NULL, out);
+    be->ops->attention(be, q, kc, vc, kt, &m.bm, nh, nkv, hd, 0, scale, ds, out);
     float *got = malloc((size_t)(n + 1) * qw * 4);
     be->ops->download(be, got, out, (size_t)n * qw * 4);
     tu_map_free(&m);
@@ -107,7 +114,7 @@ static void round_trip_heads(sl_kv_type kt, int hd, int n, int nh, int nkv) {
     tu_map_make(&m, be, 1, n, hpos, hseq, hpages, np, P);
     be->ops->kv_store(be, kc, kt, &m.bm, k + (size_t)n * kw, (int)kw);
     be->ops->kv_store(be, vc, kt, &m.bm, v + (size_t)n * kw, (int)kw);
-    be->ops->attention(be, q + (size_t)n * qw, kc, vc, kt, &m.bm, nh, nkv, hd, 0, scale, NULL, out + (size_t)n * qw);
+    be->ops->attention(be, q + (size_t)n * qw, kc, vc, kt, &m.bm, nh, nkv, hd, 0, scale, ds, out + (size_t)n * qw);
     be->ops->download(be, got + (size_t)n * qw, out + (size_t)n * qw, qw * 4);
     tu_map_free(&m);
     unsigned char *rk = malloc(cb), *rv = malloc(cb);
@@ -131,7 +138,7 @@ static void round_trip_heads(sl_kv_type kt, int hd, int n, int nh, int nkv) {
     }
     /* position 0 sees only itself: its output is its value row as stored, exactly (on the CPU; the GPU's
      * tensor-core kernel rounds values to fp16 on the way) */
-    for (int h = 0; h < nh && !tu_on_gpu(); h++)
+    for (int h = 0; h < nh && !tu_on_gpu() && !sinks; h++)
         for (int j = 0; j < hd; j++) {
             size_t r0 = (size_t)hpages[0] * (size_t)P;
             cr_assert_eq(got[(size_t)h * (size_t)hd + (size_t)j], wv[r0 * kw + (size_t)(h / (nh / nkv)) * hd + j],
@@ -144,18 +151,23 @@ static void round_trip_heads(sl_kv_type kt, int hd, int n, int nh, int nkv) {
         for (int h = 0; h < nh; h++) {
             if (n > 64 && t < n - 8 && t % 37) continue; /* long runs: a sample of the prompt, all of decode */
             ref_attention(hq + (size_t)t * qw + (size_t)h * hd, wk, wv, hpages, P, t, nkv, h / (nh / nkv), hd, scale,
-                          want);
+                          hs[h], want);
             for (int j = 0; j < hd; j++) {
                 float g = got[(size_t)t * qw + (size_t)h * hd + (size_t)j];
                 cr_expect(fabsf(g - want[j]) <= tol * (1 + fabsf(want[j])),
                           "%s: position %d head %d element %d: %g, want %g", sl_kv_type_name(kt), t, h, j, g, want[j]);
             }
         }
-    void *dv[] = {k, v, q, out, kc, vc};
-    for (int i = 0; i < 6; i++) be->ops->free(be, dv[i]);
+    void *dv[] = {k, v, q, out, kc, vc, ds};
+    for (int i = 0; i < 7; i++)
+        if (dv[i]) be->ops->free(be, dv[i]);
     void *hp[] = {hk, hv, hq, got, rk, rv, wk, wv, ek, ev, hpos, hseq, hpages};
     for (int i = 0; i < 13; i++) free(hp[i]);
     sl_backend_destroy(be);
+}
+
+static void round_trip_heads(sl_kv_type kt, int hd, int n, int nh, int nkv) {
+    round_trip_sinks(kt, hd, n, nh, nkv, 0);
 }
 
 static void round_trip(sl_kv_type kt, int hd, int n) {
@@ -181,6 +193,15 @@ Test(kv_cache, long_decode) {
         round_trip_heads(kt, 256, 260, 16, 1);
         round_trip_heads(kt, 32, 150, 3, 3);
         round_trip_heads(kt, 64, 90, 20, 2);
+    }
+}
+
+/* Prompts of a thousand keys or more over few heads, whose blocks the GPU splits the keys between (the parts
+ * merged after), with and without sinks */
+Test(kv_cache, long_prompt) {
+    for (sl_kv_type kt = SL_KV_F32; kt <= SL_KV_Q8_0; kt++) {
+        round_trip_sinks(kt, 128, 1100, 4, 2, 0);
+        round_trip_sinks(kt, 64, 1500, 4, 1, 1);
     }
 }
 

@@ -579,6 +579,7 @@ static void cu_destroy(sl_backend *b) {
     cudaFree(c->ho_rows);
     cudaFree(c->moe_grp);
     cudaFree(c->act);
+    cudaFree(c->fa_part);
     cudaFree(c->d_step);
     cudaFreeHost(c->h_step);
     cudaFree(c->d_amax);
@@ -683,6 +684,9 @@ int sl_cuda_backend_create(int device, sl_backend **out, char *about, size_t abo
     c->imma = im && !strcmp(im, "0") ? 0 : im && !strcmp(im, "q4k") ? 2 : 1; /* 2: Q4_K only (to compare) */
     const char *fl = getenv("SLUICE_CUDA_FLASH");
     c->flash = !(fl && !strcmp(fl, "0"));
+    const char *fs = getenv("SLUICE_CUDA_FLASH_SPLIT"), *fq = getenv("SLUICE_CUDA_FLASH_QSEP");
+    c->fa_split = !(fs && !strcmp(fs, "0"));
+    c->fa_qsep = fq && !strcmp(fq, "1");
     /* decode attention partials for up to 128 heads of up to 256 dims, so recorded steps never grow them */
     size_t part = (size_t)128 * 64 * 258 * sizeof(float);
     if (cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking) != cudaSuccess ||

@@ -1,7 +1,9 @@
 /* Causal GQA attention of a prompt run on tensor cores (FlashAttention-2 style): a block takes 64
- * consecutive queries of one head, four warps of 16; key/value tiles of the sequence's paged cache are
- * staged in shared memory as fp16 rows, two buffers so that the next tile's copy overlaps this tile's
- * products (an f16 cache is copied as it is, by cp.async; f32, bf16 and q8_0 caches are widened and rounded
+ * consecutive queries of one head, four warps of 16, three blocks a SM for heads of up to 128 (their queries
+ * held in registers); where those blocks would leave the GPU's places idle (a short prompt over a long
+ * cache) the keys are split in parts, a block a part, and flash_merge_k adds the parts up. Key/value tiles of
+ * the sequence's paged cache are staged in shared memory as fp16 rows, two buffers so that the next tile's
+ * copy overlaps this tile's products (an f16 cache is copied as it is, by cp.async; f32, bf16 and q8_0 caches are widened and rounded
  * to fp16 on the way); ldmatrix reads both products' fragments, transposing the value tile's. Scores and the weighted
  * values are fp16 MMA with fp32 accumulation, and the softmax is online in fp32 (base 2: the query carries
  * log2(e)). fp16 rather than bf16: scores and probabilities keep three more mantissa bits, and attention
@@ -22,7 +24,11 @@ template <typename T> struct fa_args {
     int n_heads, n_kv, window;
     float scale; /* softmax scale x log2(e) */
     cu_bmap bm;
-    int t0, n; /* the run's first token in the batch and its length */
+    int t0, n;     /* the run's first token in the batch and its length */
+    int qsep;      /* the queries staged apart from the key/value buffers (else in buffer 1 before its first use) */
+    int split;     /* keys a block (grid z) when the keys are split between blocks, a multiple of BK; 0: all */
+    float *po;     /* split: each block's unscaled outputs [z][n][n_heads * HD] */
+    float2 *pml;   /* split: and its rows' running maximum and sum [z][n][n_heads] */
 };
 
 __device__ __forceinline__ uint32_t fa_pack(float lo, float hi) {
@@ -70,11 +76,14 @@ __device__ __forceinline__ void fa_ldsm4t(uint32_t *r, const __half *p) {
                  : "r"(d));
 }
 
-template <int HD, int BK, typename T> __global__ void __launch_bounds__(128) flash_prefill_k(fa_args<T> a) {
+/* Three blocks a SM for heads of up to 128 (the queries in registers, 70 KB of shared memory a block) */
+template <int HD, int BK, typename T>
+__global__ void __launch_bounds__(128, HD <= 128 ? 3 : 1) flash_prefill_k(fa_args<T> a) {
     cu_pdl_enter();
     constexpr int LQ = HD + 8, LK = HD + 8; /* padded rows (16-byte multiples): fragment reads hit distinct banks */
     extern __shared__ __align__(16) unsigned char fa_sm[];
-    __half *sQ = reinterpret_cast<__half *>(fa_sm), *sKV = sQ + FA_BQ * LQ; /* 2 x (K [BK][LK], V [BK][LK]) */
+    /* 2 x (K [BK][LK], V [BK][LK]), then the queries [FA_BQ][LQ] unless they go where buffer 1's keys will */
+    __half *sKV = reinterpret_cast<__half *>(fa_sm), *sQ = sKV + (a.qsep || HD > 128 ? 4 : 2) * BK * LK;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
     int h = blockIdx.y, kvh = h / (a.n_heads / a.n_kv);
     int pos0 = a.bm.pos[a.t0], sq = a.bm.seq[a.t0];
@@ -91,6 +100,10 @@ template <int HD, int BK, typename T> __global__ void __launch_bounds__(128) fla
     int p0 = pos0 + min(i0 + r0, a.n - 1), p1 = pos0 + min(i0 + r0 + 8, a.n - 1); /* rows past the run: clamped */
     int last = pos0 + min(i0 + FA_BQ, a.n) - 1;
     int first = a.window > 0 ? max(0, pos0 + i0 - a.window + 1) : 0;
+    if (a.split) { /* this block's part of the keys (no window: parts start on tile boundaries) */
+        first = blockIdx.z * a.split;
+        last = min(last, first + a.split - 1);
+    }
     /* keys kt .. kt + BK - 1 into buffer b (zero rows past last). A thread copies one column range of every
      * STEP-th row: it divides by the page size once a tile and follows its rows through the pages. */
     const int *pages = a.bm.pages + (long long)sq * a.bm.maxp;
@@ -139,6 +152,7 @@ template <int HD, int BK, typename T> __global__ void __launch_bounds__(128) fla
             qf[kk][2] = fa_ld32(qa + 8);
             qf[kk][3] = fa_ld32(qa + 8 * LQ + 8);
         }
+        if (!a.qsep) __syncthreads(); /* buffer 1's first keys overwrite the queries */
     }
     float o[HD / 8][4];
 #pragma unroll
@@ -183,7 +197,7 @@ template <int HD, int BK, typename T> __global__ void __launch_bounds__(128) fla
         /* causal and window masks; keys past the block's last query are zero rows, masked too. A tile before
          * the block's first query and inside every query's window needs none (all but the last of a long cache) */
         float mx0 = -INFINITY, mx1 = -INFINITY;
-        if (kt + BK - 1 <= pos0 + i0 && (a.window <= 0 || kt > last - a.window)) {
+        if (kt + BK - 1 <= min(pos0 + i0, last) && (a.window <= 0 || kt > last - a.window)) {
 #pragma unroll
             for (int nt = 0; nt < BK / 8; nt++) {
                 mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
@@ -195,8 +209,8 @@ template <int HD, int BK, typename T> __global__ void __launch_bounds__(128) fla
 #pragma unroll
                 for (int c = 0; c < 2; c++) {
                     int t = kt + nt * 8 + 2 * tq + c;
-                    bool ok0 = t <= p0 && (a.window <= 0 || t > p0 - a.window);
-                    bool ok1 = t <= p1 && (a.window <= 0 || t > p1 - a.window);
+                    bool ok0 = t <= p0 && t <= last && (a.window <= 0 || t > p0 - a.window);
+                    bool ok1 = t <= p1 && t <= last && (a.window <= 0 || t > p1 - a.window);
                     s[nt][c] = ok0 ? s[nt][c] : -INFINITY;
                     s[nt][2 + c] = ok1 ? s[nt][2 + c] : -INFINITY;
                     mx0 = fmaxf(mx0, s[nt][c]);
@@ -243,6 +257,19 @@ template <int HD, int BK, typename T> __global__ void __launch_bounds__(128) fla
         }
         __syncthreads(); /* buffer b is refilled by the next tile's copy */
     }
+    int q0 = i0 + r0, q1 = q0 + 8;
+    if (a.split) { /* unscaled, with each row's maximum and sum: flash_merge_k finishes them */
+        long long z = (long long)blockIdx.z * a.n;
+#pragma unroll
+        for (int d = 0; d < HD / 8; d++) {
+            int col = h * HD + d * 8 + 2 * tq;
+            if (q0 < a.n) *reinterpret_cast<float2 *>(a.po + (z + q0) * qw + col) = make_float2(o[d][0], o[d][1]);
+            if (q1 < a.n) *reinterpret_cast<float2 *>(a.po + (z + q1) * qw + col) = make_float2(o[d][2], o[d][3]);
+        }
+        if (tq == 0 && q0 < a.n) a.pml[(z + q0) * a.n_heads + h] = make_float2(m0, l0);
+        if (tq == 0 && q1 < a.n) a.pml[(z + q1) * a.n_heads + h] = make_float2(m1, l1);
+        return;
+    }
     if (a.sinks) { /* a sink is one more score in the denominator, with no value */
         float sk = a.sinks[h] * 1.4426950408889634f;
         float n0 = fmaxf(m0, sk), n1 = fmaxf(m1, sk);
@@ -252,7 +279,6 @@ template <int HD, int BK, typename T> __global__ void __launch_bounds__(128) fla
         fa_rescale<HD>(o, c0, c1);
     }
     float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
-    int q0 = i0 + r0, q1 = q0 + 8;
 #pragma unroll
     for (int d = 0; d < HD / 8; d++) {
         int col = h * HD + d * 8 + 2 * tq;
@@ -263,24 +289,77 @@ template <int HD, int BK, typename T> __global__ void __launch_bounds__(128) fla
     }
 }
 
-template <int HD, int BK, typename T> static int fa_launch(cu_impl *c, const fa_args<T> &a) {
-    size_t smem = ((size_t)FA_BQ * (HD + 8) + (size_t)4 * BK * (HD + 8)) * sizeof(__half);
+/* The parts of a split run: out[t][h] = sum_z 2^(m_z - M) o_z / (sum_z 2^(m_z - M) l_z + sink), M the largest
+ * maximum (and the sink's score); a grid row per token and head, a thread per column */
+__global__ void flash_merge_k(const float *po, const float2 *pml, int parts, int n, int n_heads, int hd,
+                              const float *sinks, int t0, float *out) {
+    cu_pdl_enter();
+    int t = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+    float M = sinks ? sinks[h] * 1.4426950408889634f : -INFINITY;
+    for (int z = 0; z < parts; z++) M = fmaxf(M, pml[((long long)z * n + t) * n_heads + h].x);
+    float L = sinks && M > -INFINITY ? exp2f(sinks[h] * 1.4426950408889634f - M) : 0.f, acc = 0.f;
+    long long qw = (long long)n_heads * hd;
+    for (int z = 0; z < parts; z++) {
+        float2 ml = pml[((long long)z * n + t) * n_heads + h];
+        float w = ml.x > -INFINITY ? exp2f(ml.x - M) : 0.f;
+        L += w * ml.y;
+        if (d < hd) acc += w * po[((long long)z * n + t) * qw + h * hd + d];
+    }
+    if (d < hd) out[(long long)(t0 + t) * qw + h * hd + d] = L > 0.f ? acc / L : 0.f;
+}
+
+/* How many parts a run's keys are split into: none while the blocks fill the GPU's places twice over, else the
+ * count (up to 8, each part 512 keys or more) whose waves of blocks leave the fewest places idle */
+static int fa_parts(const cu_impl *c, long long blocks, int places, int keys, int window) {
+    if (!c->fa_split || window > 0 || blocks >= 2LL * places || keys < 1024) return 1;
+    int best = 1;
+    double eff = 0;
+    for (int p = 1; p <= 8 && keys / p >= 512; p++) {
+        long long b = blocks * p, waves = (b + places - 1) / places;
+        double e = (double)b / (double)(waves * places);
+        if (e > eff + 0.02) eff = e, best = p;
+    }
+    return best;
+}
+
+template <int HD, int BK, typename T> static int fa_launch(cu_impl *c, fa_args<T> a, int keys) {
+    a.qsep = HD > 128 || c->fa_qsep;
+    size_t smem = ((size_t)(a.qsep ? FA_BQ * (HD + 8) : 0) + (size_t)4 * BK * (HD + 8)) * sizeof(__half);
     if (smem > (size_t)c->smem_optin ||
         cudaFuncSetAttribute(flash_prefill_k<HD, BK, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
             cudaSuccess)
         return 0;
-    cu_launch(c, flash_prefill_k<HD, BK, T>, dim3(CU_BLOCKS(a.n, FA_BQ), (unsigned)a.n_heads), 128, smem, a);
+    long long blocks = (long long)CU_BLOCKS(a.n, FA_BQ) * a.n_heads;
+    int parts = fa_parts(c, blocks, c->sms * cu_occupancy(c, (const void *)flash_prefill_k<HD, BK, T>, 128, smem),
+                         keys, a.window);
+    if (parts > 1) {
+        a.split = ((keys + parts - 1) / parts + BK - 1) / BK * BK;
+        parts = (keys + a.split - 1) / a.split;
+        size_t po = (size_t)parts * (size_t)a.n * (size_t)a.n_heads * HD;
+        if (cu_grow(c, (void **)&c->fa_part, &c->fa_part_len, (po + (size_t)parts * a.n * a.n_heads * 2) * 4,
+                    "prompt attention parts"))
+            return 1; /* failed, recorded */
+        a.po = c->fa_part;
+        a.pml = reinterpret_cast<float2 *>(c->fa_part + po);
+    }
+    cu_launch(c, flash_prefill_k<HD, BK, T>, dim3(CU_BLOCKS(a.n, FA_BQ), (unsigned)a.n_heads, (unsigned)parts), 128,
+              smem, a);
+    if (parts > 1)
+        cu_launch(c, flash_merge_k, dim3((unsigned)a.n, (unsigned)a.n_heads), HD, 0, (const float *)a.po,
+                  (const float2 *)a.pml, parts, a.n, a.n_heads, HD, a.sinks, a.t0, a.out);
     return 1;
 }
 
 template <typename T>
 static int flash_t(cu_impl *c, const float *q, const T *kc, const T *vc, const sl_batch_map *bm, int t0, int n,
                    int n_heads, int n_kv, int head_dim, int window, float scale, const float *sinks, float *out) {
-    fa_args<T> a = {q, kc, vc, out, sinks, n_heads, n_kv, window, scale * 1.4426950408889634f, cu_bmap_of(bm), t0, n};
+    fa_args<T> a = {q,  kc, vc, out, sinks, n_heads, n_kv, window, scale * 1.4426950408889634f, cu_bmap_of(bm), t0, n,
+                    0,  0,  NULL, NULL};
+    int keys = bm->h_pos ? bm->h_pos[t0] + n : 0; /* the run's keys, where the host knows its positions */
     switch (head_dim) {
-    case 64: return fa_launch<64, 64>(c, a);
-    case 128: return fa_launch<128, 64>(c, a);
-    case 256: return fa_launch<256, 32>(c, a);
+    case 64: return fa_launch<64, 64>(c, a, keys);
+    case 128: return fa_launch<128, 64>(c, a, keys);
+    case 256: return fa_launch<256, 32>(c, a, keys);
     default: return 0;
     }
 }

@@ -190,6 +190,10 @@ struct cu_impl {
     cu_q16 q16_pre;
     const float *q16_live; /* inside a matmul op: q16_x when nothing was launched between it and the op */
     int flash;      /* prompt runs take the tensor-core attention kernel (SLUICE_CUDA_FLASH=0: never) */
+    int fa_split;   /* its keys split between blocks where the blocks are few (SLUICE_CUDA_FLASH_SPLIT=0: never) */
+    int fa_qsep;    /* its queries staged apart from the key buffers (SLUICE_CUDA_FLASH_QSEP=1), two blocks a SM */
+    float *fa_part; /* the split parts' outputs, maxima and sums */
+    size_t fa_part_len;
     int gemm_exact; /* prefill GEMMs in split bf16 (near fp32): 1 all (SLUICE_CUDA_PREFILL=exact), -1 none
                      * (=bf16), 0 the weights marked exact */
     int mmq_min;    /* GGML weights not marked exact: batches from this many tokens (default 2) to CU_MMQ_MAX
