@@ -80,9 +80,8 @@ for k in range(1, n + 1):
         d = x["decode"]
         tok = d["tokens"] or 1
         look = d["lookups"] or 1
-        miss = d["bytes_read"] / tok
-        if miss >= x.get("slot_bytes", 0) > 0 and x.get("tier_read_gb_s"):  # under an expert a token: no bound
-            bound = x["tier_read_gb_s"] * 1e9 / miss
+        bound = x.get("decode_io_bound_tok_s")  # reads and page-cache experts at the tier's rate; none under an expert a token
+        if bound:
             notes.append(f"I/O bound {bound:,.1f} tok/s ({100 * tg / bound:.0f} % of it)")
         notes.append(f"routing wait {1e3 * d['route_wait_s'] / tok:.2f} ms/token")
         notes.append(f"host {1e3 * d['host_s'] / tok:.2f} ms/token")

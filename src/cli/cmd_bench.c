@@ -36,7 +36,9 @@ static void usage(FILE *f) {
         "head once (only the last prompt token needs logits); attention scores are not counted.\n\n"
         "The roofline fraction divides the decode bandwidth by the memory read bandwidth the backend\n"
         "measures (the bound a memory-bound decoder can reach); prefill is compared with the backend's\n"
-        "measured peak multiply-add rate.\n\n"
+        "measured peak multiply-add rate. With streamed experts, the I/O bound divides the tier below's\n"
+        "measured read rate by the bytes a decode token takes from it: its reads, and the experts computed\n"
+        "on the CPU where the page cache held them (printed where that is an expert a token or more).\n\n"
         "--synthetic writes (once) a checkpoint with the shape of a real model in the layout its real\n"
         "checkpoints use, with finite pseudo-random weights, then benchmarks it like any model. It goes\n"
         "to DIR (default $SLUICE_CACHE, $XDG_CACHE_HOME/sluice or ~/.cache/sluice, + synthetic/) and is\n"
@@ -195,6 +197,20 @@ static double predict_decode(const bench_result *r) {
     return t > 0 ? 1.0 / t : 0;
 }
 
+/* Bytes a decode token takes from the tier below the host cache: its reads, and the experts computed on the CPU
+ * where the page cache held them (each read out of it once, at about the rate the read probe measures). */
+static double tier_bytes(const sl_store_stats *d) {
+    if (!d->tokens) return 0;
+    return ((double)d->bytes_read + (double)d->hits_mapped * (double)d->slot_bytes) / (double)d->tokens;
+}
+
+/* Decode tok/s were the tier's measured read rate all a token waited for; 0 under an expert a token, where
+ * reads bound nothing. */
+static double io_bound(const bench_result *r) {
+    double b = tier_bytes(&r->st_dec);
+    return r->tier_bw > 0 && b > 0 && b >= (double)r->st_dec.slot_bytes ? r->tier_bw / b : 0;
+}
+
 static double prefill_gflop(const bench_result *r) {
     return 2.0 * ((r->tok.params - r->tok.head_params) * r->prompt + r->tok.head_params) / 1e9;
 }
@@ -270,16 +286,17 @@ static void print_table(const sl_model *m, const bench_result *r) {
         if (r->gen > 0) {
             printf("  %-22s%s\n", "decode experts", sl_store_stats_line(d, line, sizeof line));
             double miss = d->tokens ? (double)d->bytes_read / (double)d->tokens : 0;
-            double pred = predict_decode(r);
+            double pred = predict_decode(r), bound = io_bound(r), mapped = tier_bytes(d) - miss;
             if (pred > 0)
                 printf("  %-22s%.1f tok/s from the tiers' sizes and speeds, routing taken as uniform (measured "
                        "%.1f)\n",
                        "decode predicted", pred, r->gen / r->decode_s);
             printf("  %-22s%.2f GB/s measured; %s missed per token", "expert tier read", r->tier_bw / 1e9,
                    sl_human_bytes(miss, b3, sizeof b3));
-            if (miss >= (double)d->slot_bytes) /* under an expert a token, reads bound nothing */
-                printf(" -> I/O bound %.1f tok/s, decode at %.1f%% of it", r->tier_bw / miss,
-                       100.0 * (r->gen / r->decode_s) / (r->tier_bw / miss));
+            if (mapped > 0) printf(", %s computed from the page cache", sl_human_bytes(mapped, b3, sizeof b3));
+            if (bound > 0)
+                printf(" -> I/O bound %.1f tok/s, decode at %.1f%% of it", bound,
+                       100.0 * (r->gen / r->decode_s) / bound);
             printf("\n");
         }
     }
@@ -348,6 +365,10 @@ static int print_json(const sl_model *m, const bench_result *r) {
         double ppred = predict_prefill(r), dpred = r->gen > 0 ? predict_decode(r) : 0;
         if (ppred > 0) json_object_set_new(x, "prefill_predicted_tok_s", json_real(ppred));
         if (dpred > 0) json_object_set_new(x, "decode_predicted_tok_s", json_real(dpred));
+        if (r->gen > 0) {
+            json_object_set_new(x, "decode_tier_bytes_per_token", json_real(tier_bytes(&r->st_dec)));
+            if (io_bound(r) > 0) json_object_set_new(x, "decode_io_bound_tok_s", json_real(io_bound(r)));
+        }
         json_object_set_new(x, "cpu_expert_s", json_real(r->st_dec.cpu_t1_s));
         json_object_set_new(x, "cpu_expert_token_s", json_real(r->st_dec.cpu_tm_s));
         for (int i = 0; i < 2; i++) {

@@ -66,6 +66,12 @@ grep -q -- "--io gds reads experts straight into GPU memory, which the cpu backe
 for row in "streamed experts" "decode experts" "prefill predicted" "decode predicted" "expert tier read"; do
     grep -q "$row" "$TMP/bench.out" || fail "bench --ram: no '$row' row"
 done
+# a cache of a few experts reads more than an expert a token: the bound of those reads, in the table and the JSON
+grep -q "expert tier read .* missed per token -> I/O bound [0-9.]* tok/s, decode at [0-9.]*% of it" "$TMP/bench.out" ||
+    fail "bench --ram: no I/O bound in: $(grep 'expert tier read' "$TMP/bench.out")"
+"$BIN" bench "$M" -p 16 -n 8 --ram 500K --json >"$TMP/bench.json" 2>"$TMP/bench.err" || fail "bench --ram --json"
+python3 -c 'import json,sys; x=json.load(open(sys.argv[1]))["streaming"]; assert x["decode_tier_bytes_per_token"] >= x["slot_bytes"] and x["decode_io_bound_tok_s"] > 0' "$TMP/bench.json" ||
+    fail "bench --ram --json: no decode I/O bound"
 mkdir -p "$TMP/pk" && cp "$M/config.json" "$M/model.safetensors" "$TMP/pk/"
 "$BIN" pack "$TMP/pk" >"$TMP/pack.out" 2>"$TMP/pack.err" || fail "pack: $(cat "$TMP/pack.err")"
 grep -q "packed 64 experts .* into $TMP/pk/experts.sluice-pack" "$TMP/pack.out" || fail "pack: $(cat "$TMP/pack.out")"
