@@ -30,10 +30,9 @@ int cu_check_launch(cu_impl *c, const char *what) {
     return 1;
 }
 
-int cu_grow(cu_impl *c, void **p, size_t *len, size_t bytes, const char *what) {
+int cu_grow_try(cu_impl *c, void **p, size_t *len, size_t bytes) {
     if (*len >= bytes) return 0;
-    if (c->capturing)
-        return cu_fail(c, "%s would need %zu bytes more device scratch inside a recorded step", what, bytes - *len);
+    if (c->capturing) return -1;
     cudaStreamSynchronize(c->st); /* the old buffer may still be in use */
     cudaFree(*p);
     *len = 0;
@@ -41,9 +40,17 @@ int cu_grow(cu_impl *c, void **p, size_t *len, size_t bytes, const char *what) {
     if (cudaMalloc(p, bytes) != cudaSuccess) {
         *p = NULL;
         cudaGetLastError();
-        return cu_fail(c, "out of GPU memory for %zu bytes of %s", bytes, what);
+        return -1;
     }
     *len = bytes;
+    return 0;
+}
+
+int cu_grow(cu_impl *c, void **p, size_t *len, size_t bytes, const char *what) {
+    if (*len >= bytes) return 0;
+    if (c->capturing)
+        return cu_fail(c, "%s would need %zu bytes more device scratch inside a recorded step", what, bytes - *len);
+    if (cu_grow_try(c, p, len, bytes)) return cu_fail(c, "out of GPU memory for %zu bytes of %s", bytes, what);
     return 0;
 }
 

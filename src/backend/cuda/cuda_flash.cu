@@ -336,11 +336,13 @@ template <int HD, int BK, typename T> static int fa_launch(cu_impl *c, fa_args<T
         a.split = ((keys + parts - 1) / parts + BK - 1) / BK * BK;
         parts = (keys + a.split - 1) / a.split;
         size_t po = (size_t)parts * (size_t)a.n * (size_t)a.n_heads * HD;
-        if (cu_grow(c, (void **)&c->fa_part, &c->fa_part_len, (po + (size_t)parts * a.n * a.n_heads * 2) * 4,
-                    "prompt attention parts"))
-            return 1; /* failed, recorded */
-        a.po = c->fa_part;
-        a.pml = reinterpret_cast<float2 *>(c->fa_part + po);
+        if (cu_grow_try(c, (void **)&c->fa_part, &c->fa_part_len, (po + (size_t)parts * a.n * a.n_heads * 2) * 4)) {
+            parts = 1; /* no memory for the parts: the keys whole */
+            a.split = 0;
+        } else {
+            a.po = c->fa_part;
+            a.pml = reinterpret_cast<float2 *>(c->fa_part + po);
+        }
     }
     cu_launch(c, flash_prefill_k<HD, BK, T>, dim3(CU_BLOCKS(a.n, FA_BQ), (unsigned)a.n_heads, (unsigned)parts), 128,
               smem, a);

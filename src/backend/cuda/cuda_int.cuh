@@ -293,6 +293,8 @@ template <typename F> static inline void cu_kv_dispatch(cu_impl *c, sl_kv_type k
 int cu_check_launch(cu_impl *c, const char *what);
 /* Grows a scratch buffer to `bytes`; fails (recorded) when that would happen inside a recording. */
 int cu_grow(cu_impl *c, void **p, size_t *len, size_t bytes, const char *what);
+/* The same for scratch a caller can do without: -1 (nothing recorded) where it cannot grow. */
+int cu_grow_try(cu_impl *c, void **p, size_t *len, size_t bytes);
 cu_w cu_w_of(const sl_weight *w);
 
 /* d += a b on tensor cores: mma m16n8k16 on fragments of 16-bit values (TY: f16 or bf16; A row-major, B
