@@ -95,6 +95,7 @@ static void round_trip_sinks(sl_kv_type kt, int hd, int n, int nh, int nkv, int 
             *hpages = malloc((size_t)np * sizeof *hpages);
     float scale = 1.0f / sqrtf((float)hd), hs[64];
     float *ds = NULL;
+    cr_assert(nh <= 64, "at most 64 query heads: %d", nh);
     for (int h = 0; h < nh; h++) hs[h] = sinks ? 16.0f + 4.0f * tu_frand(&st) : NAN; /* near the largest scores */
     if (sinks) {
         ds = be->ops->alloc(be, (size_t)nh * 4);

@@ -48,6 +48,15 @@ __device__ __forceinline__ uint32_t fa_ld32(const __half *p) {
     return *reinterpret_cast<const uint32_t *>(p);
 }
 
+/* the A fragment of query rows r0 and r0 + 8, columns 16 kk.. of the staged queries (rows of LQ) */
+template <int LQ> __device__ __forceinline__ void fa_qfrag(uint32_t (&A)[4], const __half *sQ, int r0, int kk, int tq) {
+    const __half *qa = sQ + r0 * LQ + kk * 16 + 2 * tq;
+    A[0] = fa_ld32(qa);
+    A[1] = fa_ld32(qa + 8 * LQ);
+    A[2] = fa_ld32(qa + 8);
+    A[3] = fa_ld32(qa + 8 * LQ + 8);
+}
+
 /* the output rows of a lane (r0 and r0 + 8) scaled by c0 and c1 */
 template <int HD> __device__ __forceinline__ void fa_rescale(float (&o)[HD / 8][4], float c0, float c1) {
 #pragma unroll
@@ -145,13 +154,7 @@ __global__ void __launch_bounds__(128, HD <= 128 ? 3 : 1) flash_prefill_k(fa_arg
     if constexpr (HD <= 128) {
         __syncthreads();
 #pragma unroll
-        for (int kk = 0; kk < QR; kk++) {
-            const __half *qa = sQ + r0 * LQ + kk * 16 + 2 * tq;
-            qf[kk][0] = fa_ld32(qa);
-            qf[kk][1] = fa_ld32(qa + 8 * LQ);
-            qf[kk][2] = fa_ld32(qa + 8);
-            qf[kk][3] = fa_ld32(qa + 8 * LQ + 8);
-        }
+        for (int kk = 0; kk < QR; kk++) fa_qfrag<LQ>(qf[kk], sQ, r0, kk, tq);
         if (!a.qsep) __syncthreads(); /* buffer 1's first keys overwrite the queries */
     }
     float o[HD / 8][4];
@@ -180,11 +183,7 @@ __global__ void __launch_bounds__(128, HD <= 128 ? 3 : 1) flash_prefill_k(fa_arg
                 A[2] = qf[kk][2];
                 A[3] = qf[kk][3];
             } else {
-                const __half *qa = sQ + r0 * LQ + kk * 16 + 2 * tq;
-                A[0] = fa_ld32(qa);
-                A[1] = fa_ld32(qa + 8 * LQ);
-                A[2] = fa_ld32(qa + 8);
-                A[3] = fa_ld32(qa + 8 * LQ + 8);
+                fa_qfrag<LQ>(A, sQ, r0, kk, tq);
             }
 #pragma unroll
             for (int nt = 0; nt < BK / 8; nt += 2) { /* key tiles nt and nt + 1 in one ldmatrix */
@@ -295,9 +294,9 @@ __global__ void flash_merge_k(const float *po, const float2 *pml, int parts, int
                               const float *sinks, int t0, float *out) {
     cu_pdl_enter();
     int t = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
-    float M = sinks ? sinks[h] * 1.4426950408889634f : -INFINITY;
+    float sk = sinks ? sinks[h] * 1.4426950408889634f : -INFINITY, M = sk;
     for (int z = 0; z < parts; z++) M = fmaxf(M, pml[((long long)z * n + t) * n_heads + h].x);
-    float L = sinks && M > -INFINITY ? exp2f(sinks[h] * 1.4426950408889634f - M) : 0.f, acc = 0.f;
+    float L = sinks ? exp2f(sk - M) : 0.f, acc = 0.f;
     long long qw = (long long)n_heads * hd;
     for (int z = 0; z < parts; z++) {
         float2 ml = pml[((long long)z * n + t) * n_heads + h];
